@@ -1,0 +1,244 @@
+/* cpu_conv.c: 2-D convolution (stride 1, square kernel, zero padding) on the CPU as
+ * im2col + GEMM, one sample at a time.
+ *
+ * For a sample x[cin, h, w], im2col lays the receptive fields out as
+ * col[cin k k, ho wo] (row r = (c k + ky) k + kx), so that
+ *   forward   y[cout, ho wo]   = W[cout, cin k k] col + b
+ *   backward  dW[cout, cin k k] += dy col^T,  db += rowsum(dy)
+ *             dcol = W^T dy,  dx = col2im(dcol)
+ * Threads take contiguous ranges of samples; each uses its own slice of the
+ * caller's scratch and calls a single-threaded cblas_sgemm (see cpu_gemm.c for why
+ * OpenBLAS never threads). The weight gradient is a sum over samples, so each
+ * thread accumulates into its own partial dW/db in the scratch, and the partials are
+ * added to dW in thread order at the end: no atomics, no race, and the same bits
+ * every run for a given thread count.
+ *
+ * When there are fewer samples than threads (the last batch of an epoch, a B = 1
+ * evaluation), sample parallelism would idle most cores, so the samples run one after
+ * another and each GEMM is split across the threads by tr_cpu_gemm instead.
+ *
+ * Scratch: sized from omp_get_max_threads() when the model asks; the thread count
+ * must not grow afterwards (tr_cpu_backend_init runs first). */
+#include "backend/cpu_backend.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <string.h>
+
+/* Per-thread slices start on a 64-byte line so threads never share a cache line. */
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+typedef struct slot_sizes {
+    size_t col, dw, db, total; /* floats, each rounded to 16 */
+} slot_sizes;
+
+static slot_sizes slot_for(const tr_conv_shape *s)
+{
+    slot_sizes z;
+    z.col = round16((size_t)s->cin * s->k * s->k * s->ho * s->wo);
+    z.dw = round16((size_t)s->cout * s->cin * s->k * s->k);
+    z.db = round16((size_t)s->cout);
+    z.total = z.col + z.dw + z.db;
+    return z;
+}
+
+/* Threads that take samples: never more than there are samples. */
+static int sample_threads(int B)
+{
+    int nt = omp_get_max_threads();
+    return nt < B ? nt : (B > 0 ? B : 1);
+}
+
+size_t tr_cpu_conv_scratch_floats(const tr_conv_shape *s)
+{
+    return (size_t)sample_threads(s->B) * slot_for(s).total;
+}
+
+/* Output columns [lo, hi) whose input column ox + kx - pad lies inside [0, w). */
+static void valid_cols(const tr_conv_shape *s, int kx, int *lo, int *hi)
+{
+    int l = s->pad - kx, h = s->w + s->pad - kx;
+    l = l < 0 ? 0 : (l > s->wo ? s->wo : l);
+    h = h > s->wo ? s->wo : h;
+    *lo = l;
+    *hi = h > l ? h : l;
+}
+
+static void im2col(float *col, const float *x, const tr_conv_shape *s)
+{
+    int k = s->k, ho = s->ho, wo = s->wo;
+    for (int c = 0; c < s->cin; c++) {
+        const float *plane = x + (size_t)c * s->h * s->w;
+        for (int ky = 0; ky < k; ky++) {
+            for (int kx = 0; kx < k; kx++) {
+                float *row = col + ((size_t)(c * k + ky) * k + kx) * ho * wo;
+                int lo, hi;
+                valid_cols(s, kx, &lo, &hi);
+                for (int oy = 0; oy < ho; oy++) {
+                    float *r = row + (size_t)oy * wo;
+                    int iy = oy + ky - s->pad;
+                    if (iy < 0 || iy >= s->h) {
+                        memset(r, 0, (size_t)wo * sizeof(float));
+                        continue;
+                    }
+                    memset(r, 0, (size_t)lo * sizeof(float));
+                    memcpy(r + lo, plane + (size_t)iy * s->w + (lo + kx - s->pad),
+                           (size_t)(hi - lo) * sizeof(float));
+                    memset(r + hi, 0, (size_t)(wo - hi) * sizeof(float));
+                }
+            }
+        }
+    }
+}
+
+/* dx = col2im(col): the adjoint of im2col; overlapping windows add up. */
+static void col2im(float *dx, const float *col, const tr_conv_shape *s)
+{
+    int k = s->k, ho = s->ho, wo = s->wo;
+    memset(dx, 0, (size_t)s->cin * s->h * s->w * sizeof(float));
+    for (int c = 0; c < s->cin; c++) {
+        float *plane = dx + (size_t)c * s->h * s->w;
+        for (int ky = 0; ky < k; ky++) {
+            for (int kx = 0; kx < k; kx++) {
+                const float *row = col + ((size_t)(c * k + ky) * k + kx) * ho * wo;
+                int lo, hi;
+                valid_cols(s, kx, &lo, &hi);
+                for (int oy = 0; oy < ho; oy++) {
+                    int iy = oy + ky - s->pad;
+                    if (iy < 0 || iy >= s->h)
+                        continue;
+                    const float *r = row + (size_t)oy * wo + lo;
+                    float *d = plane + (size_t)iy * s->w + (lo + kx - s->pad);
+                    for (int i = 0; i < hi - lo; i++)
+                        d[i] += r[i];
+                }
+            }
+        }
+    }
+}
+
+/* C = op(A) op(B) + beta C: split over the threads (few-samples path), or one
+ * single-threaded BLAS call from inside the sample-parallel region. */
+static void conv_gemm(int threaded, int ta, int tb, int M, int N, int K, const float *A,
+                      int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (threaded)
+        tr_cpu_gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                    tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb, beta, C,
+                    ldc);
+}
+
+/* A 1x1 unpadded convolution's col is the input itself. */
+static int col_is_input(const tr_conv_shape *s) { return s->k == 1 && s->pad == 0; }
+
+/* y[cout, ho wo] = W col + b for one sample; threaded GEMM only on the few-samples path. */
+static void forward_one(float *y, const float *x, const float *w, const float *b,
+                        const tr_conv_shape *s, float *col, int threaded_gemm)
+{
+    int ckk = s->cin * s->k * s->k, howo = s->ho * s->wo;
+    const float *c = x;
+    if (!col_is_input(s)) {
+        im2col(col, x, s);
+        c = col;
+    }
+    if (b)
+        for (int co = 0; co < s->cout; co++)
+            for (int i = 0; i < howo; i++)
+                y[(size_t)co * howo + i] = b[co];
+    conv_gemm(threaded_gemm, 0, 0, s->cout, howo, ckk, w, ckk, c, howo, b ? 1.0f : 0.0f, y,
+              howo);
+}
+
+void tr_cpu_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
+                           const tr_conv_shape *s, float *scratch)
+{
+    size_t in_n = (size_t)s->cin * s->h * s->w, out_n = (size_t)s->cout * s->ho * s->wo;
+    size_t slot = slot_for(s).total;
+    if (s->B < omp_get_max_threads() || omp_in_parallel()) {
+        for (int i = 0; i < s->B; i++)
+            forward_one(out + i * out_n, inp + i * in_n, w, b, s, scratch, 1);
+        return;
+    }
+#pragma omp parallel num_threads(sample_threads(s->B))
+    {
+        int nth = omp_get_num_threads(), t = omp_get_thread_num();
+        int b0 = (int)((long)s->B * t / nth), b1 = (int)((long)s->B * (t + 1) / nth);
+        float *col = scratch + (size_t)t * slot;
+        for (int i = b0; i < b1; i++)
+            forward_one(out + i * out_n, inp + i * in_n, w, b, s, col, 0);
+    }
+}
+
+/* One sample's backward: dw += dy col^T, db += rowsum(dy), dx = col2im(W^T dy). */
+static void backward_one(float *dx, float *dw, float *db, const float *dy, const float *x,
+                         const float *w, const tr_conv_shape *s, float *col, int threaded_gemm)
+{
+    int ckk = s->cin * s->k * s->k, howo = s->ho * s->wo;
+    const float *c = x;
+    if (!col_is_input(s)) {
+        im2col(col, x, s);
+        c = col;
+    }
+    conv_gemm(threaded_gemm, 0, 1, s->cout, ckk, howo, dy, howo, c, howo, 1.0f, dw, ckk);
+    if (db)
+        for (int co = 0; co < s->cout; co++) {
+            const float *r = dy + (size_t)co * howo;
+            float acc = db[co];
+            for (int i = 0; i < howo; i++)
+                acc += r[i];
+            db[co] = acc;
+        }
+    if (!dx)
+        return;
+    /* dcol = W^T dy; with a 1x1 unpadded kernel dcol is dx itself */
+    float *dcol = col_is_input(s) ? dx : col;
+    conv_gemm(threaded_gemm, 1, 0, ckk, howo, s->cout, w, ckk, dy, howo, 0.0f, dcol, howo);
+    if (dcol != dx)
+        col2im(dx, dcol, s);
+}
+
+/* dst[i] += src_t[i] for t = 0 .. nth-1 in that order, over this thread's share of i:
+ * the order of the additions is fixed, so the sum is the same whatever ran first. */
+static void add_partials(float *dst, const float *first, size_t stride, int nth, size_t n,
+                         int t)
+{
+    size_t lo = n * t / nth, hi = n * (t + 1) / nth;
+    for (int p = 0; p < nth; p++) {
+        const float *src = first + (size_t)p * stride;
+        for (size_t i = lo; i < hi; i++)
+            dst[i] += src[i];
+    }
+}
+
+void tr_cpu_conv2d_backward(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, const tr_conv_shape *s,
+                            float *scratch)
+{
+    size_t in_n = (size_t)s->cin * s->h * s->w, out_n = (size_t)s->cout * s->ho * s->wo;
+    size_t dw_n = (size_t)s->cout * s->cin * s->k * s->k;
+    slot_sizes z = slot_for(s);
+    if (s->B < omp_get_max_threads() || omp_in_parallel()) {
+        /* few samples: straight into dw/db, in sample order, GEMMs split over threads */
+        for (int i = 0; i < s->B; i++)
+            backward_one(dinp ? dinp + i * in_n : NULL, dw, db, dout + i * out_n,
+                         inp + i * in_n, w, s, scratch, 1);
+        return;
+    }
+#pragma omp parallel num_threads(sample_threads(s->B))
+    {
+        int nth = omp_get_num_threads(), t = omp_get_thread_num();
+        int b0 = (int)((long)s->B * t / nth), b1 = (int)((long)s->B * (t + 1) / nth);
+        float *col = scratch + (size_t)t * z.total;
+        float *pdw = col + z.col, *pdb = pdw + z.dw;
+        memset(pdw, 0, (z.dw + z.db) * sizeof(float));
+        for (int i = b0; i < b1; i++)
+            backward_one(dinp ? dinp + i * in_n : NULL, pdw, db ? pdb : NULL,
+                         dout + i * out_n, inp + i * in_n, w, s, col, 0);
+#pragma omp barrier
+        add_partials(dw, scratch + z.col, z.total, nth, dw_n, t);
+        if (db)
+            add_partials(db, scratch + z.col + z.dw, z.total, nth, (size_t)s->cout, t);
+    }
+}

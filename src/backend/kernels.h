@@ -1,0 +1,80 @@
+/* kernels.h: the table of math kernels one device provides.
+ *
+ * Layers (src/nn) call only these; a backend (CPU now, CUDA later) fills the table.
+ * The backend knows nothing of layers or models. All tensors are float32, row-major,
+ * contiguous; pointers live in the backend's memory. Dimension letters:
+ *   B batch, C channels, H/W height/width, K kernel size, IN/OUT features, V classes.
+ * Gradient rule: parameter gradients accumulate (+=) so micro-batches add up;
+ * activation gradients overwrite (=). */
+#ifndef TR_KERNELS_H
+#define TR_KERNELS_H
+
+#include <stddef.h>
+
+/* Shape of a 2-D convolution, stride 1, square kernel, symmetric zero padding. */
+typedef struct tr_conv_shape {
+    int B, cin, h, w;   /* input  [B, cin, h, w] */
+    int cout, k, pad;   /* weight [cout, cin, k, k], bias [cout] */
+    int ho, wo;         /* output [B, cout, ho, wo], ho = h + 2 pad - k + 1 */
+} tr_conv_shape;
+
+typedef struct tr_kernels {
+    const char *name;
+
+    /* C[M,N] = alpha op(A) op(B) + beta C; op transposes when trans* is nonzero.
+     * Row-major; lda/ldb/ldc are row strides as stored. Uses all the rank's threads. */
+    void (*gemm)(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                 int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+    /* out[B,OUT] = inp[B,IN] w[OUT,IN]^T + b[OUT] */
+    void (*linear_forward)(float *out, const float *inp, const float *w, const float *b, int B,
+                           int IN, int OUT);
+    /* dinp[B,IN] = dout w (skipped when dinp is NULL); dw += dout^T inp; db += sum_B dout */
+    void (*linear_backward)(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, int B, int IN, int OUT);
+
+    void (*relu_forward)(float *out, const float *inp, size_t n);
+    /* dinp = dout where out > 0 else 0 (dinp may alias dout) */
+    void (*relu_backward)(float *dinp, const float *dout, const float *out, size_t n);
+
+    /* scratch: at least conv_scratch_floats(s) floats, owned by the caller */
+    size_t (*conv_scratch_floats)(const tr_conv_shape *s);
+    void (*conv2d_forward)(float *out, const float *inp, const float *w, const float *b,
+                           const tr_conv_shape *s, float *scratch);
+    /* dinp (NULL to skip) =; dw +=; db += */
+    void (*conv2d_backward)(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, const tr_conv_shape *s,
+                            float *scratch);
+
+    /* k x k window, stride k, no padding; out [B,C,H/k,W/k]; argmax saves the winner's
+     * index within each input plane for backward. */
+    void (*maxpool_forward)(float *out, int *argmax, const float *inp, int B, int C, int H,
+                            int W, int k);
+    void (*maxpool_backward)(float *dinp, const float *dout, const int *argmax, int B, int C,
+                             int H, int W, int k);
+
+    /* probs[B,V] = softmax(logits); losses[B] = -log probs[label]; the sum of losses
+     * and of correct predictions (argmax == label) are returned through the pointers. */
+    void (*softmax_xent_forward)(float *probs, float *losses, const float *logits,
+                                 const int *labels, int B, int V, double *loss_sum,
+                                 long *correct);
+    /* dlogits[B,V] = scale (probs - onehot(label)) */
+    void (*softmax_xent_backward)(float *dlogits, const float *probs, const int *labels,
+                                  float scale, int B, int V);
+
+    /* Optimizer updates over flat slices (one call for a whole buffer). */
+    void (*sgd_update)(float *param, float *momentum_buf, const float *grad, size_t n,
+                       float lr, float momentum, float weight_decay);
+    /* AdamW with bias correction; t is the 1-based step number; decay is decoupled
+     * (p -= lr wd p). Called per tensor so biases can pass weight_decay = 0. */
+    void (*adamw_update)(float *param, float *m, float *v, const float *grad, size_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         long t);
+    double (*sum_squares)(const float *x, size_t n);
+    void (*scale)(float *x, size_t n, float a);
+} tr_kernels;
+
+/* The CPU backend: CBLAS for GEMMs, OpenMP for the rest. */
+extern const tr_kernels tr_cpu_kernels;
+
+#endif

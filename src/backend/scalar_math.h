@@ -1,0 +1,69 @@
+/* scalar_math.h: per-element optimizer updates shared by the CPU and CUDA backends.
+ *
+ * One definition of each update rule, compiled for the host by the C backend and for
+ * both host and device by nvcc, so the two backends cannot drift apart and the CPU
+ * one stays the oracle the CUDA one is tested against. Per-call constants (bias
+ * corrections) are computed once by the caller, in double, and passed in. */
+#ifndef TR_SCALAR_MATH_H
+#define TR_SCALAR_MATH_H
+
+#include <math.h>
+
+#ifdef __CUDACC__
+#define TR_HD __host__ __device__
+#else
+#define TR_HD
+#endif
+
+/* SGD with momentum and L2 weight decay, PyTorch's torch.optim.SGD (dampening 0,
+ * no Nesterov): g' = g + wd p; buf = momentum buf + g'; p -= lr buf. PyTorch sets
+ * buf = g' on the first step; our buffers start at zero, which gives the same value.
+ * momentum == 0 is plain SGD and never touches buf (it may be NULL there). */
+TR_HD static inline void tr_sgd_elem(float *p, float *buf, float g, float lr, float momentum,
+                                     float weight_decay)
+{
+    float gd = g + weight_decay * *p;
+    if (momentum != 0.0f) {
+        *buf = momentum * *buf + gd;
+        gd = *buf;
+    }
+    *p -= lr * gd;
+}
+
+/* Per-step constants of AdamW: PyTorch's step_size = lr / (1 - beta1^t) and
+ * bc2_sqrt = sqrt(1 - beta2^t), formed in double so that late steps (beta^t near 1
+ * in float) keep their precision. */
+typedef struct tr_adamw_consts {
+    float lr, beta1, beta2, eps, decay_factor; /* decay_factor = 1 - lr wd */
+    float step_size, bc2_sqrt;
+} tr_adamw_consts;
+
+static inline tr_adamw_consts tr_adamw_make_consts(float lr, float beta1, float beta2,
+                                                   float eps, float weight_decay, long t)
+{
+    tr_adamw_consts c;
+    c.lr = lr;
+    c.beta1 = beta1;
+    c.beta2 = beta2;
+    c.eps = eps;
+    c.decay_factor = (float)(1.0 - (double)lr * weight_decay);
+    c.step_size = (float)(lr / (1.0 - pow(beta1, (double)t)));
+    c.bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)t));
+    return c;
+}
+
+/* AdamW (Loshchilov & Hutter), PyTorch's torch.optim.AdamW, non-amsgrad:
+ * p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * p -= lr mhat / (sqrt(vhat) + eps) with mhat = m / (1-b1^t), vhat = v / (1-b2^t),
+ * written as PyTorch evaluates it: p -= step_size m / (sqrt(v) / bc2_sqrt + eps). */
+TR_HD static inline void tr_adamw_elem(float *p, float *m, float *v, float g,
+                                       const tr_adamw_consts *c)
+{
+    *p *= c->decay_factor;
+    *m = c->beta1 * *m + (1.0f - c->beta1) * g;
+    *v = c->beta2 * *v + (1.0f - c->beta2) * g * g;
+    float denom = sqrtf(*v) / c->bc2_sqrt + c->eps;
+    *p -= c->step_size * *m / denom;
+}
+
+#endif

@@ -1,0 +1,66 @@
+/* comm.h: collectives on the rank's groups, the process grid, and agreement on errors.
+ *
+ * The only layer that calls MPI. Its API is shaped like NCCL's (sendbuf, recvbuf,
+ * count, dtype, op, group), in place when the two buffers are the same, so the GPU
+ * backend can put NCCL behind the same calls. Groups are made once, at start-up.
+ *
+ * Process grid: world = dp x pp x tp, tp innermost (consecutive ranks share a TP
+ * group, so it sits inside a node), then pp, then dp. */
+#ifndef TR_COMM_H
+#define TR_COMM_H
+
+#include <stddef.h>
+
+typedef struct tr_group tr_group; /* opaque: an MPI communicator and its size/rank */
+
+typedef enum { TR_F32 = 0, TR_F64 = 1, TR_I64 = 2, TR_I32 = 3 } tr_dtype;
+typedef enum { TR_SUM = 0, TR_MAX = 1, TR_MIN = 2 } tr_redop;
+
+/* A pending non-blocking operation. Storage is inline so starting one never
+ * allocates (buckets start in the middle of backward). */
+typedef struct tr_request {
+    _Alignas(8) unsigned char storage[32]; /* an MPI_Request */
+    int active;
+} tr_request;
+
+typedef struct tr_world {
+    int rank, size;             /* in MPI_COMM_WORLD */
+    int local_rank, local_size; /* ranks sharing this node */
+    int node_count;
+    int dp, tp, pp;
+    int dp_rank, tp_rank, pp_rank;
+    tr_group *world, *dp_group, *tp_group, *pp_group;
+} tr_world;
+
+/* MPI_Init and the node-local split; installs the abort hook of error.h. */
+void tr_comm_init(int *argc, char ***argv, tr_world *w);
+/* Clean shutdown; every rank must call it before exiting with code. */
+void tr_comm_finalize(void);
+
+/* Checks dp x tp x pp against the world size and makes the groups. dp = 0 means
+ * "whatever is left". Returns 0, or TR_EXIT_USAGE with a message in err. Pure
+ * arithmetic first, so every rank reaches the same verdict without talking. */
+int tr_comm_check_layout(int world_size, int *dp, int tp, int pp, char *err, size_t errlen);
+void tr_comm_make_grid(tr_world *w, int dp, int tp, int pp);
+
+/* Collective agreement on an input error: every rank passes its own verdict (0 or
+ * an exit code, and a message). Returns the largest code over the world; the lowest
+ * rank with an error prints its message once to stderr. Never hangs, never aborts. */
+int tr_comm_agree(const tr_world *w, int code, const char *message);
+
+int tr_group_size(const tr_group *g);
+int tr_group_rank(const tr_group *g);
+
+void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dtype, tr_redop op,
+                  tr_group *g);
+/* Non-blocking all-reduce; call tr_test now and then so MPI makes progress while
+ * the caller computes (MPI progresses inside MPI calls only), and tr_wait at the end. */
+void tr_iallreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dtype,
+                   tr_redop op, tr_group *g, tr_request *req);
+int tr_test(tr_request *req); /* 1 when complete */
+void tr_wait(tr_request *req);
+void tr_bcast(void *buf, size_t count, tr_dtype dtype, int root, tr_group *g);
+void tr_barrier(tr_group *g);
+double tr_wtime(void);
+
+#endif

@@ -1,0 +1,216 @@
+/* comm_mpi.c: the comm API over MPI: world set-up, grid, agreement, collectives. */
+#include "comm.h"
+#include "core/error.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tr_group {
+    MPI_Comm comm;
+    int rank, size;
+};
+
+static tr_group g_world_group;
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(((tr_request *)0)->storage),
+               "tr_request storage too small for MPI_Request");
+
+#define MPI_CHECK(call)                                                                   \
+    do {                                                                                  \
+        int rc_ = (call);                                                                 \
+        if (rc_ != MPI_SUCCESS) {                                                         \
+            char msg_[MPI_MAX_ERROR_STRING];                                              \
+            int len_ = 0;                                                                 \
+            MPI_Error_string(rc_, msg_, &len_);                                           \
+            tr_fatal_at(__FILE__, __LINE__, TR_EXIT_SOFTWARE, "%s failed: %s", #call, msg_); \
+        }                                                                                 \
+    } while (0)
+
+static noreturn void abort_all(int code)
+{
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code); /* not reached */
+}
+
+static MPI_Datatype mpi_type(tr_dtype t)
+{
+    switch (t) {
+    case TR_F32: return MPI_FLOAT;
+    case TR_F64: return MPI_DOUBLE;
+    case TR_I64: return MPI_INT64_T;
+    case TR_I32: return MPI_INT32_T;
+    }
+    return MPI_FLOAT;
+}
+
+static size_t dtype_size(tr_dtype t) { return (t == TR_F32 || t == TR_I32) ? 4 : 8; }
+
+static MPI_Op mpi_op(tr_redop op)
+{
+    switch (op) {
+    case TR_SUM: return MPI_SUM;
+    case TR_MAX: return MPI_MAX;
+    case TR_MIN: return MPI_MIN;
+    }
+    return MPI_SUM;
+}
+
+static void group_from(tr_group *g, MPI_Comm c)
+{
+    g->comm = c;
+    MPI_Comm_rank(c, &g->rank);
+    MPI_Comm_size(c, &g->size);
+}
+
+void tr_comm_init(int *argc, char ***argv, tr_world *w)
+{
+    int provided = 0;
+    /* FUNNELED: only the main thread calls MPI; OpenMP threads and the data
+     * prefetcher never do. */
+    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    memset(w, 0, sizeof *w);
+    group_from(&g_world_group, MPI_COMM_WORLD);
+    w->world = &g_world_group;
+    w->rank = g_world_group.rank;
+    w->size = g_world_group.size;
+    tr_error_set_abort(abort_all, w->rank);
+    /* Errors in MPI calls come back as codes so MPI_CHECK can name the call. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+
+    MPI_Comm local;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL,
+                                  &local));
+    MPI_Comm_rank(local, &w->local_rank);
+    MPI_Comm_size(local, &w->local_size);
+    int leader = w->local_rank == 0, nodes = 0;
+    MPI_CHECK(MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    w->node_count = nodes;
+    MPI_Comm_free(&local);
+    w->dp = w->size, w->tp = 1, w->pp = 1;
+    w->dp_rank = w->rank;
+    w->dp_group = w->tp_group = w->pp_group = w->world;
+}
+
+void tr_comm_finalize(void) { MPI_Finalize(); }
+
+int tr_comm_check_layout(int world_size, int *dp, int tp, int pp, char *err, size_t errlen)
+{
+    if (world_size % (tp * pp)) {
+        snprintf(err, errlen,
+                 "impossible layout: %d ranks cannot be split into tp=%d x pp=%d groups "
+                 "(%d is not divisible by %d); change [parallel] tp/pp or the rank count",
+                 world_size, tp, pp, world_size, tp * pp);
+        return TR_EXIT_USAGE;
+    }
+    int want = world_size / (tp * pp);
+    if (*dp == 0)
+        *dp = want;
+    if (*dp != want) {
+        snprintf(err, errlen,
+                 "impossible layout: dp=%d x tp=%d x pp=%d = %d ranks, but the job has %d; set "
+                 "[parallel] dp = %d or 0 (auto), or start %d ranks",
+                 *dp, tp, pp, *dp * tp * pp, world_size, want, *dp * tp * pp);
+        return TR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+static tr_group *split(int color, int key, const char *what)
+{
+    tr_group *g = tr_alloc(sizeof *g, what);
+    MPI_Comm c;
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    group_from(g, c);
+    return g;
+}
+
+void tr_comm_make_grid(tr_world *w, int dp, int tp, int pp)
+{
+    w->dp = dp, w->tp = tp, w->pp = pp;
+    w->tp_rank = w->rank % tp;
+    w->pp_rank = (w->rank / tp) % pp;
+    w->dp_rank = w->rank / (tp * pp);
+    /* each group is the set of ranks that differ only in that coordinate */
+    w->tp_group = split(w->dp_rank * pp + w->pp_rank, w->tp_rank, "tp group");
+    w->pp_group = split(w->dp_rank * tp + w->tp_rank, w->pp_rank, "pp group");
+    w->dp_group = split(w->pp_rank * tp + w->tp_rank, w->dp_rank, "dp group");
+}
+
+int tr_comm_agree(const tr_world *w, int code, const char *message)
+{
+    int mine = code ? w->rank : INT_MAX, first = INT_MAX, worst = 0;
+    MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (first == w->rank && message && *message) {
+        size_t n = strlen(message);
+        fprintf(stderr, "%s%s", message, message[n - 1] == '\n' ? "" : "\n");
+        fflush(stderr);
+    }
+    return worst;
+}
+
+int tr_group_size(const tr_group *g) { return g->size; }
+int tr_group_rank(const tr_group *g) { return g->rank; }
+
+/* MPI counts are int: large buffers go in pieces. */
+#define CHUNK ((size_t)1 << 30)
+
+void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dtype, tr_redop op,
+                  tr_group *g)
+{
+    size_t es = dtype_size(dtype);
+    for (size_t off = 0; off < count; off += CHUNK) {
+        int n = (int)(count - off < CHUNK ? count - off : CHUNK);
+        const void *s = sendbuf == recvbuf ? MPI_IN_PLACE : (const char *)sendbuf + off * es;
+        MPI_CHECK(MPI_Allreduce(s, (char *)recvbuf + off * es, n, mpi_type(dtype), mpi_op(op),
+                                g->comm));
+    }
+}
+
+void tr_iallreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dtype,
+                   tr_redop op, tr_group *g, tr_request *req)
+{
+    if (count > CHUNK)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: non-blocking all-reduce of %zu elements; use buckets",
+                 count);
+    MPI_Request *r = (MPI_Request *)req->storage;
+    const void *s = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
+    MPI_CHECK(MPI_Iallreduce(s, recvbuf, (int)count, mpi_type(dtype), mpi_op(op), g->comm, r));
+    req->active = 1;
+}
+
+int tr_test(tr_request *req)
+{
+    if (!req->active)
+        return 1;
+    int done = 0;
+    MPI_CHECK(MPI_Test((MPI_Request *)req->storage, &done, MPI_STATUS_IGNORE));
+    if (done)
+        req->active = 0;
+    return done;
+}
+
+void tr_wait(tr_request *req)
+{
+    if (!req->active)
+        return;
+    MPI_CHECK(MPI_Wait((MPI_Request *)req->storage, MPI_STATUS_IGNORE));
+    req->active = 0;
+}
+
+void tr_bcast(void *buf, size_t count, tr_dtype dtype, int root, tr_group *g)
+{
+    size_t es = dtype_size(dtype);
+    for (size_t off = 0; off < count; off += CHUNK) {
+        int n = (int)(count - off < CHUNK ? count - off : CHUNK);
+        MPI_CHECK(MPI_Bcast((char *)buf + off * es, n, mpi_type(dtype), root, g->comm));
+    }
+}
+
+void tr_barrier(tr_group *g) { MPI_CHECK(MPI_Barrier(g->comm)); }
+
+double tr_wtime(void) { return MPI_Wtime(); }

@@ -1,0 +1,56 @@
+/* deck_keys.c: the one table of input-deck keys. Add a key here and it is parsed,
+ * checked, documented by --help-deck and written to the resolved deck. */
+#include "deck.h"
+
+#define BIG 1e18
+#define K(sec, name, type, def, lo, hi, choices, help) \
+    { sec, name, type, def, lo, hi, choices, help }
+
+const tr_key_spec tr_deck_keys[] = {
+    K("model", "name", TR_KEY_CHOICE, "mlp", 0, 0, "mlp|cnn", "compiled-in model to train (trainer --list-models)"),
+    K("model", "hidden", TR_KEY_INTLIST, "256,256", 1, 65536, 0, "mlp: widths of the hidden layers, e.g. 256,256"),
+    K("model", "classes", TR_KEY_INT, "10", 2, 65536, 0, "number of output classes; labels must lie in [0, classes)"),
+
+    K("data", "format", TR_KEY_CHOICE, "idx", 0, 0, "idx", "file format of the image data: idx = MNIST's IDX, gzipped or not"),
+    K("data", "train_images", TR_KEY_PATH, "", 0, 0, 0, "training images (IDX3 ubyte, .gz allowed)"),
+    K("data", "train_labels", TR_KEY_PATH, "", 0, 0, 0, "training labels (IDX1 ubyte, .gz allowed)"),
+    K("data", "test_images", TR_KEY_PATH, "", 0, 0, 0, "held-out images for evaluation"),
+    K("data", "test_labels", TR_KEY_PATH, "", 0, 0, 0, "held-out labels for evaluation"),
+    K("data", "train_limit", TR_KEY_INT, "0", 0, BIG, 0, "use only the first N training samples (0 = all)"),
+    K("data", "shuffle", TR_KEY_BOOL, "true", 0, 0, 0, "reshuffle the training set every epoch (seeded, same on every rank count)"),
+    K("data", "prefetch", TR_KEY_BOOL, "true", 0, 0, 0, "prepare the next batch in a background thread"),
+
+    K("train", "seed", TR_KEY_INT, "1234", 0, 4294967295.0, 0, "seed of initialisation and data order"),
+    K("train", "epochs", TR_KEY_INT, "1", 0, 1000000, 0, "passes over the training set (used when steps = 0)"),
+    K("train", "steps", TR_KEY_INT, "0", 0, BIG, 0, "optimizer steps to run; 0 = epochs x (samples / batch_size)"),
+    K("train", "batch_size", TR_KEY_INT, "128", 1, 1 << 24, 0, "global batch: samples per optimizer step over all ranks"),
+    K("train", "micro_batches", TR_KEY_INT, "1", 1, 65536, 0, "split each rank's batch into this many micro-batches and accumulate gradients"),
+    K("train", "eval_every", TR_KEY_INT, "0", 0, BIG, 0, "evaluate on the test split every N steps (0 = only at the end)"),
+    K("train", "eval_batch_size", TR_KEY_INT, "1000", 1, 1 << 24, 0, "samples per evaluation batch over all ranks"),
+    K("train", "log_every", TR_KEY_INT, "10", 1, BIG, 0, "write a metrics.csv row (and a progress line) every N steps"),
+
+    K("optim", "name", TR_KEY_CHOICE, "sgd", 0, 0, "sgd|adamw", "optimizer"),
+    K("optim", "lr", TR_KEY_FLOAT, "0.05", 0, 1e6, 0, "peak learning rate"),
+    K("optim", "momentum", TR_KEY_FLOAT, "0.9", 0, 1, 0, "sgd: momentum (0 = plain SGD)"),
+    K("optim", "weight_decay", TR_KEY_FLOAT, "0", 0, 1e6, 0, "sgd: L2 added to the gradient; adamw: decoupled decay"),
+    K("optim", "beta1", TR_KEY_FLOAT, "0.9", 0, 0.999999, 0, "adamw: first-moment decay"),
+    K("optim", "beta2", TR_KEY_FLOAT, "0.999", 0, 0.999999999, 0, "adamw: second-moment decay"),
+    K("optim", "eps", TR_KEY_FLOAT, "1e-8", 1e-30, 1, 0, "adamw: denominator epsilon"),
+    K("optim", "schedule", TR_KEY_CHOICE, "constant", 0, 0, "constant|cosine", "learning-rate schedule; cosine = linear warmup then cosine decay to min_lr"),
+    K("optim", "warmup_steps", TR_KEY_INT, "0", 0, BIG, 0, "steps of linear warmup from 0 to lr"),
+    K("optim", "min_lr", TR_KEY_FLOAT, "0", 0, 1e6, 0, "cosine: learning rate at the last step"),
+    K("optim", "clip_grad_norm", TR_KEY_FLOAT, "0", 0, 1e12, 0, "clip gradients to this global L2 norm (0 = off)"),
+
+    K("parallel", "dp", TR_KEY_INT, "0", 0, 1 << 24, 0, "data-parallel ranks; 0 = all ranks / (tp x pp)"),
+    K("parallel", "tp", TR_KEY_INT, "1", 1, 1 << 16, 0, "tensor-parallel ranks (models that support it)"),
+    K("parallel", "pp", TR_KEY_INT, "1", 1, 1 << 16, 0, "pipeline-parallel stages (models that support it)"),
+    K("parallel", "bucket_kib", TR_KEY_INT, "256", 4, 1 << 20, 0, "gradient all-reduce bucket size in KiB; each bucket starts as soon as backward fills it"),
+
+    K("run", "dir", TR_KEY_STRING, "runs/default", 0, 0, 0, "run directory (created if missing): resolved deck, metrics.csv, summary.json"),
+    K("run", "progress", TR_KEY_CHOICE, "auto", 0, 0, "auto|tty|lines|off", "progress display: auto = in place on a terminal, plain lines otherwise"),
+
+    K("system", "device", TR_KEY_CHOICE, "cpu", 0, 0, "cpu", "where the math runs"),
+    K("system", "threads", TR_KEY_INT, "0", 0, 1024, 0, "threads per rank; 0 = cores of the node / ranks on the node"),
+};
+
+const int tr_deck_nkeys = (int)(sizeof tr_deck_keys / sizeof tr_deck_keys[0]);

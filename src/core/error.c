@@ -1,0 +1,52 @@
+/* error.c: fatal errors with rank, file and line; allocation with a purpose. */
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static tr_abort_fn g_abort;
+static int g_rank = -1;
+
+void tr_error_set_abort(tr_abort_fn abort_fn, int rank)
+{
+    g_abort = abort_fn;
+    g_rank = rank;
+}
+
+int tr_error_rank(void) { return g_rank; }
+
+noreturn void tr_fatal_at(const char *file, int line, int code, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (g_rank >= 0)
+        fprintf(stderr, "[rank %d] %s:%d: %s\n", g_rank, file, line, msg);
+    else
+        fprintf(stderr, "%s:%d: %s\n", file, line, msg);
+    fflush(stderr);
+    if (g_abort)
+        g_abort(code);
+    exit(code);
+}
+
+void *tr_alloc_at(const char *file, int line, size_t bytes, const char *what)
+{
+    if (bytes == 0)
+        bytes = 64;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded);
+    if (!p)
+        tr_fatal_at(file, line, TR_EXIT_OSERR,
+                    "out of memory allocating %.1f MiB for %s; reduce batch_size or model size, "
+                    "or use more ranks",
+                    (double)bytes / (1024.0 * 1024.0), what);
+    memset(p, 0, rounded);
+    return p;
+}
+
+void tr_free(void *p) { free(p); }

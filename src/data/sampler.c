@@ -1,0 +1,106 @@
+/* sampler.c: the per-epoch shuffle and the split of each global batch across the
+ * data-parallel ranks (the rules are in sampler.h). */
+#include "sampler.h"
+
+#include "core/error.h"
+#include "core/rng.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Stream ids above TR_STREAM_SHUFFLE + 2^20 belong to the next purpose. */
+#define MAX_EPOCHS (1L << 20)
+
+int tr_sampler_check(long n, long global_batch, int dp_size, char *err, size_t errlen)
+{
+    const char *why = NULL;
+    char buf[256];
+    if (n < 1) {
+        why = "the training set is empty";
+    } else if (dp_size < 1) {
+        snprintf(buf, sizeof buf, "data-parallel size %d must be at least 1", dp_size);
+        why = buf;
+    } else if (global_batch < dp_size || global_batch % dp_size != 0) {
+        snprintf(buf, sizeof buf,
+                 "global batch %ld is not a positive multiple of the %d data-parallel ranks",
+                 global_batch, dp_size);
+        why = buf;
+    } else if (global_batch > n) {
+        snprintf(buf, sizeof buf, "global batch %ld is larger than the %ld training samples",
+                 global_batch, n);
+        why = buf;
+    }
+    if (!why)
+        return 0;
+    if (err && errlen)
+        snprintf(err, errlen, "%s", why);
+    return TR_EXIT_USAGE;
+}
+
+void tr_sampler_permutation(int64_t *perm, long n, uint64_t seed, long epoch, int shuffle)
+{
+    for (long i = 0; i < n; i++)
+        perm[i] = i;
+    if (!shuffle)
+        return;
+    uint64_t stream = (uint64_t)TR_STREAM_SHUFFLE + (uint64_t)epoch;
+    for (long i = n - 1; i > 0; i--) {
+        long j = (long)(tr_rng_u64(seed, stream, (uint64_t)i) % (uint64_t)(i + 1));
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+void tr_sampler_init(tr_sampler *s, long n, long global_batch, int dp_rank, int dp_size,
+                     uint64_t seed, int shuffle)
+{
+    char err[256];
+    if (tr_sampler_check(n, global_batch, dp_size, err, sizeof err))
+        tr_fatal(TR_EXIT_SOFTWARE, "sampler layout not validated before use: %s", err);
+    if (dp_rank < 0 || dp_rank >= dp_size)
+        tr_fatal(TR_EXIT_SOFTWARE, "data-parallel rank %d outside [0, %d)", dp_rank, dp_size);
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    s->global_batch = global_batch;
+    s->local_batch = global_batch / dp_size;
+    s->steps_per_epoch = n / global_batch;
+    s->dp_rank = dp_rank;
+    s->dp_size = dp_size;
+    s->shuffle = shuffle != 0;
+    s->seed = seed;
+    s->epoch = -1;
+    s->perm = tr_alloc((size_t)n * sizeof(int64_t), "sampler permutation");
+}
+
+long tr_sampler_steps_per_epoch(const tr_sampler *s) { return s->steps_per_epoch; }
+
+void tr_sampler_batch(tr_sampler *s, long step, int64_t *indices)
+{
+    if (step < 0)
+        tr_fatal(TR_EXIT_SOFTWARE, "negative training step %ld", step);
+    long epoch = step / s->steps_per_epoch;
+    long b = step % s->steps_per_epoch;
+    if (epoch >= MAX_EPOCHS)
+        tr_fatal(TR_EXIT_SOFTWARE, "epoch %ld exceeds the %ld the shuffle streams allow", epoch,
+                 MAX_EPOCHS);
+    if (epoch != s->epoch) {
+        tr_sampler_permutation(s->perm, s->n, s->seed, epoch, s->shuffle);
+        s->epoch = epoch;
+    }
+    const int64_t *src = s->perm + b * s->global_batch + (long)s->dp_rank * s->local_batch;
+    memcpy(indices, src, (size_t)s->local_batch * sizeof *indices);
+}
+
+void tr_sampler_free(tr_sampler *s)
+{
+    tr_free(s->perm);
+    memset(s, 0, sizeof *s);
+}
+
+void tr_shard_range(long n, int rank, int size, long *begin, long *end)
+{
+    long base = n / size, extra = n % size;
+    *begin = (long)rank * base + (rank < extra ? rank : extra);
+    *end = *begin + base + (rank < extra ? 1 : 0);
+}

@@ -1,0 +1,150 @@
+/* main.c: argv, the deck, start-up banner and exit codes. Every rank runs this. */
+#include "backend/blas_select.h"
+#include "backend/cpu_backend.h"
+#include "comm/comm.h"
+#include "core/deck.h"
+#include "core/error.h"
+#include "models/model.h"
+#include "train/train.h"
+#include "version.h"
+#ifdef TRAINER_HAVE_CUDA
+#include "cuda/cuda_probe.h"
+#endif
+
+#include <omp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: trainer DECK [section.key=value ...]\n"
+            "       mpirun -np N trainer DECK [overrides]     (srun under Slurm)\n"
+            "\n"
+            "Trains a compiled-in model as the input deck DECK says; any deck key can be\n"
+            "overridden after it, e.g. train.epochs=2 optim.lr=0.1 run.dir=runs/try2.\n"
+            "\n"
+            "  --help          this text\n"
+            "  --help-deck     every deck key with its type, default and meaning\n"
+            "  --list-models   the compiled-in models\n"
+            "  --version       version and build\n"
+            "\n"
+            "Exit codes: 0 done; 64 bad command line, deck or layout; 65 malformed data;\n"
+            "66 missing data or deck; 70 internal error; 71 out of memory; 74 cannot write\n"
+            "the run directory; 75 checkpointed on a signal (resubmit).\n");
+}
+
+/* The launcher's rank before MPI is up, so informational flags print once. */
+static int launcher_rank(void)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
+    for (int i = 0; vars[i]; i++)
+        if (getenv(vars[i]))
+            return atoi(getenv(vars[i]));
+    return 0;
+}
+
+static int info_flag(int argc, char **argv)
+{
+    if (argc < 2)
+        return -1;
+    const char *a = argv[1];
+    FILE *out = launcher_rank() == 0 ? stdout : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (out)
+            usage(out);
+    } else if (!strcmp(a, "--version")) {
+        char gpus[256] = "CPU-only build";
+#ifdef TRAINER_HAVE_CUDA
+        char why[200];
+        tr_cuda_device_count(why, sizeof why);
+        snprintf(gpus, sizeof gpus, "CUDA probe compiled in: %s", why);
+#endif
+        if (out)
+            printf("trainer %s (%s build, C17, OpenMP %d)\n%s\n%s\n", TR_VERSION,
+                   TR_BUILD_TYPE, _OPENMP, tr_blas_describe(), gpus);
+    } else if (!strcmp(a, "--list-models")) {
+        for (int i = 0; out && tr_models[i]; i++)
+            printf("%-6s %s\n", tr_models[i]->name, tr_models[i]->summary);
+    } else if (!strcmp(a, "--help-deck")) {
+        if (out)
+            tr_deck_print_reference(stdout);
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* Threads per rank: the deck's value, else OMP_NUM_THREADS, else this rank's share
+ * of the node (cores / ranks on the node), never more than the cores it may run on. */
+static int choose_threads(const tr_deck *d, const tr_world *w)
+{
+    long t = tr_deck_int(d, "system", "threads");
+    if (t > 0)
+        return (int)t;
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && atoi(env) > 0)
+        return atoi(env);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    long allowed = cores;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        allowed = CPU_COUNT(&set);
+    long share = cores / (w->local_size > 0 ? w->local_size : 1);
+    if (share > allowed)
+        share = allowed;
+    return share > 0 ? (int)share : 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *core = tr_blas_ensure_fast_kernel(argv);
+    int info = info_flag(argc, argv);
+    if (info >= 0)
+        return info;
+    if (argc < 2 || argv[1][0] == '-') {
+        if (launcher_rank() == 0) {
+            if (argc >= 2)
+                fprintf(stderr, "trainer: unknown option '%s'\n\n", argv[1]);
+            usage(stderr);
+        }
+        return TR_EXIT_USAGE;
+    }
+
+    tr_world w;
+    tr_comm_init(&argc, &argv, &w);
+    tr_runtime rt = {0};
+    rt.start_time = tr_wtime();
+    rt.blas_core = core;
+
+    tr_deck deck;
+    int rc = tr_deck_load(&deck, argv[1], argc - 2, argv + 2);
+    /* every rank parsed the same text; agree anyway so the message prints once */
+    rc = tr_comm_agree(&w, rc, deck.errors);
+    if (rc) {
+        if (w.rank == 0)
+            fprintf(stderr, "trainer: %d problem%s in the deck; `trainer --help-deck` lists every "
+                            "key\n",
+                    deck.nerrors, deck.nerrors == 1 ? "" : "s");
+        tr_deck_free(&deck);
+        tr_comm_finalize();
+        return rc;
+    }
+
+    rt.threads = choose_threads(&deck, &w);
+    tr_cpu_backend_init(rt.threads);
+    if (w.rank == 0) {
+        printf("trainer %s: %d rank%s on %d node%s, %d thread%s per rank; %s\n", TR_VERSION,
+               w.size, w.size == 1 ? "" : "s", w.node_count, w.node_count == 1 ? "" : "s",
+               rt.threads, rt.threads == 1 ? "" : "s", tr_blas_describe());
+        printf("deck %s\n", argv[1]);
+        fflush(stdout);
+    }
+    rc = tr_train_run(&deck, &w, &rt);
+    tr_deck_free(&deck);
+    tr_comm_finalize();
+    return rc;
+}

@@ -1,0 +1,175 @@
+/* model.c: flat parameter layout, allocation, initialisation, forward and backward
+ * of a layer stack ending in softmax cross-entropy. */
+#include "model.h"
+#include "core/error.h"
+#include "core/rng.h"
+
+#include <math.h>
+#include <string.h>
+
+extern const tr_model_def tr_model_mlp, tr_model_cnn;
+const tr_model_def *const tr_models[] = {&tr_model_mlp, &tr_model_cnn, NULL};
+
+const tr_model_def *tr_model_find(const char *name)
+{
+    for (int i = 0; tr_models[i]; i++)
+        if (!strcmp(tr_models[i]->name, name))
+            return tr_models[i];
+    return NULL;
+}
+
+void tr_model_add(tr_model *m, tr_layer layer)
+{
+    if (m->nlayers == TR_MODEL_MAX_LAYERS)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: model %s has more than %d layers", m->name,
+                 TR_MODEL_MAX_LAYERS);
+    m->layers[m->nlayers++] = layer;
+}
+
+int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape input, char *err,
+                   size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    const tr_model_def *def = tr_model_find(name);
+    if (!def) {
+        snprintf(err, errlen, "unknown model '%s' (trainer --list-models)", name);
+        return TR_EXIT_USAGE;
+    }
+    m->name = def->name;
+    m->input = input;
+    int rc = def->build(m, d, input, err, errlen);
+    if (rc)
+        return rc;
+    /* the stack must chain: each layer's input is the previous layer's output */
+    tr_shape cur = input;
+    for (int i = 0; i < m->nlayers; i++) {
+        tr_layer *l = &m->layers[i];
+        if (tr_shape_numel(l->in) != tr_shape_numel(cur))
+            tr_fatal(TR_EXIT_SOFTWARE, "bug: model %s layer %s expects %zu inputs, gets %zu",
+                     m->name, l->name, tr_shape_numel(l->in), tr_shape_numel(cur));
+        cur = l->out;
+    }
+    m->classes = (int)tr_shape_numel(cur);
+    return 0;
+}
+
+void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch)
+{
+    m->k = k;
+    m->max_batch = max_batch;
+    /* 1. lay out the flat parameter buffers in forward order */
+    size_t off = 0;
+    m->ntensors = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        for (int p = 0; p < m->layers[i].nparams; p++) {
+            tr_param *t = &m->layers[i].params[p];
+            t->offset = off;
+            off += t->numel;
+            m->tensors[m->ntensors++] = t;
+        }
+    m->nparams = off;
+    m->params = tr_alloc(off * sizeof(float), "parameters");
+    m->grads = tr_alloc(off * sizeof(float), "gradients");
+    for (int t = 0; t < m->ntensors; t++) {
+        m->tensors[t]->value = m->params + m->tensors[t]->offset;
+        m->tensors[t]->grad = m->grads + m->tensors[t]->offset;
+    }
+    /* 2. activations, saved indices and scratch for the largest batch */
+    size_t widest = tr_shape_numel(m->input);
+    for (int i = 0; i < m->nlayers; i++) {
+        tr_layer *l = &m->layers[i];
+        size_t outn = tr_shape_numel(l->out);
+        if (outn > widest)
+            widest = outn;
+        m->acts[i] = tr_alloc((size_t)max_batch * outn * sizeof(float), "activations");
+        if (l->saved_ints_per_sample)
+            l->saved = tr_alloc((size_t)max_batch * l->saved_ints_per_sample * sizeof(int),
+                                "saved indices");
+        if (l->scratch_for) {
+            l->scratch_floats = l->scratch_for(l, k, max_batch);
+            l->scratch = tr_alloc(l->scratch_floats * sizeof(float), "layer scratch");
+        }
+    }
+    for (int j = 0; j < 2; j++)
+        m->dact[j] = tr_alloc((size_t)max_batch * widest * sizeof(float), "activation grads");
+    m->probs = tr_alloc((size_t)max_batch * m->classes * sizeof(float), "probabilities");
+    m->losses = tr_alloc((size_t)max_batch * sizeof(float), "losses");
+}
+
+void tr_model_init_params(tr_model *m, uint64_t seed)
+{
+    for (int t = 0; t < m->ntensors; t++) {
+        tr_param *p = m->tensors[t];
+        if (p->init == TR_INIT_ZEROS) {
+            memset(p->value, 0, p->numel * sizeof(float));
+            continue;
+        }
+        /* PyTorch's default for Linear and Conv2d: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+        float bound = 1.0f / sqrtf((float)p->fan_in);
+        for (size_t j = 0; j < p->numel; j++)
+            p->value[j] =
+                bound * (2.0f * tr_rng_uniform(seed, TR_STREAM_INIT + (uint64_t)t, j) - 1.0f);
+    }
+}
+
+void tr_model_free(tr_model *m)
+{
+    tr_free(m->params);
+    tr_free(m->grads);
+    for (int i = 0; i < m->nlayers; i++) {
+        tr_free(m->acts[i]);
+        tr_free(m->layers[i].saved);
+        tr_free(m->layers[i].scratch);
+    }
+    tr_free(m->dact[0]);
+    tr_free(m->dact[1]);
+    tr_free(m->probs);
+    tr_free(m->losses);
+    memset(m, 0, sizeof *m);
+}
+
+double tr_model_forward(tr_model *m, const float *x, const int32_t *y, int B, long *correct)
+{
+    if (B > m->max_batch)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: batch %d exceeds the allocated %d", B, m->max_batch);
+    const float *in = x;
+    for (int i = 0; i < m->nlayers; i++) {
+        m->layers[i].ops->forward(&m->layers[i], m->k, m->acts[i], in, B);
+        in = m->acts[i];
+    }
+    double loss_sum = 0;
+    long ok = 0;
+    m->k->softmax_xent_forward(m->probs, m->losses, in, y, B, m->classes, &loss_sum, &ok);
+    if (correct)
+        *correct = ok;
+    return loss_sum;
+}
+
+void tr_model_backward(tr_model *m, const float *x, const int32_t *y, int B, float loss_scale,
+                       tr_grads_ready_fn ready, void *ctx)
+{
+    int cur = 0;
+    m->k->softmax_xent_backward(m->dact[cur], m->probs, y, loss_scale, B, m->classes);
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        tr_layer *l = &m->layers[i];
+        const float *in = i ? m->acts[i - 1] : x;
+        float *din = i ? m->dact[cur ^ 1] : NULL;
+        l->ops->backward(l, m->k, din, m->dact[cur], in, m->acts[i], B);
+        cur ^= 1;
+        if (ready && l->nparams)
+            ready(ctx, l->params[0].offset);
+    }
+}
+
+double tr_model_forward_flops(const tr_model *m)
+{
+    double f = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const tr_layer *l = &m->layers[i];
+        if (!strcmp(l->ops->kind, "linear"))
+            f += 2.0 * tr_shape_numel(l->in) * tr_shape_numel(l->out);
+        else if (!strcmp(l->ops->kind, "conv2d"))
+            f += 2.0 * l->in.c * l->ksize * l->ksize * (double)tr_shape_numel(l->out);
+    }
+    return f;
+}

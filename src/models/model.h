@@ -1,0 +1,81 @@
+/* model.h: a compiled-in model: a stack of layers over flat parameter memory.
+ *
+ * Flat memory: every parameter tensor of the rank is a view at an offset in one
+ * buffer (params), and likewise in grads and in each optimizer state buffer, so
+ * gradient buckets, clipping, the optimizer and checkpoints are loops over offsets.
+ * Tensors are laid out in forward order; backward therefore finishes gradients
+ * from the top of the buffer down, which is what the bucketed all-reduce uses.
+ *
+ * Ownership: the model owns every buffer (parameters, gradients, activations,
+ * saved indices, scratch); layers hold views. Everything is allocated once, in
+ * tr_model_allocate, for the largest batch the run will use. */
+#ifndef TR_MODEL_H
+#define TR_MODEL_H
+
+#include "backend/kernels.h"
+#include "core/deck.h"
+#include "nn/layer.h"
+
+#include <stdint.h>
+
+#define TR_MODEL_MAX_LAYERS 32
+#define TR_MODEL_MAX_TENSORS (TR_MODEL_MAX_LAYERS * TR_LAYER_MAX_PARAMS)
+
+typedef struct tr_model {
+    const char *name;
+    tr_shape input;
+    int classes;
+    int nlayers;
+    tr_layer layers[TR_MODEL_MAX_LAYERS];
+
+    int ntensors;
+    tr_param *tensors[TR_MODEL_MAX_TENSORS]; /* forward order */
+    size_t nparams;                         /* total floats */
+    float *params, *grads;
+
+    int max_batch;
+    float *acts[TR_MODEL_MAX_LAYERS]; /* acts[i]: output of layer i, [max_batch, out] */
+    float *dact[2];                   /* ping-pong activation gradients */
+    float *probs, *losses;            /* [max_batch, classes], [max_batch] */
+    const tr_kernels *k;
+} tr_model;
+
+/* Called after each layer's backward with the lowest flat offset whose gradient is
+ * now complete for this micro-batch (every offset >= lo is done). */
+typedef void (*tr_grads_ready_fn)(void *ctx, size_t lo);
+
+typedef struct tr_model_def {
+    const char *name;
+    const char *summary;
+    /* Adds the layers for the deck's settings; returns 0 or TR_EXIT_USAGE with err. */
+    int (*build)(tr_model *m, const tr_deck *d, tr_shape input, char *err, size_t errlen);
+} tr_model_def;
+
+/* The compiled-in models, NULL-terminated (trainer --list-models). */
+extern const tr_model_def *const tr_models[];
+const tr_model_def *tr_model_find(const char *name);
+
+/* Adds a layer; the model's builders use it. Fatal when the model is full. */
+void tr_model_add(tr_model *m, tr_layer layer);
+
+/* Builds the named model for inputs of the given shape. No allocation yet. */
+int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape input,
+                   char *err, size_t errlen);
+/* Lays out the flat buffers and allocates everything for batches up to max_batch. */
+void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch);
+/* Counter-based initialisation: tensor i's element j depends only on (seed, i, j). */
+void tr_model_init_params(tr_model *m, uint64_t seed);
+void tr_model_free(tr_model *m);
+
+/* Forward of B samples x [B, input] to logits; loss and accuracy through the
+ * softmax cross-entropy: returns the sum of losses and counts correct predictions. */
+double tr_model_forward(tr_model *m, const float *x, const int32_t *y, int B, long *correct);
+/* Backward of the last forward. loss_scale multiplies dL/dlogits (1 / global batch
+ * for a mean over the global batch). Gradients accumulate into m->grads. */
+void tr_model_backward(tr_model *m, const float *x, const int32_t *y, int B, float loss_scale,
+                       tr_grads_ready_fn ready, void *ctx);
+
+/* Floating-point operations of one forward pass of one sample (multiply-add = 2). */
+double tr_model_forward_flops(const tr_model *m);
+
+#endif

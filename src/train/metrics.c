@@ -1,0 +1,69 @@
+/* metrics.c: metrics.csv rows and summary.json. Written by rank 0 only. */
+#include "metrics.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+FILE *tr_metrics_open(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return NULL;
+    fprintf(f, "step,epoch,phase,loss,accuracy,lr,grad_norm,samples_per_s,elapsed_s\n");
+    fflush(f);
+    return f;
+}
+
+void tr_metrics_write(FILE *f, const tr_metrics_row *r)
+{
+    if (!f)
+        return;
+    /* %.9g keeps every bit of a float loss, so two runs can be compared exactly */
+    fprintf(f, "%ld,%.6f,%s,%.9g,%.6f,%.9g,%.9g,%.1f,%.3f\n", r->step, r->epoch, r->phase,
+            r->loss, r->accuracy, r->lr, r->grad_norm, r->samples_per_s, r->elapsed_s);
+    fflush(f); /* a crash or preemption keeps every row written so far */
+}
+
+int tr_summary_write(const char *dir, const tr_summary *s)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return errno;
+    fprintf(f,
+            "{\n"
+            "  \"model\": \"%s\",\n"
+            "  \"test_accuracy\": %.6f,\n"
+            "  \"test_loss\": %.6f,\n"
+            "  \"final_train_loss\": %.6f,\n"
+            "  \"steps\": %ld,\n"
+            "  \"epochs\": %.4f,\n"
+            "  \"global_batch\": %ld,\n"
+            "  \"parameters\": %ld,\n"
+            "  \"samples_per_second\": %.1f,\n"
+            "  \"gflops_per_second\": %.2f,\n"
+            "  \"wall_seconds\": %.3f,\n"
+            "  \"train_seconds\": %.3f,\n"
+            "  \"comm_wait_seconds\": %.3f,\n"
+            "  \"ranks\": %d,\n"
+            "  \"dp\": %d,\n"
+            "  \"tp\": %d,\n"
+            "  \"pp\": %d,\n"
+            "  \"threads_per_rank\": %d,\n"
+            "  \"blas_core\": \"%s\"\n"
+            "}\n",
+            s->model, s->test_accuracy, s->test_loss, s->final_train_loss, s->steps, s->epochs,
+            s->global_batch, s->parameters, s->samples_per_second, s->gflops_per_second,
+            s->wall_seconds, s->train_seconds, s->comm_wait_seconds, s->ranks, s->dp, s->tp,
+            s->pp, s->threads_per_rank, s->blas_core);
+    int bad = ferror(f);
+    if (fclose(f) || bad)
+        return errno ? errno : EIO;
+    if (rename(tmp, path))
+        return errno;
+    return 0;
+}

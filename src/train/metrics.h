@@ -1,0 +1,32 @@
+/* metrics.h: what a run leaves in its directory for people and plots:
+ * metrics.csv (one row per logged step and per evaluation) and summary.json. */
+#ifndef TR_METRICS_H
+#define TR_METRICS_H
+
+#include <stdio.h>
+
+typedef struct tr_metrics_row {
+    long step;      /* optimizer steps completed */
+    double epoch;   /* fractional epoch */
+    const char *phase; /* "train" or "eval" */
+    double loss, accuracy, lr, grad_norm, samples_per_s, elapsed_s;
+} tr_metrics_row;
+
+/* Opens DIR/metrics.csv for writing (rank 0 only); NULL with errno on failure. */
+FILE *tr_metrics_open(const char *dir);
+void tr_metrics_write(FILE *f, const tr_metrics_row *r);
+
+typedef struct tr_summary {
+    const char *model, *blas_core;
+    long steps, parameters;
+    double epochs, test_accuracy, test_loss, final_train_loss;
+    double samples_per_second, wall_seconds, train_seconds, gflops_per_second;
+    double comm_wait_seconds;
+    int ranks, dp, tp, pp, threads_per_rank;
+    long global_batch;
+} tr_summary;
+
+/* Writes DIR/summary.json; returns 0 or errno. */
+int tr_summary_write(const char *dir, const tr_summary *s);
+
+#endif

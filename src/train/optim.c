@@ -1,0 +1,74 @@
+/* optim.c: SGD with momentum and AdamW over flat buffers; warmup + cosine. */
+#include "optim.h"
+#include "core/error.h"
+
+#include <math.h>
+#include <string.h>
+
+void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, long total_steps)
+{
+    memset(o, 0, sizeof *o);
+    o->kind = strcmp(tr_deck_str(d, "optim", "name"), "adamw") ? TR_OPT_SGD : TR_OPT_ADAMW;
+    o->lr = (float)tr_deck_float(d, "optim", "lr");
+    o->momentum = (float)tr_deck_float(d, "optim", "momentum");
+    o->weight_decay = (float)tr_deck_float(d, "optim", "weight_decay");
+    o->beta1 = (float)tr_deck_float(d, "optim", "beta1");
+    o->beta2 = (float)tr_deck_float(d, "optim", "beta2");
+    o->eps = (float)tr_deck_float(d, "optim", "eps");
+    o->schedule =
+        strcmp(tr_deck_str(d, "optim", "schedule"), "cosine") ? TR_SCHED_CONSTANT : TR_SCHED_COSINE;
+    o->warmup_steps = tr_deck_int(d, "optim", "warmup_steps");
+    o->min_lr = (float)tr_deck_float(d, "optim", "min_lr");
+    o->clip_norm = (float)tr_deck_float(d, "optim", "clip_grad_norm");
+    o->total_steps = total_steps;
+    o->count = count;
+    o->m = tr_alloc(count * sizeof(float), "optimizer state (first moment / momentum)");
+    if (o->kind == TR_OPT_ADAMW)
+        o->v = tr_alloc(count * sizeof(float), "optimizer state (second moment)");
+}
+
+void tr_optim_free(tr_optim *o)
+{
+    tr_free(o->m);
+    tr_free(o->v);
+    o->m = o->v = NULL;
+}
+
+float tr_optim_lr(const tr_optim *o, long step)
+{
+    if (o->warmup_steps > 0 && step < o->warmup_steps)
+        return o->lr * (float)(step + 1) / (float)o->warmup_steps;
+    if (o->schedule == TR_SCHED_CONSTANT)
+        return o->lr;
+    long span = o->total_steps - o->warmup_steps;
+    /* reaches min_lr after the last step, as PyTorch's CosineAnnealingLR(T_max = span) */
+    double progress = span > 0 ? (double)(step - o->warmup_steps) / (double)span : 1.0;
+    if (progress > 1)
+        progress = 1;
+    return o->min_lr + 0.5f * (o->lr - o->min_lr) * (float)(1.0 + cos(3.14159265358979323846 * progress));
+}
+
+double tr_optim_clip(const tr_optim *o, const tr_kernels *k, float *grads, size_t count)
+{
+    double norm = sqrt(k->sum_squares(grads, count));
+    if (o->clip_norm > 0 && norm > o->clip_norm)
+        k->scale(grads, count, (float)(o->clip_norm / (norm + 1e-6)));
+    return norm;
+}
+
+void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr)
+{
+    for (int t = 0; t < m->ntensors; t++) {
+        tr_param *p = m->tensors[t];
+        size_t off = p->offset;
+        if (o->kind == TR_OPT_SGD) {
+            m->k->sgd_update(p->value, o->m + off, p->grad, p->numel, lr, o->momentum,
+                             o->weight_decay);
+        } else {
+            /* decoupled decay on weight matrices only, not on biases */
+            m->k->adamw_update(p->value, o->m + off, o->v + off, p->grad, p->numel, lr,
+                               o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f,
+                               step + 1);
+        }
+    }
+}

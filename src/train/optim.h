@@ -1,0 +1,33 @@
+/* optim.h: optimizers over the model's flat buffers, learning-rate schedules,
+ * and gradient clipping by global norm. */
+#ifndef TR_OPTIM_H
+#define TR_OPTIM_H
+
+#include "core/deck.h"
+#include "models/model.h"
+
+typedef enum { TR_OPT_SGD = 0, TR_OPT_ADAMW = 1 } tr_opt_kind;
+typedef enum { TR_SCHED_CONSTANT = 0, TR_SCHED_COSINE = 1 } tr_sched_kind;
+
+typedef struct tr_optim {
+    tr_opt_kind kind;
+    float lr, momentum, weight_decay, beta1, beta2, eps;
+    tr_sched_kind schedule;
+    long warmup_steps, total_steps;
+    float min_lr;
+    float clip_norm; /* 0: off */
+    /* state, flat like the parameters: sgd uses m (momentum buffer), adamw m and v */
+    float *m, *v;
+    size_t count;
+} tr_optim;
+
+void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, long total_steps);
+void tr_optim_free(tr_optim *o);
+/* The learning rate at 0-based step. */
+float tr_optim_lr(const tr_optim *o, long step);
+/* Clips in place when clipping is on; returns the norm before clipping. */
+double tr_optim_clip(const tr_optim *o, const tr_kernels *k, float *grads, size_t count);
+/* One update of every tensor at 0-based step with learning rate lr. */
+void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr);
+
+#endif

@@ -1,0 +1,397 @@
+/* train.c: one training run. Every input error is found before any work and agreed
+ * on by all ranks (tr_comm_agree), so it is printed once and nobody hangs. */
+#include "train.h"
+#include "core/error.h"
+#include "data/idx.h"
+#include "data/loader.h"
+#include "metrics.h"
+#include "models/model.h"
+#include "optim.h"
+#include "parallel/data_parallel.h"
+#include "progress.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct run {
+    const tr_deck *d;
+    tr_world *w;
+    const tr_runtime *rt;
+    tr_dataset train, test;
+    tr_model model;
+    tr_optim opt;
+    tr_dp dp;
+    tr_loader *loader;
+    long global_batch, local_batch, micro, micro_batch, eval_local_batch;
+    long steps_per_epoch, total_steps;
+    char dir[2048];
+    FILE *metrics;
+    char err[4096];
+} run;
+
+/* "FILE:LINE: " prefix for a message about one deck key */
+static int key_error(run *r, const char *section, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int key_error(run *r, const char *section, const char *name, const char *fmt, ...)
+{
+    char where[1400];
+    tr_deck_where(r->d, section, name, where, sizeof where);
+    int n = snprintf(r->err, sizeof r->err, "%s: ", where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err + n, sizeof r->err - (size_t)n, fmt, ap);
+    va_end(ap);
+    return TR_EXIT_USAGE;
+}
+
+static int check_layout(run *r)
+{
+    int dp = (int)tr_deck_int(r->d, "parallel", "dp");
+    int tp = (int)tr_deck_int(r->d, "parallel", "tp");
+    int pp = (int)tr_deck_int(r->d, "parallel", "pp");
+    const char *model = tr_deck_str(r->d, "model", "name");
+    if (tp != 1 || pp != 1)
+        return key_error(r, "parallel", tp != 1 ? "tp" : "pp",
+                         "model %s trains data-parallel only: set [parallel] tp = 1 and pp = 1 "
+                         "(tensor and pipeline parallelism are for the gpt model)",
+                         model);
+    char msg[1024];
+    if (tr_comm_check_layout(r->w->size, &dp, tp, pp, msg, sizeof msg))
+        return key_error(r, "parallel", "dp", "%s", msg);
+    r->global_batch = tr_deck_int(r->d, "train", "batch_size");
+    r->micro = tr_deck_int(r->d, "train", "micro_batches");
+    if (r->global_batch % dp)
+        return key_error(r, "train", "batch_size",
+                         "impossible layout: global batch_size %ld is not divisible by the %d "
+                         "data-parallel ranks; use a multiple of %d (e.g. %ld)",
+                         r->global_batch, dp, dp,
+                         (r->global_batch + dp - 1) / dp * dp);
+    r->local_batch = r->global_batch / dp;
+    if (r->local_batch % r->micro)
+        return key_error(r, "train", "micro_batches",
+                         "each rank's batch of %ld samples (batch_size %ld / %d ranks) is not "
+                         "divisible into %ld micro-batches",
+                         r->local_batch, r->global_batch, dp, r->micro);
+    r->micro_batch = r->local_batch / r->micro;
+    return 0;
+}
+
+static int load_split(run *r, tr_dataset *ds, const char *img_key, const char *lab_key,
+                      long limit)
+{
+    const char *img = tr_deck_str(r->d, "data", img_key);
+    const char *lab = tr_deck_str(r->d, "data", lab_key);
+    if (!*img)
+        return key_error(r, "data", img_key, "[data] %s is not set", img_key);
+    if (!*lab)
+        return key_error(r, "data", lab_key, "[data] %s is not set", lab_key);
+    char msg[2048];
+    int rc = tr_dataset_load_idx(ds, img, lab, limit, msg, sizeof msg);
+    if (rc) {
+        /* name the key whose file is at fault */
+        const char *key = strstr(msg, lab) ? lab_key : img_key;
+        key_error(r, "data", key, "%s%s", msg,
+                  rc == TR_EXIT_NOINPUT ? " (run scripts/prepare_data.sh, or point the deck "
+                                          "at your files)"
+                                        : "");
+    }
+    return rc;
+}
+
+static int check_data(run *r)
+{
+    long classes = tr_deck_int(r->d, "model", "classes");
+    const tr_dataset *sets[2] = {&r->train, &r->test};
+    const char *keys[2] = {"train_labels", "test_labels"};
+    for (int i = 0; i < 2; i++)
+        if (sets[i]->max_label >= classes)
+            return key_error(r, "data", keys[i],
+                             "labels go up to %d but [model] classes = %ld; raise classes",
+                             sets[i]->max_label, classes);
+    if (r->global_batch > r->train.n)
+        return key_error(r, "train", "batch_size",
+                         "global batch_size %ld is larger than the %ld training samples "
+                         "(more ranks or a larger batch than there is data)",
+                         r->global_batch, r->train.n);
+    if (r->test.h != r->train.h || r->test.w != r->train.w)
+        return key_error(r, "data", "test_images",
+                         "test images are %dx%d but training images are %dx%d", r->test.h,
+                         r->test.w, r->train.h, r->train.w);
+    return 0;
+}
+
+static int mkdir_p(const char *path)
+{
+    char tmp[2048];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0775) && errno != EEXIST)
+                return errno;
+            *p = '/';
+        }
+    if (mkdir(tmp, 0775) && errno != EEXIST)
+        return errno;
+    return 0;
+}
+
+/* Rank 0 prepares the run directory; the others wait for its verdict. */
+static int open_run_dir(run *r)
+{
+    snprintf(r->dir, sizeof r->dir, "%s", tr_deck_str(r->d, "run", "dir"));
+    if (r->w->rank != 0)
+        return 0;
+    int e = mkdir_p(r->dir);
+    char path[2200];
+    snprintf(path, sizeof path, "%s/deck.in", r->dir);
+    FILE *f = e ? NULL : fopen(path, "w");
+    if (!f)
+        return key_error(r, "run", "dir", "cannot create the run directory '%s': %s", r->dir,
+                         strerror(e ? e : errno)),
+               TR_EXIT_IOERR;
+    tr_deck_write_resolved(r->d, f);
+    if (fclose(f))
+        return key_error(r, "run", "dir", "cannot write '%s': %s", path, strerror(errno)),
+               TR_EXIT_IOERR;
+    r->metrics = tr_metrics_open(r->dir);
+    if (!r->metrics)
+        return key_error(r, "run", "dir", "cannot write '%s/metrics.csv': %s", r->dir,
+                         strerror(errno)),
+               TR_EXIT_IOERR;
+    return 0;
+}
+
+/* Loss and accuracy on the test split, each rank taking a contiguous shard. */
+static void evaluate(run *r, double *loss, double *acc)
+{
+    long begin, end;
+    tr_shard_range(r->test.n, r->w->dp_rank, r->w->dp, &begin, &end);
+    float *x = r->model.dact[0]; /* free during evaluation, and wide enough */
+    double sums[2] = {0, 0}; /* loss sum, correct count */
+    int64_t idx[4096];
+    for (long s = begin; s < end; s += r->eval_local_batch) {
+        int B = (int)(end - s < r->eval_local_batch ? end - s : r->eval_local_batch);
+        for (int i = 0; i < B; i++)
+            idx[i] = s + i;
+        int32_t labels[4096];
+        tr_dataset_gather(&r->test, idx, B, x, labels);
+        long correct = 0;
+        sums[0] += tr_model_forward(&r->model, x, labels, B, &correct);
+        sums[1] += (double)correct;
+    }
+    tr_allreduce(sums, sums, 2, TR_F64, TR_SUM, r->w->dp_group);
+    *loss = sums[0] / (double)r->test.n;
+    *acc = sums[1] / (double)r->test.n;
+}
+
+static void print_banner(run *r)
+{
+    if (r->w->rank)
+        return;
+    printf("model %s: %zu parameters, %d layers\n", r->model.name, r->model.nparams,
+           r->model.nlayers);
+    printf("data: %ld train, %ld test samples of %dx%dx%d; global batch %ld = %d ranks x %ld "
+           "(%ld micro-batches of %ld)\n",
+           r->train.n, r->test.n, r->train.c, r->train.h, r->train.w, r->global_batch, r->w->dp,
+           r->local_batch, r->micro, r->micro_batch);
+    printf("run: %ld steps (%ld per epoch), directory %s\n", r->total_steps, r->steps_per_epoch,
+           r->dir);
+    fflush(stdout);
+}
+
+static int setup(run *r)
+{
+    int rc = check_layout(r);
+    rc = tr_comm_agree(r->w, rc, r->err);
+    if (rc)
+        return rc;
+    tr_comm_make_grid(r->w, r->w->size / ((int)tr_deck_int(r->d, "parallel", "tp") *
+                                          (int)tr_deck_int(r->d, "parallel", "pp")),
+                      (int)tr_deck_int(r->d, "parallel", "tp"),
+                      (int)tr_deck_int(r->d, "parallel", "pp"));
+
+    r->err[0] = '\0';
+    rc = load_split(r, &r->train, "train_images", "train_labels",
+                    tr_deck_int(r->d, "data", "train_limit"));
+    if (!rc)
+        rc = load_split(r, &r->test, "test_images", "test_labels", 0);
+    if (!rc)
+        rc = check_data(r);
+    if (!rc) {
+        char msg[1024];
+        tr_shape input = {r->train.c, r->train.h, r->train.w};
+        if (tr_model_build(&r->model, tr_deck_str(r->d, "model", "name"), r->d, input, msg,
+                           sizeof msg))
+            rc = key_error(r, "model", "name", "%s", msg);
+    }
+    rc = tr_comm_agree(r->w, rc, r->err);
+    if (rc)
+        return rc;
+
+    rc = open_run_dir(r);
+    rc = tr_comm_agree(r->w, rc, r->err);
+    if (rc)
+        return rc;
+
+    uint64_t seed = (uint64_t)tr_deck_int(r->d, "train", "seed");
+    r->loader = tr_loader_create(&r->train, r->global_batch, r->w->dp_rank, r->w->dp, seed,
+                                 tr_deck_bool(r->d, "data", "shuffle"),
+                                 tr_deck_bool(r->d, "data", "prefetch"));
+    r->steps_per_epoch = tr_loader_steps_per_epoch(r->loader);
+    long steps = tr_deck_int(r->d, "train", "steps");
+    r->total_steps = steps ? steps : tr_deck_int(r->d, "train", "epochs") * r->steps_per_epoch;
+
+    long eval_global = tr_deck_int(r->d, "train", "eval_batch_size");
+    r->eval_local_batch = (eval_global + r->w->dp - 1) / r->w->dp;
+    if (r->eval_local_batch > 4096)
+        r->eval_local_batch = 4096;
+    long max_batch = r->micro_batch > r->eval_local_batch ? r->micro_batch : r->eval_local_batch;
+    tr_model_allocate(&r->model, &tr_cpu_kernels, (int)max_batch);
+    tr_model_init_params(&r->model, seed);
+    tr_optim_init(&r->opt, r->d, r->model.nparams, r->total_steps);
+    size_t bucket = (size_t)tr_deck_int(r->d, "parallel", "bucket_kib") * 1024 / sizeof(float);
+    tr_dp_init(&r->dp, r->w->dp_group, r->model.grads, r->model.nparams, bucket);
+    print_banner(r);
+    return 0;
+}
+
+static void teardown(run *r)
+{
+    if (r->loader)
+        tr_loader_destroy(r->loader);
+    if (r->metrics)
+        fclose(r->metrics);
+    tr_dp_free(&r->dp);
+    tr_optim_free(&r->opt);
+    tr_model_free(&r->model);
+    tr_dataset_free(&r->train);
+    tr_dataset_free(&r->test);
+}
+
+/* One optimizer step: micro-batches accumulate, the last one's backward overlaps
+ * the gradient all-reduce. Returns this rank's loss sum and correct count. */
+static void train_step(run *r, long step, double *loss_sum, long *correct, double *gnorm,
+                       float *lr)
+{
+    const float *x;
+    const int32_t *y;
+    tr_loader_next(r->loader, step, &x, &y);
+    tr_model *m = &r->model;
+    memset(m->grads, 0, m->nparams * sizeof(float));
+    size_t in = tr_shape_numel(m->input);
+    float scale = 1.0f / (float)r->global_batch;
+    *loss_sum = 0;
+    *correct = 0;
+    for (long k = 0; k < r->micro; k++) {
+        const float *xk = x + (size_t)k * r->micro_batch * in;
+        const int32_t *yk = y + k * r->micro_batch;
+        long ok = 0;
+        *loss_sum += tr_model_forward(m, xk, yk, (int)r->micro_batch, &ok);
+        *correct += ok;
+        int last = k == r->micro - 1;
+        if (last)
+            tr_dp_begin(&r->dp);
+        tr_model_backward(m, xk, yk, (int)r->micro_batch, scale, last ? tr_dp_grads_ready : NULL,
+                          &r->dp);
+    }
+    tr_dp_finish(&r->dp);
+    *gnorm = tr_optim_clip(&r->opt, m->k, m->grads, m->nparams);
+    *lr = tr_optim_lr(&r->opt, step);
+    tr_optim_step(&r->opt, m, step, *lr);
+}
+
+int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
+{
+    run *r = calloc(1, sizeof *r);
+    if (!r)
+        tr_fatal(TR_EXIT_OSERR, "out of memory");
+    r->d = d, r->w = w, r->rt = rt;
+    int rc = setup(r);
+    if (rc) {
+        teardown(r);
+        free(r);
+        return rc;
+    }
+    tr_progress prog;
+    tr_progress_init(&prog, tr_deck_str(d, "run", "progress"), r->total_steps);
+    if (w->rank)
+        prog.mode = TR_PROGRESS_OFF;
+    long log_every = tr_deck_int(d, "train", "log_every");
+    long eval_every = tr_deck_int(d, "train", "eval_every");
+    double t_train = 0, last_loss = 0;
+    long samples_done = 0;
+    double test_loss = 0, test_acc = 0;
+    for (long step = 0; step < r->total_steps; step++) {
+        double t0 = tr_wtime();
+        double loss_sum, gnorm;
+        long correct;
+        float lr;
+        train_step(r, step, &loss_sum, &correct, &gnorm, &lr);
+        double t1 = tr_wtime();
+        t_train += t1 - t0;
+        samples_done += r->global_batch;
+        long done = step + 1;
+        double epoch = (double)done / (double)r->steps_per_epoch;
+        double rate = samples_done / (t_train > 0 ? t_train : 1e-9);
+        /* the global batch's loss, for the progress line and metrics.csv: two doubles */
+        double sums[2] = {loss_sum, (double)correct};
+        tr_allreduce(sums, sums, 2, TR_F64, TR_SUM, w->dp_group);
+        last_loss = sums[0] / (double)r->global_batch;
+        if (done % log_every == 0 || done == r->total_steps) {
+            tr_metrics_row row = {done, epoch, "train", last_loss,
+                                  sums[1] / (double)r->global_batch, lr, gnorm, rate,
+                                  t1 - rt->start_time};
+            tr_metrics_write(r->metrics, &row);
+        }
+        double eta = (r->total_steps - done) / (rate / r->global_batch);
+        tr_progress_update(&prog, done, epoch, last_loss, lr, rate, eta, t1);
+        if ((eval_every && done % eval_every == 0) || done == r->total_steps) {
+            evaluate(r, &test_loss, &test_acc);
+            tr_metrics_row row = {done, epoch, "eval", test_loss, test_acc, lr, 0, rate,
+                                  tr_wtime() - rt->start_time};
+            tr_metrics_write(r->metrics, &row);
+            if (w->rank == 0 && done != r->total_steps) {
+                tr_progress_break(&prog);
+                printf("eval at step %ld: test loss %.4f, accuracy %.2f%%\n", done, test_loss,
+                       100 * test_acc);
+            }
+        }
+    }
+    tr_progress_break(&prog);
+    double wall = tr_wtime() - rt->start_time;
+    double rate = samples_done / (t_train > 0 ? t_train : 1e-9);
+    if (w->rank == 0) {
+        tr_summary s = {0};
+        s.model = r->model.name;
+        s.blas_core = rt->blas_core;
+        s.steps = r->total_steps;
+        s.parameters = (long)r->model.nparams;
+        s.epochs = (double)r->total_steps / r->steps_per_epoch;
+        s.test_accuracy = test_acc;
+        s.test_loss = test_loss;
+        s.final_train_loss = last_loss;
+        s.samples_per_second = rate;
+        s.gflops_per_second = 3.0 * tr_model_forward_flops(&r->model) * rate / 1e9;
+        s.wall_seconds = wall;
+        s.train_seconds = t_train;
+        s.comm_wait_seconds = r->dp.comm_wait_s;
+        s.ranks = w->size, s.dp = w->dp, s.tp = w->tp, s.pp = w->pp;
+        s.threads_per_rank = rt->threads;
+        s.global_batch = r->global_batch;
+        int e = tr_summary_write(r->dir, &s);
+        if (e)
+            fprintf(stderr, "warning: cannot write %s/summary.json: %s\n", r->dir, strerror(e));
+        printf("done: %ld steps in %.1f s, %.0f samples/s (%.1f GFLOP/s), test loss %.4f, "
+               "test accuracy %.2f%%\n",
+               r->total_steps, wall, rate, s.gflops_per_second, test_loss, 100 * test_acc);
+        fflush(stdout);
+    }
+    teardown(r);
+    free(r);
+    return 0;
+}

@@ -1,0 +1,58 @@
+"""compare_metrics.py: compare the train-loss curves of metrics.csv files.
+
+usage: compare_metrics.py REFERENCE OTHER... [--rtol R] [--exact] [--min-steps N]
+Compares the 'loss' column of the rows with phase == 'train', step by step.
+--exact demands the same text (bit-identical floats, %.9g); otherwise the largest
+relative difference must stay below --rtol. Prints the worst step per file.
+"""
+import argparse
+import csv
+import sys
+
+
+def train_losses(path):
+    with open(path) as f:
+        rows = [r for r in csv.DictReader(f) if r["phase"] == "train"]
+    return [(int(r["step"]), r["loss"]) for r in rows]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("reference")
+    ap.add_argument("others", nargs="+")
+    ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--min-steps", type=int, default=1)
+    a = ap.parse_args()
+    ref = train_losses(a.reference)
+    bad = 0
+    if len(ref) < a.min_steps:
+        print(f"{a.reference}: only {len(ref)} train rows, need {a.min_steps}")
+        return 1
+    for path in a.others:
+        other = train_losses(path)
+        if [s for s, _ in other] != [s for s, _ in ref]:
+            print(f"{path}: steps differ from {a.reference}")
+            bad += 1
+            continue
+        if a.exact:
+            diff = [i for i, (x, y) in enumerate(zip(ref, other)) if x[1] != y[1]]
+            print(f"{path}: {len(ref)} steps, {len(diff)} differ from the reference"
+                  + (f" (first at step {ref[diff[0]][0]})" if diff else ""))
+            bad += bool(diff)
+            continue
+        worst, at = 0.0, 0
+        for (s, x), (_, y) in zip(ref, other):
+            x, y = float(x), float(y)
+            rel = abs(x - y) / max(abs(x), 1e-12)
+            if rel > worst:
+                worst, at = rel, s
+        verdict = "ok" if worst <= a.rtol else "TOO FAR"
+        print(f"{path}: {len(ref)} steps, max relative loss difference {worst:.3g} at step {at} "
+              f"(tolerance {a.rtol:g}) {verdict}")
+        bad += worst > a.rtol
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

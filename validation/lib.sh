@@ -1,0 +1,49 @@
+# lib.sh: shared helpers for the script tests (sourced, not run).
+# Environment from CTest: TRAINER (the binary), TRAINER_SOURCE_DIR, PYTHON.
+set -uo pipefail
+
+TRAINER=${TRAINER:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/trainer}
+SRC=${TRAINER_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+PYTHON=${PYTHON:-/usr/bin/python3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# mpirun's own "process exited with non-zero status" banner is not our message
+export OMPI_MCA_orte_execute_quiet=1
+cd "$SRC" || exit 1
+
+PASSED=0
+FAILED=0
+WORK=$(mktemp -d /tmp/trainer_test.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+ok() { PASSED=$((PASSED + 1)); }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*" >&2; }
+check() { # check "description" command...
+  local what=$1; shift
+  if "$@"; then ok; else fail "$what"; fi
+}
+
+# run NP OUTFILE ERRFILE args...: mpirun with a time limit; sets RC.
+# A test that hangs is a failure, never a stuck suite.
+run() {
+  local np=$1 out=$2 err=$3; shift 3
+  timeout -k 5 ${RUN_TIMEOUT:-120} mpirun -np "$np" "$TRAINER" "$@" >"$out" 2>"$err"
+  RC=$?
+}
+
+no_leftover_ranks() {
+  sleep 0.2
+  ! pgrep -f "$TRAINER " >/dev/null
+}
+
+require_data() {
+  if [ ! -f "$SRC/data/mnist/train-images-idx3-ubyte" ]; then
+    echo "skipped: no MNIST data (run scripts/prepare_data.sh)"
+    exit 77
+  fi
+}
+
+finish() {
+  echo "$PASSED passed, $FAILED failed"
+  [ "$FAILED" = 0 ]
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# bad_input.sh: every kind of bad input gets one clear message naming where the
+# problem is, the same non-zero exit code on every rank, no MPI abort noise, and
+# no rank left running.
+source "$(dirname "$0")/../lib.sh"
+require_data
+
+deck=$WORK/deck.in
+cp inputs/mnist.in "$deck"
+base=(run.dir="$WORK/run" train.steps=2 run.progress=off)
+
+# expect NAME NP CODE PATTERN DECK [overrides...]
+expect() {
+  local name=$1 np=$2 code=$3 pattern=$4 d=$5; shift 5
+  run "$np" "$WORK/out" "$WORK/err" "$d" "${base[@]}" "$@"
+  check "$name: exit code $RC, expected $code" [ "$RC" = "$code" ]
+  check "$name: message matching '$pattern' in: $(cat "$WORK/err")" grep -qE -- "$pattern" "$WORK/err"
+  local n
+  n=$(grep -cE -- "$pattern" "$WORK/err")
+  check "$name: printed $n times, expected once" [ "$n" = 1 ]
+  check "$name: MPI abort noise" bash -c "! grep -qE 'MPI_ABORT|ORTE_ERROR_LOG|exited with non-zero|aborted' '$WORK/err'"
+  check "$name: a rank is still running" no_leftover_ranks
+}
+
+# deck file problems, reported at FILE:LINE
+sed 's/^epochs = 10/epochz = 10/' inputs/mnist.in >"$WORK/typo.in"
+line=$(grep -n '^epochz' "$WORK/typo.in" | cut -d: -f1)
+expect unknown-key 2 64 "typo.in:$line: unknown key 'epochz' in \[train\]; did you mean \[train\] epochs\?" "$WORK/typo.in"
+
+sed 's/^\[optim\]/[optimizer]/' inputs/mnist.in >"$WORK/sect.in"
+line=$(grep -n '^\[optimizer\]' "$WORK/sect.in" | cut -d: -f1)
+expect unknown-section 2 64 "sect.in:$line: unknown section \[optimizer\]; did you mean \[optim\]\?" "$WORK/sect.in"
+
+sed 's/^lr = 0.05/lr = fast/' inputs/mnist.in >"$WORK/type.in"
+line=$(grep -n '^lr = fast' "$WORK/type.in" | cut -d: -f1)
+expect wrong-type 2 64 "type.in:$line: \[optim\] lr expects a number, got 'fast'" "$WORK/type.in"
+
+printf '[train]\nepochs = 1\nepochs = 2\n' >"$WORK/dup.in"
+expect duplicate-key 2 64 "dup.in:3: \[train\] epochs is set twice \(first at .*dup.in:2\)" "$WORK/dup.in"
+
+printf '[train\n' >"$WORK/hdr.in"
+expect malformed-header 2 64 "hdr.in:1: malformed section header" "$WORK/hdr.in"
+
+# command-line overrides, named as such
+expect override-range 2 64 "command line 'optim.lr=-1': \[optim\] lr = -1 is out of range" "$deck" optim.lr=-1
+expect override-type 2 64 "command line 'train.epochs=ten': \[train\] epochs expects an integer" "$deck" train.epochs=ten
+expect override-choice 2 64 "command line 'optim.name=adam': \[optim\] name = 'adam' is not one of: sgd\|adamw" "$deck" optim.name=adam
+expect override-key 2 64 "command line 'train.batchsize=64': unknown key 'batchsize' in \[train\]; did you mean \[train\] batch_size\?" "$deck" train.batchsize=64
+expect override-syntax 2 64 "command line 'epochs=3': overrides are written section.key=value" "$deck" epochs=3
+
+# files
+expect missing-deck 2 66 "no_such.in: cannot read the deck" "$WORK/no_such.in"
+expect missing-data 2 66 "command line 'data.train_images=$WORK/nothing-here': cannot open '$WORK/nothing-here'.*prepare_data" "$deck" data.train_images="$WORK/nothing-here"
+head -c 5000 data/mnist/train-images-idx3-ubyte >"$WORK/truncated"
+expect truncated-data 2 65 "truncated" "$deck" data.train_images="$WORK/truncated"
+expect wrong-file-kind 2 65 "magic" "$deck" data.train_images=data/mnist/train-labels-idx1-ubyte
+expect labels-beyond-classes 2 64 "labels go up to 9 but \[model\] classes = 5" "$deck" model.classes=5
+expect unwritable-run-dir 2 74 "cannot create the run directory '/proc/nope/run'" "$deck" run.dir=/proc/nope/run
+
+# impossible layouts
+expect batch-not-divisible 4 64 "global batch_size 126 is not divisible by the 4 data-parallel ranks" "$deck" train.batch_size=126
+expect more-ranks-than-samples 4 64 "global batch_size 8 is larger than the 4 training samples" "$deck" train.batch_size=8 data.train_limit=4
+expect micro-not-divisible 2 64 "not divisible into 3 micro-batches" "$deck" train.micro_batches=3
+expect dp-mismatch 4 64 "dp=3 x tp=1 x pp=1 = 3 ranks, but the job has 4" "$deck" parallel.dp=3
+expect tp-for-mlp 2 64 "model mlp trains data-parallel only" "$deck" parallel.tp=2
+
+# the command line itself
+"$TRAINER" --bogus >"$WORK/out" 2>"$WORK/err"
+check "unknown option exit code" [ $? = 64 ]
+check "unknown option message" grep -q "unknown option '--bogus'" "$WORK/err"
+finish

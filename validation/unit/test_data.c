@@ -1,0 +1,537 @@
+/* test_data.c: the data layer: the IDX reader on good and broken files it writes
+ * itself (plain and gzipped), the distributed sampler's invariants, the
+ * prefetching loader against the synchronous one, and, where present, the real
+ * MNIST-subset and Fashion-MNIST files. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
+
+#include "test_util.h"
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/idx.h"
+#include "data/loader.h"
+#include "data/sampler.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static char g_dir[256];
+
+static void path_in(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", g_dir, name);
+}
+
+/* Writes bytes to a file, through zlib when gz is set. */
+static void write_file(const char *path, const void *data, size_t len, int gz)
+{
+    if (gz) {
+        gzFile f = gzopen(path, "wb");
+        if (!f || (len && gzwrite(f, data, (unsigned)len) != (int)len) || gzclose(f) != Z_OK) {
+            fprintf(stderr, "cannot write %s\n", path);
+            exit(2);
+        }
+        return;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f || (len && fwrite(data, 1, len, f) != len) || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(2);
+    }
+}
+
+static size_t put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+    return 4;
+}
+
+/* An IDX file image in memory: magic, dims, payload. Returns its length. */
+static size_t make_idx(uint8_t *buf, uint32_t magic, const uint32_t *dims, int ndims,
+                       const uint8_t *payload, size_t plen)
+{
+    size_t o = put_be32(buf, magic);
+    for (int i = 0; i < ndims; i++)
+        o += put_be32(buf + o, dims[i]);
+    memcpy(buf + o, payload, plen);
+    return o + plen;
+}
+
+enum { N = 5, H = 3, W = 4 };
+static uint8_t g_pix[N * H * W], g_lab[N];
+static uint8_t g_img_file[16 + N * H * W], g_lab_file[8 + N];
+static size_t g_img_len, g_lab_len;
+
+static void make_reference(void)
+{
+    for (int i = 0; i < N * H * W; i++)
+        g_pix[i] = (uint8_t)(tr_rng_u64(7, 1, (uint64_t)i) & 0xff);
+    for (int i = 0; i < N; i++)
+        g_lab[i] = (uint8_t)((3 * i + 1) % 7);
+    uint32_t idim[3] = {N, H, W}, ldim[1] = {N};
+    g_img_len = make_idx(g_img_file, 0x00000803, idim, 3, g_pix, sizeof g_pix);
+    g_lab_len = make_idx(g_lab_file, 0x00000801, ldim, 1, g_lab, sizeof g_lab);
+}
+
+static int load(tr_dataset *ds, const char *img, const char *lab, long limit, char *err)
+{
+    char ip[512], lp[512];
+    path_in(ip, sizeof ip, img);
+    path_in(lp, sizeof lp, lab);
+    return tr_dataset_load_idx(ds, ip, lp, limit, err, 512);
+}
+
+static void check_good(const char *img, const char *lab, const char *what)
+{
+    tr_dataset ds;
+    char err[512];
+    int rc = load(&ds, img, lab, 0, err);
+    CHECK(rc == 0, "%s: rc %d: %s", what, rc, err);
+    if (rc)
+        return;
+    CHECK(ds.n == N && ds.c == 1 && ds.h == H && ds.w == W, "%s: shape %ld x %d x %d x %d", what,
+          ds.n, ds.c, ds.h, ds.w);
+    CHECK(memcmp(ds.images, g_pix, sizeof g_pix) == 0, "%s: pixels differ", what);
+    int lab_ok = 1, maxl = 0;
+    for (int i = 0; i < N; i++) {
+        lab_ok &= ds.labels[i] == g_lab[i];
+        maxl = g_lab[i] > maxl ? g_lab[i] : maxl;
+    }
+    CHECK(lab_ok, "%s: labels differ", what);
+    CHECK(ds.max_label == maxl, "%s: max_label %d, expected %d", what, ds.max_label, maxl);
+    tr_dataset_free(&ds);
+}
+
+/* Expects a failure code and a message containing each of the given words. */
+static void check_bad(const char *img, const char *lab, long limit, int want_rc, const char *what,
+                      const char *w1, const char *w2)
+{
+    tr_dataset ds;
+    char err[512];
+    int rc = load(&ds, img, lab, limit, err);
+    CHECK(rc == want_rc, "%s: rc %d, expected %d (%s)", what, rc, want_rc, err);
+    CHECK(ds.n == 0 && ds.images == NULL && ds.labels == NULL, "%s: dataset not left empty", what);
+    CHECK(!w1 || strstr(err, w1), "%s: message lacks '%s': %s", what, w1, err);
+    CHECK(!w2 || strstr(err, w2), "%s: message lacks '%s': %s", what, w2, err);
+}
+
+static void test_idx_good(void)
+{
+    char p[512];
+    path_in(p, sizeof p, "img");
+    write_file(p, g_img_file, g_img_len, 0);
+    path_in(p, sizeof p, "lab");
+    write_file(p, g_lab_file, g_lab_len, 0);
+    path_in(p, sizeof p, "img.gz");
+    write_file(p, g_img_file, g_img_len, 1);
+    path_in(p, sizeof p, "lab.gz");
+    write_file(p, g_lab_file, g_lab_len, 1);
+    check_good("img", "lab", "plain");
+    check_good("img.gz", "lab.gz", "gzipped");
+    check_good("img.gz", "lab", "mixed");
+
+    tr_dataset ds;
+    char err[512];
+    CHECK(load(&ds, "img.gz", "lab.gz", 2, err) == 0, "limit 2: %s", err);
+    CHECK(ds.n == 2 && memcmp(ds.images, g_pix, 2 * H * W) == 0 && ds.labels[1] == g_lab[1],
+          "limit 2: n %ld", ds.n);
+    tr_dataset_free(&ds);
+    CHECK(load(&ds, "img", "lab", 100, err) == 0 && ds.n == N, "limit above n: n %ld", ds.n);
+
+    int64_t idx[3] = {4, 0, 2};
+    float x[3 * H * W];
+    int32_t y[3];
+    tr_dataset_gather(&ds, idx, 3, x, y);
+    int ok = 1;
+    for (int i = 0; i < 3; i++) {
+        ok &= y[i] == g_lab[idx[i]];
+        for (int j = 0; j < H * W; j++)
+            ok &= x[i * H * W + j] == (float)g_pix[idx[i] * H * W + j] / 255.0f;
+    }
+    CHECK(ok, "gather: wrong values");
+    CHECK(x[0] >= 0.0f && x[0] <= 1.0f, "gather: pixel out of [0,1]");
+    tr_dataset_free(&ds);
+    tr_dataset_free(&ds); /* twice is harmless */
+}
+
+static void test_idx_bad(void)
+{
+    char p[512], missing[512];
+    uint8_t buf[256];
+    uint32_t dims[3];
+
+    path_in(missing, sizeof missing, "no_such_file");
+    check_bad("no_such_file", "lab", 0, TR_EXIT_NOINPUT, "missing images", missing,
+              strerror(ENOENT));
+    check_bad("img", "no_such_file", 0, TR_EXIT_NOINPUT, "missing labels", missing, "cannot open");
+    check_bad(".", "lab", 0, TR_EXIT_NOINPUT, "a directory", "cannot", NULL);
+
+    path_in(p, sizeof p, "img_trunc"); /* one pixel short */
+    write_file(p, g_img_file, g_img_len - 1, 0);
+    check_bad("img_trunc", "lab", 0, TR_EXIT_DATA, "truncated pixels", "truncated", "img_trunc");
+    check_bad("img_trunc", "lab", 0, TR_EXIT_DATA, "truncated pixels", "expected 60 bytes",
+              "got 59");
+    tr_dataset ds;
+    char err[512];
+    int rc = load(&ds, "img_trunc", "lab", 4, err); /* the cut lies past what is read */
+    CHECK(rc == 0 && ds.n == 4, "truncated past the limit: rc %d: %s", rc, err);
+    tr_dataset_free(&ds);
+    path_in(p, sizeof p, "img_trunc.gz");
+    write_file(p, g_img_file, g_img_len - 1, 1);
+    check_bad("img_trunc.gz", "lab", 0, TR_EXIT_DATA, "truncated gz", "truncated", NULL);
+    path_in(p, sizeof p, "img_hdr"); /* header cut in the dims */
+    write_file(p, g_img_file, 9, 0);
+    check_bad("img_hdr", "lab", 0, TR_EXIT_DATA, "truncated header", "16-byte header", "got 9");
+    path_in(p, sizeof p, "empty");
+    write_file(p, "", 0, 0);
+    check_bad("empty", "lab", 0, TR_EXIT_DATA, "empty file", "truncated", "empty");
+
+    /* A gzip file cut in the middle of its compressed stream. */
+    path_in(p, sizeof p, "img.gz");
+    FILE *f = fopen(p, "rb");
+    size_t glen = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f)
+        fclose(f);
+    path_in(p, sizeof p, "img_cut.gz");
+    write_file(p, buf, glen / 2, 0);
+    check_bad("img_cut.gz", "lab", 0, TR_EXIT_DATA, "gzip cut", "img_cut.gz", NULL);
+
+    check_bad("lab", "lab", 0, TR_EXIT_DATA, "labels as images", "not an IDX3 image file",
+              "magic 0x00000801, expected 0x00000803");
+    check_bad("img", "img", 0, TR_EXIT_DATA, "images as labels", "not an IDX1 label file",
+              "expected 0x00000801");
+
+    dims[0] = N, dims[1] = H, dims[2] = W;
+    path_in(p, sizeof p, "img_float");
+    write_file(p, buf, make_idx(buf, 0x00000D03, dims, 3, g_pix, sizeof g_pix), 0);
+    check_bad("img_float", "lab", 0, TR_EXIT_DATA, "float dtype", "0x0D (float)", "not supported");
+
+    path_in(p, sizeof p, "lab4"); /* 4 labels for 5 images */
+    write_file(p, buf, make_idx(buf, 0x00000801, (uint32_t[]){4}, 1, g_lab, 4), 0);
+    check_bad("img", "lab4", 0, TR_EXIT_DATA, "count mismatch", "5 images", "4 labels");
+
+    path_in(p, sizeof p, "lab_trail"); /* one more byte than declared */
+    write_file(p, buf, make_idx(buf, 0x00000801, (uint32_t[]){N}, 1, g_pix, N + 1), 0);
+    check_bad("img", "lab_trail", 0, TR_EXIT_DATA, "trailing bytes", "trailing", "lab_trail");
+
+    dims[1] = 0;
+    path_in(p, sizeof p, "img_zero");
+    write_file(p, buf, make_idx(buf, 0x00000803, dims, 3, g_pix, sizeof g_pix), 0);
+    check_bad("img_zero", "lab", 0, TR_EXIT_DATA, "zero rows", "implausible", NULL);
+    dims[1] = 100000;
+    path_in(p, sizeof p, "img_huge");
+    write_file(p, buf, make_idx(buf, 0x00000803, dims, 3, g_pix, sizeof g_pix), 0);
+    check_bad("img_huge", "lab", 0, TR_EXIT_DATA, "huge rows", "implausible", NULL);
+
+    /* A header claiming 4 billion images must fail on the count check or on
+     * truncation, without trying to allocate terabytes. */
+    dims[0] = 0xFFFFFFFFu, dims[1] = 28, dims[2] = 28;
+    path_in(p, sizeof p, "img_many");
+    write_file(p, buf, make_idx(buf, 0x00000803, dims, 3, g_pix, sizeof g_pix), 0);
+    path_in(p, sizeof p, "lab_many");
+    write_file(p, buf, make_idx(buf, 0x00000801, dims, 1, g_lab, N), 0);
+    check_bad("img_many", "lab_many", 0, TR_EXIT_DATA, "lying count", "truncated", NULL);
+}
+
+/* Random single-byte corruptions of a valid pair must give 0 or TR_EXIT_DATA,
+ * never a crash (run under the sanitizers). */
+static void test_idx_fuzz(void)
+{
+    uint8_t img[sizeof g_img_file], lab[sizeof g_lab_file];
+    char ip[512], lp[512], err[512];
+    path_in(ip, sizeof ip, "fuzz_img");
+    path_in(lp, sizeof lp, "fuzz_lab");
+    int bad = 0;
+    for (uint64_t t = 0; t < 400; t++) {
+        memcpy(img, g_img_file, g_img_len);
+        memcpy(lab, g_lab_file, g_lab_len);
+        uint64_t r = tr_rng_u64(99, 3, t);
+        uint8_t *target = (r & 1) ? img : lab;
+        size_t len = (r & 1) ? g_img_len : g_lab_len;
+        size_t span = t < 200 && len > 16 ? 16 : len; /* half the trials aim at the header */
+        size_t pos = (size_t)((r >> 8) % span);
+        target[pos] = (uint8_t)(r >> 40);
+        size_t cut = (r >> 32) % 4 == 0 ? (size_t)((r >> 48) % len) : len;
+        write_file(ip, img, (r & 1) ? cut : g_img_len, (int)(t & 2));
+        write_file(lp, lab, (r & 1) ? g_lab_len : cut, (int)(t & 4));
+        tr_dataset ds;
+        int rc = tr_dataset_load_idx(&ds, ip, lp, (long)(t % 3), err, sizeof err);
+        bad += rc != 0 && rc != TR_EXIT_DATA;
+        if (rc == 0)
+            tr_dataset_free(&ds);
+    }
+    CHECK(bad == 0, "fuzz: %d loads returned neither 0 nor TR_EXIT_DATA", bad);
+}
+
+static int is_permutation(const int64_t *p, long n)
+{
+    char *seen = calloc((size_t)n, 1);
+    int ok = seen != NULL;
+    for (long i = 0; ok && i < n; i++) {
+        ok = p[i] >= 0 && p[i] < n && !seen[p[i]];
+        if (ok)
+            seen[p[i]] = 1;
+    }
+    free(seen);
+    return ok;
+}
+
+static void test_permutation(void)
+{
+    enum { NP = 1000 };
+    static int64_t a[NP], b[NP], c[NP], d[NP];
+    tr_sampler_permutation(a, NP, 42, 0, 1);
+    tr_sampler_permutation(b, NP, 42, 0, 1);
+    tr_sampler_permutation(c, NP, 42, 1, 1);
+    tr_sampler_permutation(d, NP, 43, 0, 1);
+    CHECK(is_permutation(a, NP) && is_permutation(c, NP), "shuffle is not a permutation");
+    CHECK(memcmp(a, b, sizeof a) == 0, "same seed and epoch differ");
+    CHECK(memcmp(a, c, sizeof a) != 0, "epochs 0 and 1 are identical");
+    CHECK(memcmp(a, d, sizeof a) != 0, "seeds 42 and 43 are identical");
+    long fixed = 0;
+    for (long i = 0; i < NP; i++)
+        fixed += a[i] == i;
+    CHECK(fixed < 10, "%ld fixed points: not shuffled", fixed);
+    tr_sampler_permutation(a, NP, 42, 3, 0);
+    int ident = 1;
+    for (long i = 0; i < NP; i++)
+        ident &= a[i] == i;
+    CHECK(ident, "shuffle off is not the identity");
+}
+
+static void test_sampler(void)
+{
+    enum { NS = 103, G = 8, STEPS = 3 * (NS / G) + 5 };
+    static int64_t ref[STEPS][G], got[G], perm[NS];
+    tr_sampler s1;
+    tr_sampler_init(&s1, NS, G, 0, 1, 5, 1);
+    long spe = tr_sampler_steps_per_epoch(&s1);
+    CHECK(spe == NS / G, "steps per epoch %ld", spe);
+    for (long st = 0; st < STEPS; st++)
+        tr_sampler_batch(&s1, st, ref[st]);
+    /* Each epoch's batches are disjoint slices of that epoch's permutation. */
+    for (long e = 0; e < 3; e++) {
+        tr_sampler_permutation(perm, NS, 5, e, 1);
+        int ok = 1;
+        for (long b = 0; b < spe; b++)
+            ok &= memcmp(ref[e * spe + b], perm + b * G, sizeof got) == 0;
+        CHECK(ok, "epoch %ld batches are not the permutation's blocks", e);
+    }
+    CHECK(memcmp(ref[0], ref[spe], sizeof got) != 0, "epoch 1 repeats epoch 0");
+    /* Out of order and from a fresh sampler: the same answers. */
+    tr_sampler_batch(&s1, 2, got);
+    CHECK(memcmp(got, ref[2], sizeof got) == 0, "revisiting step 2 differs");
+    tr_sampler_free(&s1);
+
+    for (int dp = 1; dp <= 8; dp *= 2) {
+        int ok = 1;
+        for (int r = 0; r < dp; r++) {
+            tr_sampler s;
+            tr_sampler_init(&s, NS, G, r, dp, 5, 1);
+            long start = r % 2 ? spe / 2 : 0; /* odd ranks start mid-epoch, like a resume */
+            for (long st = start; st < STEPS; st++) {
+                tr_sampler_batch(&s, st, got);
+                ok &= memcmp(got, ref[st] + r * (G / dp), (size_t)(G / dp) * sizeof *got) == 0;
+            }
+            tr_sampler_free(&s);
+        }
+        CHECK(ok, "dp=%d: ranks' slices do not make up the dp=1 global batch", dp);
+    }
+
+    char err[256];
+    CHECK(tr_sampler_check(NS, G, 4, err, sizeof err) == 0, "valid layout rejected: %s", err);
+    CHECK(tr_sampler_check(NS, 6, 4, err, sizeof err) == TR_EXIT_USAGE && strstr(err, "multiple"),
+          "batch 6 over 4 ranks accepted: %s", err);
+    CHECK(tr_sampler_check(NS, 2, 4, err, sizeof err) == TR_EXIT_USAGE, "batch below dp accepted");
+    CHECK(tr_sampler_check(NS, 104, 4, err, sizeof err) == TR_EXIT_USAGE && strstr(err, "larger"),
+          "batch above n accepted: %s", err);
+    CHECK(tr_sampler_check(0, 8, 1, err, sizeof err) == TR_EXIT_USAGE, "empty set accepted");
+}
+
+static void test_shard_range(void)
+{
+    long b, e;
+    tr_shard_range(10, 0, 3, &b, &e);
+    CHECK(b == 0 && e == 4, "10/3 rank 0: [%ld,%ld)", b, e);
+    tr_shard_range(10, 1, 3, &b, &e);
+    CHECK(b == 4 && e == 7, "10/3 rank 1: [%ld,%ld)", b, e);
+    tr_shard_range(10, 2, 3, &b, &e);
+    CHECK(b == 7 && e == 10, "10/3 rank 2: [%ld,%ld)", b, e);
+    int ok = 1;
+    for (long n = 0; n < 40; n++)
+        for (int size = 1; size <= 9; size++) {
+            long next = 0;
+            for (int r = 0; r < size; r++) {
+                tr_shard_range(n, r, size, &b, &e);
+                long len = e - b;
+                ok &= b == next && (len == n / size || len == n / size + 1) &&
+                      (len == n / size + 1) == (r < n % size);
+                next = e;
+            }
+            ok &= next == n;
+        }
+    CHECK(ok, "shards are not contiguous, balanced and complete");
+}
+
+/* A synthetic data set: sample i's pixels encode i, so a batch names its samples. */
+static void make_synthetic(tr_dataset *ds, long n)
+{
+    ds->n = n, ds->c = 1, ds->h = 2, ds->w = 3;
+    ds->images = tr_alloc((size_t)n * 6, "test images");
+    ds->labels = tr_alloc((size_t)n * sizeof(int32_t), "test labels");
+    for (long i = 0; i < n; i++) {
+        for (int j = 0; j < 6; j++)
+            ds->images[i * 6 + j] = (uint8_t)((i * 7 + j * 31) & 0xff);
+        ds->labels[i] = (int32_t)(i % 10);
+    }
+    ds->max_label = 9;
+}
+
+/* Runs both loaders over the given steps and compares every batch bit for bit,
+ * and against the sampler + gather computed directly. */
+static int compare_loaders(const tr_dataset *ds, long gb, int rank, int dp, const long *steps,
+                           int nsteps)
+{
+    tr_loader *on = tr_loader_create(ds, gb, rank, dp, 11, 1, 1);
+    tr_loader *off = tr_loader_create(ds, gb, rank, dp, 11, 1, 0);
+    long lb = tr_loader_local_batch(on);
+    size_t xbytes = (size_t)lb * 6 * sizeof(float);
+    float *xr = malloc(xbytes);
+    int32_t *yr = malloc((size_t)lb * sizeof *yr);
+    int64_t *idx = malloc((size_t)lb * sizeof *idx);
+    tr_sampler s;
+    tr_sampler_init(&s, ds->n, gb, rank, dp, 11, 1);
+    int ok = tr_loader_steps_per_epoch(on) == ds->n / gb;
+    for (int k = 0; k < nsteps; k++) {
+        const float *x1, *x2;
+        const int32_t *y1, *y2;
+        tr_loader_next(on, steps[k], &x1, &y1);
+        tr_loader_next(off, steps[k], &x2, &y2);
+        tr_sampler_batch(&s, steps[k], idx);
+        tr_dataset_gather(ds, idx, (int)lb, xr, yr);
+        ok &= memcmp(x1, x2, xbytes) == 0 && memcmp(y1, y2, (size_t)lb * sizeof *y1) == 0;
+        ok &= memcmp(x1, xr, xbytes) == 0 && memcmp(y1, yr, (size_t)lb * sizeof *y1) == 0;
+        if (k % 5 == 3)
+            /* Sometimes let the worker finish first, sometimes not. */
+            nanosleep(&(struct timespec){0, 200000}, NULL);
+    }
+    tr_sampler_free(&s);
+    free(idx);
+    free(yr);
+    free(xr);
+    tr_loader_destroy(on);
+    tr_loader_destroy(off);
+    return ok;
+}
+
+static void test_loader(void)
+{
+    tr_dataset ds;
+    make_synthetic(&ds, 50);
+    long spe = 50 / 8;
+    long steps[64];
+    int n = 0;
+    for (long s = 0; s < 2 * spe; s++)
+        steps[n++] = s;
+    CHECK(compare_loaders(&ds, 8, 1, 2, steps, n), "from step 0: prefetch on and off differ");
+    n = 0;
+    for (long s = spe / 2; s < spe / 2 + 2 * spe; s++)
+        steps[n++] = s;
+    CHECK(compare_loaders(&ds, 8, 3, 4, steps, n), "from mid-epoch: prefetch on and off differ");
+    long jumps[] = {4, 9, 5, 5, 6, 30, 31, 0};
+    CHECK(compare_loaders(&ds, 8, 0, 1, jumps, 8), "out of order: prefetch on and off differ");
+    tr_loader *L = tr_loader_create(&ds, 8, 0, 1, 11, 1, 1);
+    tr_loader_destroy(L); /* never asked for a batch: must still join cleanly */
+    tr_loader_destroy(NULL);
+    tr_dataset_free(&ds);
+}
+
+static void check_real(const char *dir, const char *prefix, const char *suffix, long want_n,
+                       const char *name)
+{
+    char ip[1024], lp[1024], err[512];
+    snprintf(ip, sizeof ip, "%s/%s-images-idx3-ubyte%s", dir, prefix, suffix);
+    snprintf(lp, sizeof lp, "%s/%s-labels-idx1-ubyte%s", dir, prefix, suffix);
+    if (access(ip, R_OK) != 0 || access(lp, R_OK) != 0) {
+        printf("%s %s: skipped (%s not present)\n", name, prefix, ip);
+        return;
+    }
+    tr_dataset ds;
+    int rc = tr_dataset_load_idx(&ds, ip, lp, 0, err, sizeof err);
+    CHECK(rc == 0, "%s: %s", name, err);
+    if (rc)
+        return;
+    long count[10] = {0}, bad = 0;
+    for (long i = 0; i < ds.n; i++) {
+        if (ds.labels[i] < 0 || ds.labels[i] > 9)
+            bad++;
+        else
+            count[ds.labels[i]]++;
+    }
+    CHECK(ds.n == want_n && ds.c == 1 && ds.h == 28 && ds.w == 28, "%s %s: %ld x %dx%d", name,
+          prefix, ds.n, ds.h, ds.w);
+    CHECK(bad == 0 && ds.max_label == 9, "%s %s: %ld labels outside 0..9", name, prefix, bad);
+    int every = 1;
+    for (int k = 0; k < 10; k++)
+        every &= count[k] > 0;
+    CHECK(every, "%s %s: a class is missing", name, prefix);
+    printf("%s %s: %ld samples, 28x28, per class:", name, prefix, ds.n);
+    for (int k = 0; k < 10; k++)
+        printf(" %ld", count[k]);
+    printf("\n");
+    tr_dataset_free(&ds);
+}
+
+static void test_real_files(void)
+{
+    const char *src = getenv("TRAINER_SOURCE_DIR");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/data/mnist", src ? src : ".");
+    check_real(dir, "train", "", 8000, "mnist subset");
+    check_real(dir, "t10k", "", 2000, "mnist subset");
+    const char *fm = "/usr/share/datasets/fashion-mnist";
+    check_real(fm, "train", ".gz", 60000, "fashion-mnist");
+    check_real(fm, "t10k", ".gz", 10000, "fashion-mnist");
+}
+
+/* Removes what the tests wrote (flat directory). */
+static void remove_dir(void)
+{
+    static const char *names[] = {"img", "lab", "img.gz", "lab.gz", "img_trunc", "img_trunc.gz",
+                                  "img_hdr", "empty", "img_cut.gz", "img_float", "lab4",
+                                  "lab_trail", "img_zero", "img_huge", "img_many", "lab_many",
+                                  "fuzz_img", "fuzz_lab"};
+    char p[512];
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        path_in(p, sizeof p, names[i]);
+        remove(p);
+    }
+    rmdir(g_dir);
+}
+
+int main(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/tr_test_data_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    make_reference();
+    test_idx_good();
+    test_idx_bad();
+    test_idx_fuzz();
+    test_permutation();
+    test_sampler();
+    test_shard_range();
+    test_loader();
+    test_real_files();
+    remove_dir();
+    return tr_test_finish();
+}
