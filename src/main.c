@@ -130,7 +130,7 @@ int main(int argc, char **argv)
                             "key\n",
                     deck.nerrors, deck.nerrors == 1 ? "" : "s");
         tr_deck_free(&deck);
-        tr_comm_finalize();
+        tr_comm_finalize(&w);
         return rc;
     }
 
@@ -145,6 +145,6 @@ int main(int argc, char **argv)
     }
     rc = tr_train_run(&deck, &w, &rt);
     tr_deck_free(&deck);
-    tr_comm_finalize();
+    tr_comm_finalize(&w);
     return rc;
 }

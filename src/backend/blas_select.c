@@ -41,11 +41,13 @@ const char *tr_blas_ensure_fast_kernel(char **argv)
     const char *core = openblas_get_corename();
     const char *best = best_for_cpu();
     const char *env = getenv("OPENBLAS_CORETYPE");
-    int reexeced = getenv("TRAINER_BLAS_REEXEC") != NULL;
+    /* set by our own re-exec: the kernel OpenBLAS had picked before it */
+    const char *was = getenv("TRAINER_BLAS_REEXEC");
+    int reexeced = was != NULL;
     if (is_generic(core) && best && !reexeced) {
         /* the user's explicit OPENBLAS_CORETYPE is kept unless it led to the fallback */
         setenv("OPENBLAS_CORETYPE", best, 1);
-        setenv("TRAINER_BLAS_REEXEC", "1", 1);
+        setenv("TRAINER_BLAS_REEXEC", core, 1);
         execv("/proc/self/exe", argv);
         /* exec failed: carry on slowly, but say so */
         snprintf(g_desc, sizeof g_desc,
@@ -61,9 +63,9 @@ const char *tr_blas_ensure_fast_kernel(char **argv)
                  core, env ? env : "");
     else if (reexeced)
         snprintf(g_desc, sizeof g_desc,
-                 "OpenBLAS kernel %s (selected by the trainer: this OpenBLAS did not recognise "
-                 "the CPU)",
-                 core);
+                 "OpenBLAS kernel %s (set by the trainer: OpenBLAS had picked its generic %s "
+                 "kernel for this CPU)",
+                 core, was);
     else
         snprintf(g_desc, sizeof g_desc, "OpenBLAS kernel %s%s%s", core,
                  env ? ", OPENBLAS_CORETYPE=" : "", env ? env : "");

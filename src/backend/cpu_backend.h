@@ -52,6 +52,9 @@ void tr_cpu_softmax_xent_backward(float *dlogits, const float *probs, const int 
 void tr_cpu_scale(float *x, size_t n, float a);
 
 /* cpu_conv.c */
+/* 1 when the convolution runs samples in parallel (per-thread partial gradients),
+ * 0 when it runs them serially with threaded GEMMs (few samples or little work). */
+int tr_cpu_conv_sample_parallel(const tr_conv_shape *s);
 size_t tr_cpu_conv_scratch_floats(const tr_conv_shape *s);
 void tr_cpu_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
                            const tr_conv_shape *s, float *scratch);

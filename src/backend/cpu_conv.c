@@ -15,7 +15,10 @@
  *
  * When there are fewer samples than threads (the last batch of an epoch, a B = 1
  * evaluation), sample parallelism would idle most cores, so the samples run one after
- * another and each GEMM is split across the threads by tr_cpu_gemm instead.
+ * another and each GEMM is split across the threads by tr_cpu_gemm instead. Tiny
+ * convolutions take that path too, where tr_cpu_gemm then stays on one thread: a
+ * fork/join costs microseconds on an idle node and a whole scheduler time slice on a
+ * busy one, more than the work.
  *
  * Scratch: sized from omp_get_max_threads() when the model asks; the thread count
  * must not grow afterwards (tr_cpu_backend_init runs first). */
@@ -24,6 +27,9 @@
 #include <cblas.h>
 #include <omp.h>
 #include <string.h>
+
+/* Below this many multiply-adds the samples run serially (as in cpu_gemm.c). */
+#define CONV_PAR_MIN_MACS (64.0 * 64.0 * 64.0)
 
 /* Per-thread slices start on a 64-byte line so threads never share a cache line. */
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -47,6 +53,13 @@ static int sample_threads(int B)
 {
     int nt = omp_get_max_threads();
     return nt < B ? nt : (B > 0 ? B : 1);
+}
+
+int tr_cpu_conv_sample_parallel(const tr_conv_shape *s)
+{
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    double macs = (double)s->B * s->cout * s->cin * s->k * s->k * s->ho * s->wo;
+    return nt > 1 && s->B >= nt && macs >= CONV_PAR_MIN_MACS;
 }
 
 size_t tr_cpu_conv_scratch_floats(const tr_conv_shape *s)
@@ -156,7 +169,7 @@ void tr_cpu_conv2d_forward(float *out, const float *inp, const float *w, const f
 {
     size_t in_n = (size_t)s->cin * s->h * s->w, out_n = (size_t)s->cout * s->ho * s->wo;
     size_t slot = slot_for(s).total;
-    if (s->B < omp_get_max_threads() || omp_in_parallel()) {
+    if (!tr_cpu_conv_sample_parallel(s)) {
         for (int i = 0; i < s->B; i++)
             forward_one(out + i * out_n, inp + i * in_n, w, b, s, scratch, 1);
         return;
@@ -219,7 +232,7 @@ void tr_cpu_conv2d_backward(float *dinp, float *dw, float *db, const float *dout
     size_t in_n = (size_t)s->cin * s->h * s->w, out_n = (size_t)s->cout * s->ho * s->wo;
     size_t dw_n = (size_t)s->cout * s->cin * s->k * s->k;
     slot_sizes z = slot_for(s);
-    if (s->B < omp_get_max_threads() || omp_in_parallel()) {
+    if (!tr_cpu_conv_sample_parallel(s)) {
         /* few samples: straight into dw/db, in sample order, GEMMs split over threads */
         for (int i = 0; i < s->B; i++)
             backward_one(dinp ? dinp + i * in_n : NULL, dw, db, dout + i * out_n,

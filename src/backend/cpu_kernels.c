@@ -67,8 +67,10 @@ void tr_cpu_relu_forward(float *out, const float *inp, size_t n)
 void tr_cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n)
 {
 #pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++)
-        dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float d = dout[i]; /* loaded unconditionally so the select vectorises */
+        dinp[i] = out[i] > 0.0f ? d : 0.0f;
+    }
 }
 
 void tr_cpu_maxpool_forward(float *out, int *argmax, const float *inp, int B, int C, int H,

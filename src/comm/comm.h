@@ -34,8 +34,8 @@ typedef struct tr_world {
 
 /* MPI_Init and the node-local split; installs the abort hook of error.h. */
 void tr_comm_init(int *argc, char ***argv, tr_world *w);
-/* Clean shutdown; every rank must call it before exiting with code. */
-void tr_comm_finalize(void);
+/* Frees the groups and finalizes MPI; every rank calls it before exiting. */
+void tr_comm_finalize(tr_world *w);
 
 /* Checks dp x tp x pp against the world size and makes the groups. dp = 0 means
  * "whatever is left". Returns 0, or TR_EXIT_USAGE with a message in err. Pure

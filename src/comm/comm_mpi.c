@@ -94,7 +94,27 @@ void tr_comm_init(int *argc, char ***argv, tr_world *w)
     w->dp_group = w->tp_group = w->pp_group = w->world;
 }
 
-void tr_comm_finalize(void) { MPI_Finalize(); }
+static void free_group(tr_group **g, const tr_world *w)
+{
+    if (*g && *g != w->world) {
+        MPI_Comm_free(&(*g)->comm);
+        tr_free(*g);
+    }
+    *g = NULL;
+}
+
+void tr_comm_finalize(tr_world *w)
+{
+    /* the three may be one group (dp-only runs share the world) */
+    if (w->tp_group == w->dp_group)
+        w->tp_group = w->world;
+    if (w->pp_group == w->dp_group || w->pp_group == w->tp_group)
+        w->pp_group = w->world;
+    free_group(&w->dp_group, w);
+    free_group(&w->tp_group, w);
+    free_group(&w->pp_group, w);
+    MPI_Finalize();
+}
 
 int tr_comm_check_layout(int world_size, int *dp, int tp, int pp, char *err, size_t errlen)
 {

@@ -398,6 +398,9 @@ static void apply_override(tr_deck *d, const char *arg)
     section[ls] = '\0';
     memcpy(key, dot + 1, lk);
     key[lk] = '\0';
+    char *sec = trim(section), *k = trim(key);
+    memmove(section, sec, strlen(sec) + 1);
+    memmove(key, k, strlen(k) + 1);
     if (!section_exists(section)) {
         report_unknown_section(d, where, section);
         return;

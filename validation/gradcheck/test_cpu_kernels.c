@@ -168,10 +168,11 @@ static double max_abs_diff(const float *a, const double *b, size_t n)
     return m;
 }
 
-static void check_conv(tr_conv_shape s, const char *what)
+static void check_conv(tr_conv_shape s, int sample_parallel, const char *what)
 {
     s.ho = s.h + 2 * s.pad - s.k + 1;
     s.wo = s.w + 2 * s.pad - s.k + 1;
+    CHECK(tr_cpu_conv_sample_parallel(&s) == sample_parallel, "conv %s: wrong path", what);
     size_t nx = (size_t)s.B * s.cin * s.h * s.w, ny = (size_t)s.B * s.cout * s.ho * s.wo;
     size_t nw = (size_t)s.cout * s.cin * s.k * s.k;
     float *x = falloc(nx, "x"), *w = falloc(nw, "w"), *b = falloc((size_t)s.cout, "b");
@@ -233,16 +234,18 @@ static void check_conv(tr_conv_shape s, const char *what)
 
 static void test_conv(void)
 {
-    check_conv((tr_conv_shape){.B = 5, .cin = 3, .h = 7, .w = 6, .cout = 4, .k = 3, .pad = 1},
-               "B=5 k3 pad1 (sample-parallel)");
-    check_conv((tr_conv_shape){.B = 1, .cin = 3, .h = 7, .w = 6, .cout = 4, .k = 3, .pad = 1},
-               "B=1 k3 pad1 (serial samples, threaded GEMM)");
+    check_conv((tr_conv_shape){.B = 5, .cin = 3, .h = 12, .w = 11, .cout = 16, .k = 3, .pad = 1},
+               1, "B=5 k3 pad1 (sample-parallel, uneven split)");
+    check_conv((tr_conv_shape){.B = 1, .cin = 3, .h = 12, .w = 11, .cout = 16, .k = 3, .pad = 1},
+               0, "B=1 k3 pad1 (serial samples, threaded GEMM)");
     check_conv((tr_conv_shape){.B = 4, .cin = 2, .h = 3, .w = 1, .cout = 3, .k = 3, .pad = 2},
-               "3x1 input k3 pad2 (windows mostly padding)");
+               0, "3x1 input k3 pad2 (windows mostly padding)");
     check_conv((tr_conv_shape){.B = 3, .cin = 4, .h = 5, .w = 5, .cout = 2, .k = 1, .pad = 0},
-               "k1 pad0 (col is the input)");
+               0, "k1 pad0 (col is the input)");
+    check_conv((tr_conv_shape){.B = 4, .cin = 64, .h = 8, .w = 8, .cout = 16, .k = 1, .pad = 0},
+               1, "k1 pad0 sample-parallel");
     check_conv((tr_conv_shape){.B = 8, .cin = 6, .h = 12, .w = 12, .cout = 16, .k = 5, .pad = 0},
-               "B=8 LeNet-like");
+               1, "B=8 LeNet-like");
 }
 
 /* ---- pooling, relu, softmax ----------------------------------------------------- */
@@ -387,8 +390,10 @@ static void test_sum_squares(void)
 /* Kernels that split work over threads, three times on the same input: same bits. */
 static void test_determinism(void)
 {
-    tr_conv_shape s = {.B = 9, .cin = 3, .h = 10, .w = 10, .cout = 6, .k = 3, .pad = 1};
-    s.ho = s.h, s.wo = s.w;
+    tr_conv_shape s = {.B = 9, .cin = 3, .h = 12, .w = 12, .cout = 8, .k = 3, .pad = 1};
+    s.ho = s.h;
+    s.wo = s.w;
+    CHECK(tr_cpu_conv_sample_parallel(&s), "determinism test does not use per-thread partials");
     size_t nx = (size_t)s.B * s.cin * s.h * s.w, ny = (size_t)s.B * s.cout * s.h * s.w;
     size_t nw = (size_t)s.cout * s.cin * 9;
     float *x = falloc(nx, "x"), *w = falloc(nw, "w"), *dy = falloc(ny, "dy");

@@ -413,9 +413,13 @@ int main(void)
     rig_init(&r, tr_conv2d_make("conv", (tr_shape){3, 5, 4}, 3, 1, 0), 2, 0, 180);
     check_layer("conv k1 pad0", &r, 0.25f);
     rig_free(&r);
-    /* one sample on two threads: the serial path with threaded GEMMs */
-    rig_init(&r, tr_conv2d_make("conv", (tr_shape){3, 6, 6}, 4, 3, 1), 1, 0, 200);
-    check_layer("conv k3 pad1 B=1", &r, 0.25f);
+    /* the shapes above are small enough to run serially; this one is big enough for
+     * samples in parallel with per-thread gradient partials */
+    rig_init(&r, tr_conv2d_make("conv", (tr_shape){2, 10, 10}, 16, 5, 2), 4, 0, 200);
+    tr_conv_shape cs = {.B = 4, .cin = 2, .h = 10, .w = 10, .cout = 16, .k = 5, .pad = 2,
+                        .ho = 10, .wo = 10};
+    CHECK(tr_cpu_conv_sample_parallel(&cs), "conv gradcheck misses the sample-parallel path");
+    check_layer("conv k5 pad2 B=4 parallel", &r, 0.25f);
     rig_free(&r);
 
     rig_init(&r, tr_maxpool_make("pool", (tr_shape){3, 6, 6}, 2), 2, 1, 220);

@@ -1,0 +1,167 @@
+/* test_deck.c: the deck parser: values, defaults, overrides, every error message
+ * naming FILE:LINE or the override, suggestions, and the resolved deck reparsing. */
+#include "core/deck.h"
+#include "core/error.h"
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int has(const tr_deck *d, const char *needle) { return strstr(d->errors, needle) != NULL; }
+
+static void test_values_and_defaults(void)
+{
+    tr_deck d;
+    const char *text = "# comment\n[train]\nepochs = 3   # trailing comment\nbatch_size=64\n"
+                       "[optim]\nname = adamw\nlr = 1e-3\n[model]\nhidden = 128, 64,32\n"
+                       "[data]\nshuffle = off\n";
+    int rc = tr_deck_load_text(&d, "t.in", text, 0, NULL);
+    CHECK(rc == 0, "rc %d errors: %s", rc, d.errors);
+    CHECK(tr_deck_int(&d, "train", "epochs") == 3, "epochs");
+    CHECK(tr_deck_int(&d, "train", "batch_size") == 64, "batch");
+    CHECK(tr_deck_int(&d, "train", "seed") == 1234, "default seed");
+    CHECK(!strcmp(tr_deck_str(&d, "optim", "name"), "adamw"), "choice");
+    CHECK(tr_deck_float(&d, "optim", "lr") == 1e-3, "float");
+    CHECK(tr_deck_bool(&d, "data", "shuffle") == 0, "bool off");
+    int h[8];
+    int n = tr_deck_intlist(&d, "model", "hidden", h, 8);
+    CHECK(n == 3 && h[0] == 128 && h[1] == 64 && h[2] == 32, "intlist n=%d", n);
+    char where[256];
+    tr_deck_where(&d, "train", "epochs", where, sizeof where);
+    CHECK(!strcmp(where, "t.in:3"), "where %s", where);
+    tr_deck_where(&d, "train", "seed", where, sizeof where);
+    CHECK(strstr(where, "default of [train] seed") != NULL, "where default %s", where);
+    tr_deck_free(&d);
+}
+
+static void test_overrides(void)
+{
+    tr_deck d;
+    char *ov[] = {"train.epochs=7", "optim.lr = 0.5", "run.dir=/tmp/x=y"};
+    int rc = tr_deck_load_text(&d, "t.in", "[train]\nepochs = 3\n", 3, ov);
+    CHECK(rc == 0, "rc %d: %s", rc, d.errors);
+    CHECK(tr_deck_int(&d, "train", "epochs") == 7, "override replaces deck value");
+    CHECK(tr_deck_float(&d, "optim", "lr") == 0.5, "override with spaces");
+    CHECK(!strcmp(tr_deck_str(&d, "run", "dir"), "/tmp/x=y"), "value with '='");
+    char where[256];
+    tr_deck_where(&d, "train", "epochs", where, sizeof where);
+    CHECK(!strcmp(where, "command line 'train.epochs=7'"), "where %s", where);
+    tr_deck_free(&d);
+}
+
+static void test_errors(void)
+{
+    tr_deck d;
+    const char *text = "[train]\n"          /* 1 */
+                       "epochz = 3\n"       /* 2 unknown key, suggestion */
+                       "batch_size = -4\n"  /* 3 out of range */
+                       "seed = abc\n"       /* 4 wrong type */
+                       "[optimizer]\n"      /* 5 unknown section */
+                       "lr = 1\n"           /* 6 skipped: section reported */
+                       "[optim]\n"          /* 7 */
+                       "name = adam\n"      /* 8 not a choice */
+                       "just words\n"       /* 9 no '=' */
+                       "[data]\n"           /* 10 */
+                       "shuffle = maybe\n"  /* 11 bad bool */
+                       "[model]\n"          /* 12 */
+                       "hidden = 10,,x\n"   /* 13 bad list */
+                       "epochs = 2\n";      /* 14 right name, wrong section */
+    char *ov[] = {"optim.lrr=1", "nodot=1", "train.steps=1.5"};
+    int rc = tr_deck_load_text(&d, "bad.in", text, 3, ov);
+    CHECK(rc == TR_EXIT_USAGE, "rc %d", rc);
+    CHECK(has(&d, "bad.in:2: unknown key 'epochz' in [train]; did you mean [train] epochs?"),
+          "%s", d.errors);
+    CHECK(has(&d, "bad.in:3: [train] batch_size = -4 is out of range [1, 16777216]"), "%s",
+          d.errors);
+    CHECK(has(&d, "bad.in:4: [train] seed expects an integer, got 'abc'"), "%s", d.errors);
+    CHECK(has(&d, "bad.in:5: unknown section [optimizer]; did you mean [optim]?"), "%s",
+          d.errors);
+    CHECK(!has(&d, "bad.in:6:"), "keys of an unknown section are not reported again");
+    CHECK(has(&d, "bad.in:8: [optim] name = 'adam' is not one of: sgd|adamw"), "%s", d.errors);
+    CHECK(has(&d, "bad.in:9: expected 'key = value' or '[section]', got 'just words'"), "%s",
+          d.errors);
+    CHECK(has(&d, "bad.in:11: [data] shuffle expects true or false, got 'maybe'"), "%s",
+          d.errors);
+    CHECK(has(&d, "bad.in:13: [model] hidden expects comma-separated integers"), "%s",
+          d.errors);
+    CHECK(has(&d, "bad.in:14: unknown key 'epochs' in [model]; did you mean [train] epochs?"),
+          "%s", d.errors);
+    CHECK(has(&d, "command line 'optim.lrr=1': unknown key 'lrr' in [optim]; did you mean "
+                  "[optim] lr?"),
+          "%s", d.errors);
+    CHECK(has(&d, "command line 'nodot=1': overrides are written section.key=value"), "%s",
+          d.errors);
+    CHECK(has(&d, "command line 'train.steps=1.5': [train] steps expects an integer"), "%s",
+          d.errors);
+    CHECK(d.nerrors == 12, "nerrors %d:\n%s", d.nerrors, d.errors);
+    tr_deck_free(&d);
+
+    rc = tr_deck_load(&d, "/nonexistent/deck.in", 0, NULL);
+    CHECK(rc == TR_EXIT_NOINPUT, "missing file rc %d", rc);
+    CHECK(has(&d, "/nonexistent/deck.in: cannot read the deck: No such file or directory"),
+          "%s", d.errors);
+    tr_deck_free(&d);
+
+    rc = tr_deck_load_text(&d, "k.in", "epochs = 1\n", 0, NULL);
+    CHECK(rc == TR_EXIT_USAGE && has(&d, "k.in:1: key 'epochs' appears before any [section]"),
+          "%s", d.errors);
+    tr_deck_free(&d);
+}
+
+/* The resolved deck written to the run directory must parse back to the same values. */
+static void test_resolved_roundtrip(void)
+{
+    tr_deck d, e;
+    char *ov[] = {"optim.lr=0.25", "model.hidden=32,16"};
+    tr_deck_load_text(&d, "a.in", "[train]\nepochs = 4\n", 2, ov);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    tr_deck_write_resolved(&d, f);
+    fclose(f);
+    int rc = tr_deck_load_text(&e, "resolved.in", buf, 0, NULL);
+    CHECK(rc == 0, "resolved deck reparses: %s", e.errors);
+    for (int i = 0; i < tr_deck_nkeys; i++)
+        CHECK(!strcmp(d.values[i].text, e.values[i].text), "[%s] %s: '%s' vs '%s'",
+              tr_deck_keys[i].section, tr_deck_keys[i].name, d.values[i].text,
+              e.values[i].text);
+    free(buf);
+    tr_deck_free(&d);
+    tr_deck_free(&e);
+}
+
+/* Every default in the table must pass the table's own checks. */
+static void test_table_defaults_valid(void)
+{
+    tr_deck d;
+    int rc = tr_deck_load_text(&d, "empty.in", "", 0, NULL);
+    CHECK(rc == 0, "empty deck: %s", d.errors);
+    for (int i = 0; i < tr_deck_nkeys; i++) {
+        char ov[1200];
+        snprintf(ov, sizeof ov, "%s.%s=%s", tr_deck_keys[i].section, tr_deck_keys[i].name,
+                 tr_deck_keys[i].def);
+        char *p = ov;
+        tr_deck e;
+        rc = tr_deck_load_text(&e, "x.in", "", 1, &p);
+        CHECK(rc == 0, "default of [%s] %s fails its own check: %s", tr_deck_keys[i].section,
+              tr_deck_keys[i].name, e.errors);
+        tr_deck_free(&e);
+        for (int j = 0; j < i; j++)
+            CHECK(strcmp(tr_deck_keys[i].section, tr_deck_keys[j].section) ||
+                      strcmp(tr_deck_keys[i].name, tr_deck_keys[j].name),
+                  "[%s] %s declared twice", tr_deck_keys[i].section, tr_deck_keys[i].name);
+    }
+    tr_deck_free(&d);
+    CHECK(tr_edit_distance("epochs", "epochz") == 1, "distance");
+    CHECK(tr_edit_distance("", "abc") == 3, "distance empty");
+}
+
+int main(void)
+{
+    test_values_and_defaults();
+    test_overrides();
+    test_errors();
+    test_resolved_roundtrip();
+    test_table_defaults_valid();
+    return tr_test_finish();
+}
