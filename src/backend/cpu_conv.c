@@ -77,27 +77,43 @@ static void valid_cols(const tr_conv_shape *s, int kx, int *lo, int *hi)
     *hi = h > l ? h : l;
 }
 
+/* Output rows [lo, hi) whose input row oy + ky - pad lies inside [0, h). */
+static void valid_rows(const tr_conv_shape *s, int ky, int *lo, int *hi)
+{
+    int l = s->pad - ky, h = s->h + s->pad - ky;
+    l = l < 0 ? 0 : (l > s->ho ? s->ho : l);
+    h = h > s->ho ? s->ho : h;
+    *lo = l;
+    *hi = h > l ? h : l;
+}
+
 static void im2col(float *col, const float *x, const tr_conv_shape *s)
 {
     int k = s->k, ho = s->ho, wo = s->wo;
     for (int c = 0; c < s->cin; c++) {
         const float *plane = x + (size_t)c * s->h * s->w;
         for (int ky = 0; ky < k; ky++) {
+            int y0, y1;
+            valid_rows(s, ky, &y0, &y1);
             for (int kx = 0; kx < k; kx++) {
                 float *row = col + ((size_t)(c * k + ky) * k + kx) * ho * wo;
                 int lo, hi;
                 valid_cols(s, kx, &lo, &hi);
-                for (int oy = 0; oy < ho; oy++) {
+                /* padding rows above and below: one zero block each */
+                memset(row, 0, (size_t)y0 * wo * sizeof(float));
+                memset(row + (size_t)y1 * wo, 0, (size_t)(ho - y1) * wo * sizeof(float));
+                /* inside: short runs (wo is 10 to 30 here), so plain loops rather than
+                 * a library call each */
+                int shift = kx - s->pad;
+                for (int oy = y0; oy < y1; oy++) {
                     float *r = row + (size_t)oy * wo;
-                    int iy = oy + ky - s->pad;
-                    if (iy < 0 || iy >= s->h) {
-                        memset(r, 0, (size_t)wo * sizeof(float));
-                        continue;
-                    }
-                    memset(r, 0, (size_t)lo * sizeof(float));
-                    memcpy(r + lo, plane + (size_t)iy * s->w + (lo + kx - s->pad),
-                           (size_t)(hi - lo) * sizeof(float));
-                    memset(r + hi, 0, (size_t)(wo - hi) * sizeof(float));
+                    const float *src = plane + (size_t)(oy + ky - s->pad) * s->w;
+                    for (int ox = 0; ox < lo; ox++)
+                        r[ox] = 0.0f;
+                    for (int ox = lo; ox < hi; ox++)
+                        r[ox] = src[ox + shift];
+                    for (int ox = hi; ox < wo; ox++)
+                        r[ox] = 0.0f;
                 }
             }
         }
@@ -184,6 +200,21 @@ void tr_cpu_conv2d_forward(float *out, const float *inp, const float *w, const f
     }
 }
 
+/* Sum of n floats in eight interleaved lanes, added up in a fixed tree: the
+ * compiler may vectorise it (one running sum could not be reordered), and the
+ * order, hence the result, never changes. */
+static float row_sum(const float *r, int n)
+{
+    float a[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            a[j] += r[i + j];
+    for (int j = 0; i < n; i++, j++)
+        a[j] += r[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 /* One sample's backward: dw += dy col^T, db += rowsum(dy), dx = col2im(W^T dy). */
 static void backward_one(float *dx, float *dw, float *db, const float *dy, const float *x,
                          const float *w, const tr_conv_shape *s, float *col, int threaded_gemm)
@@ -196,13 +227,8 @@ static void backward_one(float *dx, float *dw, float *db, const float *dy, const
     }
     conv_gemm(threaded_gemm, 0, 1, s->cout, ckk, howo, dy, howo, c, howo, 1.0f, dw, ckk);
     if (db)
-        for (int co = 0; co < s->cout; co++) {
-            const float *r = dy + (size_t)co * howo;
-            float acc = db[co];
-            for (int i = 0; i < howo; i++)
-                acc += r[i];
-            db[co] = acc;
-        }
+        for (int co = 0; co < s->cout; co++)
+            db[co] += row_sum(dy + (size_t)co * howo, howo);
     if (!dx)
         return;
     /* dcol = W^T dy; with a 1x1 unpadded kernel dcol is dx itself */

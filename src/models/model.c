@@ -53,11 +53,16 @@ int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape inp
     return 0;
 }
 
-void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch)
+/* One walk for both planning and allocating, so the plan cannot drift from what
+ * is allocated: with alloc == 0 it only adds up the bytes. */
+static void *buffer(int alloc, size_t bytes, const char *what, size_t *sum)
 {
-    m->k = k;
-    m->max_batch = max_batch;
-    /* 1. lay out the flat parameter buffers in forward order */
+    *sum += bytes;
+    return alloc ? tr_alloc(bytes, what) : NULL;
+}
+
+static void layout_params(tr_model *m)
+{
     size_t off = 0;
     m->ntensors = 0;
     for (int i = 0; i < m->nlayers; i++)
@@ -68,9 +73,17 @@ void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch)
             m->tensors[m->ntensors++] = t;
         }
     m->nparams = off;
-    m->params = tr_alloc(off * sizeof(float), "parameters");
-    m->grads = tr_alloc(off * sizeof(float), "gradients");
-    for (int t = 0; t < m->ntensors; t++) {
+}
+
+static tr_model_memory buffers(tr_model *m, const tr_kernels *k, int max_batch, int alloc)
+{
+    tr_model_memory mem = {0};
+    size_t B = (size_t)max_batch;
+    /* 1. the flat parameter buffers, tensors in forward order */
+    layout_params(m);
+    m->params = buffer(alloc, m->nparams * sizeof(float), "parameters", &mem.parameters);
+    m->grads = buffer(alloc, m->nparams * sizeof(float), "gradients", &mem.gradients);
+    for (int t = 0; alloc && t < m->ntensors; t++) {
         m->tensors[t]->value = m->params + m->tensors[t]->offset;
         m->tensors[t]->grad = m->grads + m->tensors[t]->offset;
     }
@@ -81,19 +94,34 @@ void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch)
         size_t outn = tr_shape_numel(l->out);
         if (outn > widest)
             widest = outn;
-        m->acts[i] = tr_alloc((size_t)max_batch * outn * sizeof(float), "activations");
+        m->acts[i] = buffer(alloc, B * outn * sizeof(float), "activations", &mem.activations);
         if (l->saved_ints_per_sample)
-            l->saved = tr_alloc((size_t)max_batch * l->saved_ints_per_sample * sizeof(int),
-                                "saved indices");
+            l->saved = buffer(alloc, B * l->saved_ints_per_sample * sizeof(int), "saved indices",
+                              &mem.activations);
         if (l->scratch_for) {
             l->scratch_floats = l->scratch_for(l, k, max_batch);
-            l->scratch = tr_alloc(l->scratch_floats * sizeof(float), "layer scratch");
+            l->scratch =
+                buffer(alloc, l->scratch_floats * sizeof(float), "layer scratch", &mem.scratch);
         }
     }
     for (int j = 0; j < 2; j++)
-        m->dact[j] = tr_alloc((size_t)max_batch * widest * sizeof(float), "activation grads");
-    m->probs = tr_alloc((size_t)max_batch * m->classes * sizeof(float), "probabilities");
-    m->losses = tr_alloc((size_t)max_batch * sizeof(float), "losses");
+        m->dact[j] =
+            buffer(alloc, B * widest * sizeof(float), "activation grads", &mem.activations);
+    m->probs = buffer(alloc, B * m->classes * sizeof(float), "probabilities", &mem.activations);
+    m->losses = buffer(alloc, B * sizeof(float), "losses", &mem.activations);
+    return mem;
+}
+
+tr_model_memory tr_model_plan(tr_model *m, const tr_kernels *k, int max_batch)
+{
+    return buffers(m, k, max_batch, 0);
+}
+
+void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch)
+{
+    m->k = k;
+    m->max_batch = max_batch;
+    buffers(m, k, max_batch, 1);
 }
 
 void tr_model_init_params(tr_model *m, uint64_t seed)

@@ -61,6 +61,11 @@ void tr_model_add(tr_model *m, tr_layer layer);
 /* Builds the named model for inputs of the given shape. No allocation yet. */
 int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape input,
                    char *err, size_t errlen);
+/* Bytes tr_model_allocate would take, by purpose (the memory plan). */
+typedef struct tr_model_memory {
+    size_t parameters, gradients, activations, scratch;
+} tr_model_memory;
+tr_model_memory tr_model_plan(tr_model *m, const tr_kernels *k, int max_batch);
 /* Lays out the flat buffers and allocates everything for batches up to max_batch. */
 void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch);
 /* Counter-based initialisation: tensor i's element j depends only on (seed, i, j). */

@@ -2,6 +2,7 @@
  * on by all ranks (tr_comm_agree), so it is printed once and nobody hangs. */
 #include "train.h"
 #include "core/error.h"
+#include "core/sysmem.h"
 #include "data/idx.h"
 #include "data/loader.h"
 #include "metrics.h"
@@ -204,6 +205,35 @@ static void print_banner(run *r)
     fflush(stdout);
 }
 
+/* Refuses, with numbers, a run whose buffers cannot fit in this rank's share of the
+ * node's memory, before anything is allocated. */
+static int check_memory(run *r, int max_batch)
+{
+    tr_model_memory mem = tr_model_plan(&r->model, &tr_cpu_kernels, max_batch);
+    int adamw = !strcmp(tr_deck_str(r->d, "optim", "name"), "adamw");
+    double optim = (adamw ? 2.0 : 1.0) * (double)mem.parameters;
+    double data = 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h * r->train.w *
+                  sizeof(float);
+    double need = (double)mem.parameters + mem.gradients + mem.activations + mem.scratch +
+                  optim + data;
+    size_t avail = tr_mem_available();
+    int ranks = r->w->local_size > 0 ? r->w->local_size : 1;
+    double share = (double)avail / ranks;
+    if (avail == 0 || need <= share)
+        return 0;
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
+    snprintf(r->err, sizeof r->err,
+             "out of memory: each rank needs %s (parameters %s, gradients %s, optimizer state "
+             "%s, activations and scratch %s at batch %d) but has about %s (%s available on the "
+             "node / %d ranks); reduce [train] batch_size or the model, raise "
+             "[train] micro_batches, or run fewer ranks per node",
+             tr_bytes_str(a, sizeof a, need), tr_bytes_str(b, sizeof b, (double)mem.parameters),
+             tr_bytes_str(c, sizeof c, (double)mem.gradients), tr_bytes_str(d, sizeof d, optim),
+             tr_bytes_str(e, sizeof e, (double)(mem.activations + mem.scratch)), max_batch,
+             tr_bytes_str(f, sizeof f, share), tr_bytes_str(g, sizeof g, (double)avail), ranks);
+    return TR_EXIT_OSERR;
+}
+
 static int setup(run *r)
 {
     int rc = check_layout(r);
@@ -251,6 +281,9 @@ static int setup(run *r)
     if (r->eval_local_batch > 4096)
         r->eval_local_batch = 4096;
     long max_batch = r->micro_batch > r->eval_local_batch ? r->micro_batch : r->eval_local_batch;
+    rc = tr_comm_agree(r->w, check_memory(r, (int)max_batch), r->err);
+    if (rc)
+        return rc;
     tr_model_allocate(&r->model, &tr_cpu_kernels, (int)max_batch);
     tr_model_init_params(&r->model, seed);
     tr_optim_init(&r->opt, r->d, r->model.nparams, r->total_steps);

@@ -166,6 +166,8 @@ def train(rank, world, args, port, out):
         raise SystemExit("global batch must divide by world size")
     local = B // world
     steps = x.shape[0] // B  # 468: the last partial batch is dropped
+    if args.steps:
+        steps = min(steps, args.steps)
     gen = torch.Generator().manual_seed(1234)  # same order on every rank
 
     def step(idx):
@@ -251,6 +253,7 @@ def main():
     ap.add_argument("--batch", type=int, default=128, help="global batch")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--reps", type=int, default=3, help="timed epochs (median reported)")
+    ap.add_argument("--steps", type=int, default=0, help="timed steps per epoch (0 = all 468)")
     ap.add_argument("--warmup", type=int, default=20, help="untimed warm-up steps")
     ap.add_argument("--no-mkldnn", dest="mkldnn", action="store_false",
                     help="disable oneDNN (convolutions fall back to im2col + BLAS)")

@@ -31,7 +31,7 @@ sed 's/^\[optim\]/[optimizer]/' inputs/mnist.in >"$WORK/sect.in"
 line=$(grep -n '^\[optimizer\]' "$WORK/sect.in" | cut -d: -f1)
 expect unknown-section 2 64 "sect.in:$line: unknown section \[optimizer\]; did you mean \[optim\]\?" "$WORK/sect.in"
 
-sed 's/^lr = 0.05/lr = fast/' inputs/mnist.in >"$WORK/type.in"
+sed 's/^lr = .*/lr = fast/' inputs/mnist.in >"$WORK/type.in"
 line=$(grep -n '^lr = fast' "$WORK/type.in" | cut -d: -f1)
 expect wrong-type 2 64 "type.in:$line: \[optim\] lr expects a number, got 'fast'" "$WORK/type.in"
 
@@ -63,6 +63,10 @@ expect more-ranks-than-samples 4 64 "global batch_size 8 is larger than the 4 tr
 expect micro-not-divisible 2 64 "not divisible into 3 micro-batches" "$deck" train.micro_batches=3
 expect dp-mismatch 4 64 "dp=3 x tp=1 x pp=1 = 3 ranks, but the job has 4" "$deck" parallel.dp=3
 expect tp-for-mlp 2 64 "model mlp trains data-parallel only" "$deck" parallel.tp=2
+
+# a model that cannot fit: refused with the numbers before anything is allocated
+# (65536-wide layers: about 52 GiB per rank, more than any test machine offers)
+expect out-of-memory 4 71 "out of memory: each rank needs .* \(parameters .*\) but has about" "$deck" model.hidden=65536,65536
 
 # the command line itself
 "$TRAINER" --bogus >"$WORK/out" 2>"$WORK/err"

@@ -1,0 +1,14 @@
+/* sysmem.h: how much memory this process may still use, so a model that cannot fit
+ * is refused with numbers before anything is allocated (not killed half-way). */
+#ifndef TR_SYSMEM_H
+#define TR_SYSMEM_H
+
+#include <stddef.h>
+
+/* MemAvailable of the node, or the address-space limit of this process if lower;
+ * 0 when unknown. */
+size_t tr_mem_available(void);
+/* "1.5 GiB", "730.2 MiB": human-readable bytes into buf. */
+const char *tr_bytes_str(char *buf, size_t len, double bytes);
+
+#endif
