@@ -1,5 +1,6 @@
 /* comm_mpi.c: the comm API over MPI: world set-up, grid, agreement, collectives. */
 #include "comm.h"
+#include "comm_mpi.h"
 #include "core/error.h"
 
 #include <limits.h>
@@ -174,6 +175,7 @@ int tr_comm_agree(const tr_world *w, int code, const char *message)
 }
 
 int tr_group_size(const tr_group *g) { return g->size; }
+MPI_Comm tr_group_mpi_comm(const tr_group *g) { return g->comm; }
 int tr_group_rank(const tr_group *g) { return g->rank; }
 
 /* MPI counts are int: large buffers go in pieces. */

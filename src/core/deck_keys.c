@@ -46,7 +46,15 @@ const tr_key_spec tr_deck_keys[] = {
     K("parallel", "pp", TR_KEY_INT, "1", 1, 1 << 16, 0, "pipeline-parallel stages (models that support it)"),
     K("parallel", "bucket_kib", TR_KEY_INT, "256", 4, 1 << 20, 0, "gradient all-reduce bucket size in KiB; each bucket starts as soon as backward fills it"),
 
+    K("checkpoint", "dir", TR_KEY_STRING, "", 0, 0, 0, "checkpoint directory; empty = <run dir>/checkpoints"),
+    K("checkpoint", "every", TR_KEY_INT, "0", 0, BIG, 0, "write a checkpoint every N steps (0 = only at the end)"),
+    K("checkpoint", "keep", TR_KEY_INT, "3", 0, 1000000, 0, "keep the newest N checkpoints, delete older ones (0 = keep all)"),
+    K("checkpoint", "at_end", TR_KEY_BOOL, "true", 0, 0, 0, "write a checkpoint when training ends"),
+    K("checkpoint", "resume", TR_KEY_STRING, "auto", 0, 0, 0, "auto = newest valid checkpoint in dir, else start fresh; none; or a checkpoint file"),
+
     K("run", "dir", TR_KEY_STRING, "runs/default", 0, 0, 0, "run directory (created if missing): resolved deck, metrics.csv, summary.json"),
+    K("run", "stop_after_steps", TR_KEY_INT, "0", 0, BIG, 0, "checkpoint and exit 75 after this many steps of this session (0 = off): run a long job in slices"),
+    K("run", "max_minutes", TR_KEY_FLOAT, "0", 0, 1e9, 0, "checkpoint and exit 75 once this session has run this long (0 = off): stay inside a wall-clock limit"),
     K("run", "progress", TR_KEY_CHOICE, "auto", 0, 0, "auto|tty|lines|off", "progress display: auto = in place on a terminal, plain lines otherwise"),
 
     K("system", "device", TR_KEY_CHOICE, "cpu", 0, 0, "cpu", "where the math runs"),

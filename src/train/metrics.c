@@ -4,15 +4,40 @@
 #include <errno.h>
 #include <stdio.h>
 
-FILE *tr_metrics_open(const char *dir)
+static const char HEADER[] = "step,epoch,phase,loss,accuracy,lr,grad_norm,samples_per_s,elapsed_s\n";
+
+FILE *tr_metrics_open(const char *dir, long resume_step)
 {
-    char path[4096];
+    char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
-    FILE *f = fopen(path, "w");
-    if (!f)
+    FILE *old = resume_step > 0 ? fopen(path, "r") : NULL;
+    if (!old) {
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs(HEADER, f);
+            fflush(f);
+        }
+        return f;
+    }
+    /* keep the header and every row of a step the checkpoint covers */
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fclose(old);
         return NULL;
-    fprintf(f, "step,epoch,phase,loss,accuracy,lr,grad_norm,samples_per_s,elapsed_s\n");
-    fflush(f);
+    }
+    char line[1024];
+    int first = 1;
+    while (fgets(line, sizeof line, old)) {
+        long step;
+        if (first || (sscanf(line, "%ld,", &step) == 1 && step <= resume_step))
+            fputs(line, f);
+        first = 0;
+    }
+    fclose(old);
+    if (fclose(f) || rename(tmp, path))
+        return NULL;
+    f = fopen(path, "a");
     return f;
 }
 

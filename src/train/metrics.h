@@ -12,8 +12,10 @@ typedef struct tr_metrics_row {
     double loss, accuracy, lr, grad_norm, samples_per_s, elapsed_s;
 } tr_metrics_row;
 
-/* Opens DIR/metrics.csv for writing (rank 0 only); NULL with errno on failure. */
-FILE *tr_metrics_open(const char *dir);
+/* Opens DIR/metrics.csv for writing (rank 0 only); NULL with errno on failure.
+ * A resumed run (resume_step > 0) keeps the rows up to resume_step and appends,
+ * so the file reads as if the run had never stopped. */
+FILE *tr_metrics_open(const char *dir, long resume_step);
 void tr_metrics_write(FILE *f, const tr_metrics_row *r);
 
 typedef struct tr_summary {

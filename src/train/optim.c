@@ -34,6 +34,13 @@ void tr_optim_free(tr_optim *o)
     o->m = o->v = NULL;
 }
 
+void tr_optim_reset(tr_optim *o)
+{
+    memset(o->m, 0, o->count * sizeof(float));
+    if (o->v)
+        memset(o->v, 0, o->count * sizeof(float));
+}
+
 float tr_optim_lr(const tr_optim *o, long step)
 {
     if (o->warmup_steps > 0 && step < o->warmup_steps)

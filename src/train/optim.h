@@ -23,6 +23,8 @@ typedef struct tr_optim {
 
 void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, long total_steps);
 void tr_optim_free(tr_optim *o);
+/* Zeroes the state, as before the first step. */
+void tr_optim_reset(tr_optim *o);
 /* The learning rate at 0-based step. */
 float tr_optim_lr(const tr_optim *o, long step);
 /* Clips in place when clipping is on; returns the norm before clipping. */

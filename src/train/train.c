@@ -10,8 +10,11 @@
 #include "optim.h"
 #include "parallel/data_parallel.h"
 #include "progress.h"
+#include "signals.h"
+#include "train_checkpoint.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,8 @@ typedef struct run {
     tr_optim opt;
     tr_dp dp;
     tr_loader *loader;
+    tr_train_ckpt ckpt;
+    long start_step; /* 0, or the step a checkpoint brought us to */
     long global_batch, local_batch, micro, micro_batch, eval_local_batch;
     long steps_per_epoch, total_steps;
     char dir[2048];
@@ -159,11 +164,37 @@ static int open_run_dir(run *r)
     if (fclose(f))
         return key_error(r, "run", "dir", "cannot write '%s': %s", path, strerror(errno)),
                TR_EXIT_IOERR;
-    r->metrics = tr_metrics_open(r->dir);
+    return 0;
+}
+
+/* After the resume decision: metrics.csv continues where the checkpoint stands. */
+static int open_metrics(run *r)
+{
+    if (r->w->rank != 0)
+        return 0;
+    r->metrics = tr_metrics_open(r->dir, r->start_step);
     if (!r->metrics)
         return key_error(r, "run", "dir", "cannot write '%s/metrics.csv': %s", r->dir,
                          strerror(errno)),
                TR_EXIT_IOERR;
+    return 0;
+}
+
+/* [checkpoint] resume; a failed explicit resume is an input error every rank shares */
+static int resume(run *r, uint64_t seed)
+{
+    tr_train_ckpt_init(&r->ckpt, r->d, r->dir, &r->model, &r->opt, r->w);
+    int reinit = 0;
+    char msg[4096];
+    int rc = tr_train_ckpt_resume(&r->ckpt, r->w, &r->start_step, &reinit, msg, sizeof msg);
+    if (rc) {
+        key_error(r, "checkpoint", "resume", "%s", msg);
+        return rc;
+    }
+    if (reinit) {
+        tr_model_init_params(&r->model, seed);
+        tr_optim_reset(&r->opt);
+    }
     return 0;
 }
 
@@ -287,6 +318,12 @@ static int setup(run *r)
     tr_model_allocate(&r->model, &tr_cpu_kernels, (int)max_batch);
     tr_model_init_params(&r->model, seed);
     tr_optim_init(&r->opt, r->d, r->model.nparams, r->total_steps);
+    rc = resume(r, seed);
+    if (!rc)
+        rc = open_metrics(r);
+    rc = tr_comm_agree(r->w, rc, r->err);
+    if (rc)
+        return rc;
     size_t bucket = (size_t)tr_deck_int(r->d, "parallel", "bucket_kib") * 1024 / sizeof(float);
     tr_dp_init(&r->dp, r->w->dp_group, r->model.grads, r->model.nparams, bucket);
     print_banner(r);
@@ -299,6 +336,7 @@ static void teardown(run *r)
         tr_loader_destroy(r->loader);
     if (r->metrics)
         fclose(r->metrics);
+    tr_train_ckpt_free(&r->ckpt);
     tr_dp_free(&r->dp);
     tr_optim_free(&r->opt);
     tr_model_free(&r->model);
@@ -338,12 +376,44 @@ static void train_step(run *r, long step, double *loss_sum, long *correct, doubl
     tr_optim_step(&r->opt, m, step, *lr);
 }
 
+/* Reasons to stop early with a checkpoint and exit 75. */
+enum { STOP_NONE = 0, STOP_SLICE = 1000, STOP_TIME = 1001 }; /* or a signal number */
+
+/* All ranks learn whether any rank must stop: one tiny all-reduce per step. */
+static int agree_stop(run *r, long steps_this_session)
+{
+    int why = tr_signal_pending();
+    long slice = tr_deck_int(r->d, "run", "stop_after_steps");
+    double minutes = tr_deck_float(r->d, "run", "max_minutes");
+    if (!why && slice && steps_this_session >= slice)
+        why = STOP_SLICE;
+    if (!why && minutes > 0 && tr_wtime() - r->rt->start_time >= 60 * minutes)
+        why = STOP_TIME;
+    tr_allreduce(&why, &why, 1, TR_I32, TR_MAX, r->w->world);
+    return why;
+}
+
+static int save(run *r, long step)
+{
+    char msg[4096];
+    int rc = tr_train_ckpt_save(&r->ckpt, r->w, step, (double)step / r->steps_per_epoch, msg,
+                                sizeof msg);
+    if (rc && r->w->rank == 0) {
+        fprintf(stderr, "error: %s; stopping: training on without durable checkpoints would "
+                        "risk losing the run (the previous checkpoint is intact)\n",
+                msg);
+        fflush(stderr);
+    }
+    return rc;
+}
+
 int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
 {
     run *r = calloc(1, sizeof *r);
     if (!r)
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     r->d = d, r->w = w, r->rt = rt;
+    tr_signals_install();
     int rc = setup(r);
     if (rc) {
         teardown(r);
@@ -359,7 +429,8 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
     double t_train = 0, last_loss = 0;
     long samples_done = 0;
     double test_loss = 0, test_acc = 0;
-    for (long step = 0; step < r->total_steps; step++) {
+    int evaluated = 0;
+    for (long step = r->start_step; step < r->total_steps; step++) {
         double t0 = tr_wtime();
         double loss_sum, gnorm;
         long correct;
@@ -385,6 +456,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         tr_progress_update(&prog, done, epoch, last_loss, lr, rate, eta, t1);
         if ((eval_every && done % eval_every == 0) || done == r->total_steps) {
             evaluate(r, &test_loss, &test_acc);
+            evaluated = 1;
             tr_metrics_row row = {done, epoch, "eval", test_loss, test_acc, lr, 0, rate,
                                   tr_wtime() - rt->start_time};
             tr_metrics_write(r->metrics, &row);
@@ -394,7 +466,37 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
                        100 * test_acc);
             }
         }
+        int sig = done < r->total_steps ? agree_stop(r, done - r->start_step) : 0;
+        int periodic = r->ckpt.every && done % r->ckpt.every == 0;
+        int final = done == r->total_steps && r->ckpt.at_end;
+        if (periodic || final || sig) {
+            tr_progress_break(&prog);
+            rc = save(r, done);
+            if (rc)
+                break;
+        }
+        if (sig) {
+            if (w->rank == 0)
+                printf("%s%s: checkpointed at step %ld; exiting with %d (run again to "
+                       "resume)\n",
+                       sig == STOP_SLICE   ? "run.stop_after_steps reached"
+                       : sig == STOP_TIME  ? "run.max_minutes reached"
+                       : sig == SIGUSR1    ? "SIGUSR1"
+                       : sig == SIGTERM    ? "SIGTERM"
+                                           : "signal",
+                       "", done, TR_EXIT_TEMPFAIL);
+            rc = TR_EXIT_TEMPFAIL;
+            break;
+        }
     }
+    if (rc) {
+        tr_progress_break(&prog);
+        teardown(r);
+        free(r);
+        return rc;
+    }
+    if (!evaluated) /* resumed at or past the last step: still report the model */
+        evaluate(r, &test_loss, &test_acc);
     tr_progress_break(&prog);
     double wall = tr_wtime() - rt->start_time;
     double rate = samples_done / (t_train > 0 ? t_train : 1e-9);

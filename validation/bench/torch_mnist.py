@@ -21,8 +21,9 @@ A timed epoch covers the loop only: batch gather, forward, loss, backward
 evaluation. --world 2 runs DistributedDataParallel over gloo on loopback with two
 processes, each taking its 64-sample half of every global batch of 128.
 
-Environment knobs that must be set before torch loads (mnist.sh sets them):
-OPENBLAS_CORETYPE, OPENBLAS_NUM_THREADS. They are reported, not set, here.
+Environment knobs that must be set before torch loads (mnist.sh tries several):
+OPENBLAS_CORETYPE, OPENBLAS_NUM_THREADS, OMP_WAIT_POLICY. They are reported, not set,
+here. --channels-last and --no-mkldnn choose the CNN's convolution path.
 """
 import argparse
 import ctypes
@@ -138,6 +139,7 @@ def config(args):
         "openblas": openblas_info(),
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", ""),
         "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", ""),
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", ""),
         "mkldnn": bool(torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()),
         "channels_last": bool(args.channels_last),
     }
@@ -149,6 +151,7 @@ def train(rank, world, args, port, out):
         torch.backends.mkldnn.enabled = False
     if world > 1:
         import torch.distributed as dist
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback, whatever the hostname says
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
                                 rank=rank, world_size=world)
     torch.manual_seed(1234)

@@ -1,0 +1,12 @@
+/* comm_mpi.h: the MPI communicator under a group, for the one other place that
+ * must hand it to a library: parallel HDF5 in src/io. Nothing else includes this. */
+#ifndef TR_COMM_MPI_H
+#define TR_COMM_MPI_H
+
+#include "comm.h"
+
+#include <mpi.h>
+
+MPI_Comm tr_group_mpi_comm(const tr_group *g);
+
+#endif

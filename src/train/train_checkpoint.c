@@ -1,0 +1,165 @@
+/* train_checkpoint.c: maps the model and optimizer onto checkpoint tensors and
+ * applies the deck's checkpoint policy. */
+#include "train_checkpoint.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void add(tr_train_ckpt *c, const tr_layer *l, const tr_param *p, const char *state,
+                float *data)
+{
+    tr_ckpt_tensor *t = &c->tensors[c->ntensors++];
+    memset(t, 0, sizeof *t);
+    if (state)
+        snprintf(t->path, sizeof t->path, "/optimizer/%s/%s/%s", state, l->name, p->name);
+    else
+        snprintf(t->path, sizeof t->path, "/model/%s/%s", l->name, p->name);
+    snprintf(t->kind, sizeof t->kind, "%s", state ? state : "parameter");
+    snprintf(t->layer, sizeof t->layer, "%s", l->name);
+    t->ndim = p->ndim;
+    for (int d = 0; d < p->ndim; d++)
+        t->dims[d] = (uint64_t)p->dims[d];
+    t->data = data;
+}
+
+static char *resolved_deck_text(const tr_deck *d)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        tr_fatal(TR_EXIT_OSERR, "out of memory");
+    tr_deck_write_resolved(d, f);
+    fclose(f);
+    return buf;
+}
+
+void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
+                        const tr_model *m, const tr_optim *o, const tr_world *w)
+{
+    memset(c, 0, sizeof *c);
+    const char *dir = tr_deck_str(d, "checkpoint", "dir");
+    if (*dir)
+        snprintf(c->dir, sizeof c->dir, "%s", dir);
+    else
+        snprintf(c->dir, sizeof c->dir, "%s/checkpoints", run_dir);
+    c->every = tr_deck_int(d, "checkpoint", "every");
+    c->keep = (int)tr_deck_int(d, "checkpoint", "keep");
+    c->at_end = tr_deck_bool(d, "checkpoint", "at_end");
+    snprintf(c->resume, sizeof c->resume, "%s", tr_deck_str(d, "checkpoint", "resume"));
+    c->last_written = -1;
+
+    int states = o->kind == TR_OPT_ADAMW ? 2 : 1;
+    c->tensors = tr_alloc((size_t)m->ntensors * (1 + states) * sizeof *c->tensors,
+                          "checkpoint tensor list");
+    for (int s = -1; s < states; s++)
+        for (int i = 0; i < m->nlayers; i++)
+            for (int p = 0; p < m->layers[i].nparams; p++) {
+                const tr_layer *l = &m->layers[i];
+                const tr_param *pr = &l->params[p];
+                if (s < 0)
+                    add(c, l, pr, NULL, pr->value);
+                else if (o->kind == TR_OPT_SGD)
+                    add(c, l, pr, "momentum", o->m + pr->offset);
+                else
+                    add(c, l, pr, s == 0 ? "adam_m" : "adam_v",
+                        (s == 0 ? o->m : o->v) + pr->offset);
+            }
+    snprintf(c->meta.model, sizeof c->meta.model, "%s", m->name);
+    snprintf(c->meta.optimizer, sizeof c->meta.optimizer, "%s",
+             o->kind == TR_OPT_ADAMW ? "adamw" : "sgd");
+    c->meta.seed = (uint64_t)tr_deck_int(d, "train", "seed");
+    c->meta.ranks = w->size, c->meta.dp = w->dp, c->meta.tp = w->tp, c->meta.pp = w->pp;
+    c->deck_text = resolved_deck_text(d);
+}
+
+void tr_train_ckpt_free(tr_train_ckpt *c)
+{
+    tr_free(c->tensors);
+    free(c->deck_text);
+    c->tensors = NULL;
+    c->deck_text = NULL;
+}
+
+static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *step, char *err,
+                size_t errlen)
+{
+    tr_ckpt_meta meta = c->meta;
+    int rc = tr_ckpt_read(path, &meta, c->tensors, c->ntensors, w->world, err, errlen);
+    if (rc)
+        return rc;
+    *step = meta.step;
+    c->last_written = meta.step;
+    if (w->rank == 0) {
+        printf("resumed from %s: step %ld, epoch %.2f (written at %d rank%s: dp %d, tp %d, pp "
+               "%d)\n",
+               path, meta.step, meta.epoch, meta.ranks, meta.ranks == 1 ? "" : "s", meta.dp,
+               meta.tp, meta.pp);
+        if (meta.seed != c->meta.seed)
+            printf("warning: the checkpoint was written with seed %llu and this deck has %llu: "
+                   "the data order after step %ld differs from the original run\n",
+                   (unsigned long long)meta.seed, (unsigned long long)c->meta.seed, meta.step);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+int tr_train_ckpt_resume(tr_train_ckpt *c, const tr_world *w, long *step, int *reinit,
+                         char *err, size_t errlen)
+{
+    *step = 0;
+    *reinit = 0;
+    err[0] = '\0';
+    if (!strcmp(c->resume, "none"))
+        return 0;
+    if (strcmp(c->resume, "auto"))
+        return load(c, w, c->resume, step, err, errlen); /* a named file must work */
+    /* auto: the newest valid checkpoint; rank 0 lists so every rank tries the same */
+    long steps[1024];
+    int n = w->rank == 0 ? tr_ckpt_list(c->dir, steps, 1024) : 0;
+    tr_bcast(&n, 1, TR_I32, 0, w->world);
+    tr_bcast(steps, (size_t)n, TR_I64, 0, w->world);
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        tr_ckpt_path(path, sizeof path, c->dir, steps[i]);
+        if (!load(c, w, path, step, err, errlen))
+            return 0;
+        if (w->rank == 0) {
+            printf("warning: skipping checkpoint: %s; %s\n", err,
+                   i + 1 < n ? "trying the next older one" : "no older one left");
+            fflush(stdout);
+        }
+    }
+    if (n && w->rank == 0) {
+        printf("warning: no valid checkpoint in %s: starting from step 0\n", c->dir);
+        fflush(stdout);
+    }
+    err[0] = '\0';
+    *reinit = n > 0; /* a failed load may have filled some tensors */
+    return 0;
+}
+
+int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double epoch, char *err,
+                       size_t errlen)
+{
+    tr_ckpt_meta meta = c->meta;
+    meta.step = step;
+    meta.epoch = epoch;
+    meta.deck_text = c->deck_text;
+    tr_ckpt_stats st = {0};
+    int rc = tr_ckpt_write(c->dir, &meta, c->tensors, c->ntensors, w->world, &st, err, errlen);
+    if (rc)
+        return rc;
+    c->last_written = step;
+    if (w->rank == 0) {
+        tr_ckpt_prune(c->dir, c->keep);
+        char path[4096];
+        tr_ckpt_path(path, sizeof path, c->dir, step);
+        printf("checkpoint %s: %.1f MiB in %.2f s (%.0f MiB/s)\n", path, st.bytes / 1048576.0,
+               st.seconds, st.bytes / 1048576.0 / (st.seconds > 0 ? st.seconds : 1e-9));
+        fflush(stdout);
+    }
+    return 0;
+}

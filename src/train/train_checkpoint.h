@@ -1,0 +1,42 @@
+/* train_checkpoint.h: the checkpoint policy of a training run: which tensors make
+ * up the state, when to write, what to resume from. The file format itself is in
+ * io/checkpoint.h. */
+#ifndef TR_TRAIN_CHECKPOINT_H
+#define TR_TRAIN_CHECKPOINT_H
+
+#include "comm/comm.h"
+#include "core/deck.h"
+#include "io/checkpoint.h"
+#include "models/model.h"
+#include "optim.h"
+
+typedef struct tr_train_ckpt {
+    char dir[2048];
+    long every;
+    int keep, at_end;
+    char resume[TR_DECK_VALUE_MAX];
+    tr_ckpt_tensor *tensors; /* parameters, then each optimizer state */
+    int ntensors;
+    tr_ckpt_meta meta; /* model, optimizer, seed, layout; step set per write */
+    char *deck_text;   /* the resolved deck, saved in every checkpoint */
+    long last_written; /* step of the newest checkpoint this run wrote or loaded */
+} tr_train_ckpt;
+
+void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
+                        const tr_model *m, const tr_optim *o, const tr_world *w);
+void tr_train_ckpt_free(tr_train_ckpt *c);
+
+/* Applies [checkpoint] resume. Collective. On success *step is the step to start
+ * from (0 when fresh); rank 0 says what it loaded or skipped. *reinit is set when
+ * failed attempts may have overwritten tensors, which must then be initialised
+ * afresh. Returns 0, or the exit code (with err) when an explicitly named
+ * checkpoint cannot be used. */
+int tr_train_ckpt_resume(tr_train_ckpt *c, const tr_world *w, long *step, int *reinit,
+                         char *err, size_t errlen);
+
+/* Writes the checkpoint for `step` completed steps; prunes old ones. Collective.
+ * Returns 0 or TR_EXIT_IOERR with err. */
+int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double epoch,
+                       char *err, size_t errlen);
+
+#endif
