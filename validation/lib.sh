@@ -47,3 +47,11 @@ finish() {
   echo "$PASSED passed, $FAILED failed"
   [ "$FAILED" = 0 ]
 }
+
+# ranks of the trainer currently running (their command line starts with it)
+trainer_pids() { pgrep -f "^$TRAINER " || true; }
+
+# h5_same A B: the model and optimizer state of two checkpoints are bit-identical
+h5_same() {
+  h5diff -q "$1" "$2" /model /model && h5diff -q "$1" "$2" /optimizer /optimizer
+}

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -248,6 +249,36 @@ static int sync_path(const char *path, int dir)
     return rc;
 }
 
+/* Bytes the file will take: data (large datasets aligned to 1 MiB) plus metadata. */
+static double file_bytes(const tr_ckpt_tensor *t, int n, const char *deck)
+{
+    double b = (double)(1 << 20) + (deck ? strlen(deck) : 0);
+    for (int i = 0; i < n; i++) {
+        double x = (double)numel(&t[i]) * sizeof(float);
+        b += x >= (1 << 20) ? x + (1 << 20) : x + 4096;
+    }
+    return b;
+}
+
+/* Parallel HDF5 does not recover from a write that fails on some ranks: its
+ * collective close can then wait forever. So a checkpoint that cannot fit is
+ * refused before the file is created (the previous one stays as it is). */
+static int check_space(const char *dir, double need, char *err, size_t errlen)
+{
+    struct statvfs v;
+    if (statvfs(dir, &v))
+        return 0; /* unknown: try, and let the write report */
+    double avail = (double)v.f_bavail * (double)v.f_frsize;
+    if (avail >= need)
+        return 0;
+    fail(err, errlen,
+         "not enough space for a checkpoint in '%s': it needs about %.1f MiB and %.1f MiB are "
+         "free (No space left on device); free space, lower [checkpoint] keep, or set "
+         "[checkpoint] dir elsewhere",
+         dir, need / 1048576.0, avail / 1048576.0);
+    return -1;
+}
+
 int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n,
                   tr_group *g, tr_ckpt_stats *stats, char *err, size_t errlen)
 {
@@ -266,10 +297,12 @@ int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tenso
              strerror(errno));
         bad = 1;
     }
+    if (!bad && rank == 0 && check_space(dir, file_bytes(t, n, meta->deck_text), err, errlen))
+        bad = 1;
     tr_bcast(&bad, 1, TR_I32, 0, g);
     if (bad) {
         if (rank)
-            snprintf(err, errlen, "cannot create the checkpoint directory '%s'", dir);
+            snprintf(err, errlen, "cannot write a checkpoint in '%s' (see rank 0)", dir);
         return TR_EXIT_IOERR;
     }
 

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# checkpoint_errors.sh: nothing lost, nothing trusted blindly. A kill -9 during a
+# write leaves the previous checkpoint as the newest valid one; truncated, corrupt,
+# mismatched and foreign files are refused with the file and the problem named, and
+# resume = auto falls back to an older valid one; an unwritable or full checkpoint
+# directory stops training (exit 74) without harming the previous checkpoint.
+source "$(dirname "$0")/../lib.sh"
+require_data
+RUN_TIMEOUT=200
+base=(inputs/mnist.in train.steps=30 run.progress=off)
+
+# a run with checkpoints at 10, 20 and 30
+run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$WORK/good" checkpoint.every=10 checkpoint.keep=0
+check "reference run: $RC" [ "$RC" = 0 ]
+ck=$WORK/good/checkpoints
+
+# expect_resume NAME CODE PATTERN FILE [overrides]: an explicit resume must fail clearly
+expect_resume() {
+  local name=$1 code=$2 pattern=$3 file=$4; shift 4
+  run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$WORK/r_$name" checkpoint.resume="$file" "$@"
+  check "$name: exit $RC, expected $code" [ "$RC" = "$code" ]
+  check "$name: message '$pattern' in: $(cat "$WORK/err")" grep -qE -- "$pattern" "$WORK/err"
+  check "$name: printed once" [ "$(grep -cE -- "$pattern" "$WORK/err")" = 1 ]
+  check "$name: no rank left" no_leftover_ranks
+}
+
+# truncated
+cp "$ck/step_00000030.h5" "$WORK/trunc.h5"
+truncate -s $(( $(stat -c %s "$WORK/trunc.h5") / 2 )) "$WORK/trunc.h5"
+expect_resume truncated 65 "'$WORK/trunc.h5' is not a readable checkpoint: .*truncated" "$WORK/trunc.h5"
+
+# one flipped byte inside /model/fc1/weight
+cp "$ck/step_00000030.h5" "$WORK/flip.h5"
+off=$("$PYTHON" -c "import h5py; print(h5py.File('$WORK/flip.h5','r')['/model/fc1/weight'].id.get_offset() + 4000)")
+"$PYTHON" -c "
+f = open('$WORK/flip.h5', 'r+b'); f.seek($off); b = f.read(1); f.seek($off); f.write(bytes([b[0] ^ 0x10]))"
+expect_resume flipped-byte 65 "'$WORK/flip.h5': checksum mismatch in /model/fc1/weight: the file is corrupt" "$WORK/flip.h5"
+
+# other model, other shapes, other optimizer
+expect_resume wrong-model 65 "was written for model 'mlp'; this deck trains 'cnn'" "$ck/step_00000030.h5" model.name=cnn
+expect_resume wrong-shape 65 "/model/fc1/weight has shape \[256, 784\], the model has \[128, 784\]" "$ck/step_00000030.h5" model.hidden=128,256
+expect_resume wrong-optimizer 65 "holds sgd optimizer state; this deck uses adamw" "$ck/step_00000030.h5" optim.name=adamw
+
+# foreign files
+"$PYTHON" -c "import h5py, numpy; h5py.File('$WORK/foreign.h5','w')['x'] = numpy.zeros(3)"
+expect_resume foreign-hdf5 65 "is an HDF5 file but not a trainer checkpoint" "$WORK/foreign.h5"
+echo "hello" >"$WORK/text.h5"
+expect_resume not-hdf5 65 "'$WORK/text.h5' is not a readable checkpoint" "$WORK/text.h5"
+expect_resume missing 66 "cannot read checkpoint '$WORK/nope.h5': No such file" "$WORK/nope.h5"
+
+# resume = auto falls back past a corrupt newest checkpoint, and says so
+mkdir -p "$WORK/fallback"
+cp -r "$WORK/good/checkpoints" "$WORK/fallback/"
+cp "$WORK/flip.h5" "$WORK/fallback/checkpoints/step_00000030.h5"
+run 2 "$WORK/out" "$WORK/err" inputs/mnist.in train.steps=40 run.progress=off run.dir="$WORK/fallback"
+check "auto fallback: exit $RC" [ "$RC" = 0 ]
+check "auto fallback: warns about the bad file" grep -q "skipping checkpoint: .*step_00000030.h5': checksum mismatch" "$WORK/out"
+check "auto fallback: resumes from step 20" grep -q "resumed from .*step_00000020.h5: step 20" "$WORK/out"
+
+# kill -9 during a checkpoint write: the previous checkpoint stays the newest valid one
+big=(inputs/mnist.in model.hidden=2048,2048 train.steps=400 checkpoint.every=3 checkpoint.keep=0 run.progress=off)
+dir=$WORK/killed
+timeout 200 mpirun -np 2 "$TRAINER" "${big[@]}" run.dir="$dir" >"$WORK/kout" 2>&1 &
+launcher=$!
+caught=0
+for _ in $(seq 1 6000); do
+  if ls "$dir"/checkpoints/*.h5.tmp >/dev/null 2>&1 && ls "$dir"/checkpoints/step_*.h5 >/dev/null 2>&1; then
+    pkill -9 -f "^$TRAINER " && caught=1
+    break
+  fi
+  sleep 0.005
+done
+wait "$launcher" 2>/dev/null
+check "kill -9 landed during a write" [ "$caught" = 1 ]
+newest=$(ls "$dir"/checkpoints/step_*.h5 | tail -1)
+run 2 "$WORK/out" "$WORK/err" "${big[@]}" train.steps=$(( $(basename "$newest" .h5 | sed 's/step_0*//') + 1 )) \
+  run.dir="$dir" checkpoint.every=0
+check "after kill -9: resumes from the newest complete checkpoint ($(basename "$newest")): $(cat "$WORK/err")" \
+  grep -q "resumed from $newest" "$WORK/out"
+check "after kill -9: the stale temporary file is cleaned up" bash -c "! ls '$dir'/checkpoints/*.tmp 2>/dev/null"
+
+# unwritable checkpoint directory: exit 74 at the first write, clearly
+run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$WORK/unwritable" checkpoint.dir=/proc/nope
+check "unwritable dir: exit 74 (got $RC)" [ "$RC" = 74 ]
+check "unwritable dir: message: $(cat "$WORK/err")" grep -q "cannot create the checkpoint directory '/proc/nope'" "$WORK/err"
+
+# a full disk during a write: exit 74, and the previous checkpoint is intact
+if mkdir -p "$WORK/small" && mount -t tmpfs -o size=5m tmpfs "$WORK/small" 2>/dev/null; then
+  run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$WORK/full" checkpoint.dir="$WORK/small" \
+    checkpoint.every=10 checkpoint.keep=0
+  check "full disk: exit 74 (got $RC)" [ "$RC" = 74 ]
+  check "full disk: reported: $(cat "$WORK/err")" grep -q "not enough space for a checkpoint in .*No space left on device" "$WORK/err"
+  check "full disk: no temporary file left" bash -c "! ls '$WORK/small'/*.tmp 2>/dev/null"
+  cp "$WORK/small/step_00000010.h5" "$WORK/prev.h5"
+  umount "$WORK/small"
+  run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$WORK/full2" checkpoint.resume="$WORK/prev.h5"
+  check "full disk: the previous checkpoint still loads: $(cat "$WORK/err")" [ "$RC" = 0 ]
+else
+  echo "skipped: full-disk case (cannot mount a small tmpfs here)"
+fi
+finish

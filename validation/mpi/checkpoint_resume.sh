@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# checkpoint_resume.sh: a run interrupted mid-epoch and resumed ends bit-identical to
+# the run done straight (h5diff of the final checkpoints, metrics.csv rows); a
+# checkpoint resumes at another rank count within the any-layout tolerance; a
+# signal to one rank checkpoints at the next step boundary and exits 75.
+source "$(dirname "$0")/../lib.sh"
+require_data
+RUN_TIMEOUT=300
+common=(inputs/mnist.in train.steps=100 train.log_every=1 run.progress=off)
+
+# 1. straight, and interrupted at step 45 (mid-epoch: 62 steps per epoch) then resumed
+run 4 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/straight"
+check "straight run: $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+run 4 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/cut" run.stop_after_steps=45
+check "interrupted run exits 75 (got $RC)" [ "$RC" = 75 ]
+check "interrupted run wrote step 45" [ -f "$WORK/cut/checkpoints/step_00000045.h5" ]
+run 4 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/cut"
+check "resumed run: $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+check "resumed run says so" grep -q "resumed from .*step_00000045.h5: step 45" "$WORK/out"
+check "final parameters and optimizer state bit-identical (h5diff)" \
+  h5_same "$WORK/straight/checkpoints/step_00000100.h5" "$WORK/cut/checkpoints/step_00000100.h5"
+check "metrics.csv train rows identical" "$PYTHON" validation/compare_metrics.py --exact \
+  "$WORK/straight/metrics.csv" "$WORK/cut/metrics.csv"
+check "metrics.csv has no duplicate steps" bash -c \
+  "[ \$(grep -c ',train,' '$WORK/cut/metrics.csv') = 100 ]"
+
+# 2. the same with AdamW and the CNN, resumed at the same layout
+adam=(inputs/mnist.in model.name=cnn optim.name=adamw optim.lr=0.001 train.steps=40
+  train.log_every=1 run.progress=off)
+run 2 "$WORK/out" "$WORK/err" "${adam[@]}" run.dir="$WORK/adam_straight"
+run 2 "$WORK/out" "$WORK/err" "${adam[@]}" run.dir="$WORK/adam_cut" run.stop_after_steps=17
+check "adamw cnn interrupted exits 75" [ "$RC" = 75 ]
+run 2 "$WORK/out" "$WORK/err" "${adam[@]}" run.dir="$WORK/adam_cut"
+check "adamw cnn: Adam moments and parameters bit-identical after resume" \
+  h5_same "$WORK/adam_straight/checkpoints/step_00000040.h5" "$WORK/adam_cut/checkpoints/step_00000040.h5"
+
+# 3. written at 4 ranks, resumed at 2 and at 8: same curve within the layout tolerance
+for np in 2 8; do
+  cp -r "$WORK/cut" "$WORK/relayout$np"
+  rm "$WORK/relayout$np/checkpoints/step_00000100.h5"
+  run "$np" "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/relayout$np" \
+    checkpoint.resume="$WORK/cut/checkpoints/step_00000045.h5"
+  check "resume at $np ranks: $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+  check "resume at $np ranks says where it was written" grep -q "written at 4 ranks" "$WORK/out"
+  check "resume at $np ranks continues the curve" "$PYTHON" validation/compare_metrics.py \
+    --rtol 1e-5 "$WORK/straight/metrics.csv" "$WORK/relayout$np/metrics.csv"
+done
+
+# 4. a signal to one rank: all ranks checkpoint at the next step boundary, exit 75,
+#    and the resumed run ends where the straight one does
+sig=(inputs/mnist.in model.name=cnn train.steps=300 train.log_every=1 run.progress=off)
+run 4 "$WORK/out" "$WORK/err" "${sig[@]}" run.dir="$WORK/sig_straight"
+for s in USR1 TERM; do
+  dir=$WORK/sig_$s
+  timeout 120 mpirun -np 4 "$TRAINER" "${sig[@]}" run.dir="$dir" >"$WORK/sout" 2>"$WORK/serr" &
+  launcher=$!
+  for _ in $(seq 1 600); do # wait until training is under way
+    [ -f "$dir/metrics.csv" ] && [ "$(wc -l <"$dir/metrics.csv")" -gt 20 ] && break
+    sleep 0.05
+  done
+  victim=$(trainer_pids | sed -n 3p)
+  kill -"$s" "$victim"
+  sleep 0.01
+  kill -"$s" "$victim" 2>/dev/null # a second signal while it writes changes nothing
+  wait "$launcher"
+  code=$?
+  check "SIG$s to one rank: exit 75 (got $code) $(cat "$WORK/serr")" [ "$code" = 75 ]
+  check "SIG$s: says it checkpointed" grep -q "SIG$s: checkpointed at step" "$WORK/sout"
+  step=$(sed -n "s/.*checkpointed at step \([0-9]*\).*/\1/p" "$WORK/sout")
+  check "SIG$s: stopped early (step $step of 300)" [ -n "$step" ] && [ "${step:-300}" -lt 300 ]
+  check "SIG$s: no temporary file left" bash -c "! ls '$dir'/checkpoints/*.tmp 2>/dev/null"
+  check "no rank left running" no_leftover_ranks
+  run 4 "$WORK/out" "$WORK/err" "${sig[@]}" run.dir="$dir"
+  check "SIG$s: resumed run finishes: $RC" [ "$RC" = 0 ]
+  check "SIG$s: final state bit-identical to the straight run" \
+    h5_same "$WORK/sig_straight/checkpoints/step_00000300.h5" "$dir/checkpoints/step_00000300.h5"
+done
+
+# 5. keep: only the newest N remain
+run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/keep" checkpoint.every=10 checkpoint.keep=2
+check "keep=2 keeps the two newest" [ "$(ls "$WORK/keep/checkpoints" | tr '\n' ' ')" = "step_00000090.h5 step_00000100.h5 " ]
+finish
