@@ -50,6 +50,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("checkpoint", "every", TR_KEY_INT, "0", 0, BIG, 0, "write a checkpoint every N steps (0 = only at the end)"),
     K("checkpoint", "keep", TR_KEY_INT, "3", 0, 1000000, 0, "keep the newest N checkpoints, delete older ones (0 = keep all)"),
     K("checkpoint", "at_end", TR_KEY_BOOL, "true", 0, 0, 0, "write a checkpoint when training ends"),
+    K("checkpoint", "collective_io", TR_KEY_BOOL, "false", 0, 0, 0, "tensor data through MPI-IO collective buffering (true) or each rank writing its contiguous part directly (false: faster on a local disk)"),
     K("checkpoint", "resume", TR_KEY_STRING, "auto", 0, 0, 0, "auto = newest valid checkpoint in dir, else start fresh; none; or a checkpoint file"),
 
     K("run", "dir", TR_KEY_STRING, "runs/default", 0, 0, 0, "run directory (created if missing): resolved deck, metrics.csv, summary.json"),

@@ -137,6 +137,13 @@ static int attr_read_str(hid_t obj, const char *name, char *buf, size_t len)
 
 /* ---- write ------------------------------------------------------------------ */
 
+/* the write in progress: who writes and how */
+typedef struct wctx {
+    tr_group *g;
+    int rank, size;
+    int collective; /* tensor data through MPI-IO collective buffering */
+} wctx;
+
 static hid_t mpio_fapl(tr_group *g)
 {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -148,8 +155,39 @@ static hid_t mpio_fapl(tr_group *g)
     return fapl;
 }
 
-static int write_tensor(hid_t f, const tr_ckpt_tensor *t, int rank, int size, char *err,
-                        size_t errlen)
+/* CRC-32 of the concatenation of every rank's band, in rank order. */
+static uint32_t band_crc(const wctx *w, const float *x, uint64_t n)
+{
+    int rank = w->rank, size = w->size;
+    uint64_t mine[2] = {crc_of(x, n), n * sizeof(float)};
+    uint64_t *all = calloc((size_t)size * 2, sizeof *all);
+    if (!all)
+        tr_fatal(TR_EXIT_OSERR, "out of memory");
+    all[2 * rank] = mine[0];
+    all[2 * rank + 1] = mine[1];
+    tr_allreduce(all, all, (size_t)size * 2, TR_I64, TR_SUM, w->g);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (int r = 0; r < size; r++)
+        if (all[2 * r + 1])
+            crc = crc32_combine(crc, (uLong)all[2 * r], (z_off_t)all[2 * r + 1]);
+    free(all);
+    return (uint32_t)crc;
+}
+
+/* This rank's band of rows of t: [lo, hi) rows of `row` elements each. */
+static void band(const tr_ckpt_tensor *t, const wctx *w, uint64_t *lo, uint64_t *hi,
+                 uint64_t *row)
+{
+    uint64_t rows = t->dims[0];
+    *row = numel(t) / (rows ? rows : 1);
+    *lo = rows * (uint64_t)w->rank / (uint64_t)w->size;
+    *hi = rows * (uint64_t)(w->rank + 1) / (uint64_t)w->size;
+}
+
+/* Creates t's dataset with its attributes (collective) and returns where its data
+ * starts in the file; the data itself is written later, by write_bands. */
+static int create_tensor(hid_t f, const tr_ckpt_tensor *t, const wctx *w, uint64_t *offset,
+                         char *err, size_t errlen)
 {
     char why[256];
     hsize_t dims[TR_CKPT_MAX_DIMS];
@@ -158,46 +196,92 @@ static int write_tensor(hid_t f, const tr_ckpt_tensor *t, int rank, int size, ch
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
     hid_t fs = H5Screate_simple(t->ndim, dims, NULL);
-    hid_t ds = H5Dcreate2(f, t->path, H5T_IEEE_F32LE, fs, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    /* contiguous and allocated now, so the data has a fixed place in the file; no
+     * fill values, since every byte is written next */
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    hid_t ds = H5Dcreate2(f, t->path, H5T_IEEE_F32LE, fs, lcpl, dcpl, H5P_DEFAULT);
+    H5Pclose(dcpl);
     H5Pclose(lcpl);
+    H5Sclose(fs);
     if (ds < 0) {
-        H5Sclose(fs);
         fail(err, errlen, "cannot create %s: %s", t->path, h5_why(why));
         return -1;
     }
-    /* this rank's band of rows: no rank gathers the tensor, each writes its part */
-    hsize_t rows = dims[0], row = numel(t) / (rows ? rows : 1);
-    hsize_t lo = rows * (hsize_t)rank / (hsize_t)size, hi = rows * (hsize_t)(rank + 1) / size;
-    hsize_t start[TR_CKPT_MAX_DIMS] = {0}, count[TR_CKPT_MAX_DIMS];
-    for (int d = 0; d < t->ndim; d++)
-        count[d] = dims[d];
-    start[0] = lo;
-    count[0] = hi - lo;
-    hsize_t mcount = (hi - lo) * row;
-    hid_t ms = H5Screate_simple(1, &mcount, NULL);
-    if (hi > lo) {
-        H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
-    } else {
-        H5Sselect_none(fs);
-        H5Sselect_none(ms);
-    }
-    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-    herr_t rc = H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, t->data + lo * row);
-    H5Pclose(dxpl);
-    H5Sclose(ms);
-    H5Sclose(fs);
-    if (rc < 0)
-        fail(err, errlen, "writing %s failed: %s", t->path, h5_why(why));
-    /* attributes are collective: every rank passes the same values (it holds the
-     * whole tensor, so the checksum needs no communication) */
-    uint32_t crc = crc_of(t->data, numel(t));
+    /* attributes are collective: every rank passes the same values. The checksum of
+     * the whole tensor comes from the ranks' checksums of their own bands, combined
+     * in order (CRC-32 composes), so no rank reads more than it writes. */
+    uint64_t lo, hi, row;
+    band(t, w, &lo, &hi, &row);
+    uint32_t crc = band_crc(w, t->data + lo * row, (hi - lo) * row);
     int arc = attr_str(ds, "kind", t->kind) | attr_str(ds, "layer", t->layer) |
               attr_write(ds, "crc32", H5T_NATIVE_UINT32, &crc);
-    if (arc)
-        fail(err, errlen, "writing the attributes of %s failed: %s", t->path, h5_why(why));
+    haddr_t addr = H5Dget_offset(ds);
     H5Dclose(ds);
-    return rc < 0 || arc ? -1 : 0;
+    if (arc || addr == HADDR_UNDEF) {
+        fail(err, errlen, "creating %s failed: %s", t->path, h5_why(why));
+        return -1;
+    }
+    *offset = (uint64_t)addr;
+    return 0;
+}
+
+/* The tensors' data, each rank its own contiguous band of each, straight through
+ * MPI-IO into the places HDF5 allocated, then synced to stable storage. Writing
+ * outside HDF5 keeps a failed write (a full disk) from leaving HDF5's collective
+ * metadata operations out of step across ranks, where they would hang. */
+static int write_bands(const char *file, const tr_ckpt_tensor *t, int n, const uint64_t *offset,
+                       const wctx *w, char *err, size_t errlen)
+{
+    MPI_Comm comm = tr_group_mpi_comm(w->g);
+    MPI_File fh;
+    int rc = MPI_File_open(comm, file, MPI_MODE_WRONLY, MPI_INFO_NULL, &fh);
+    if (rc != MPI_SUCCESS) {
+        fail(err, errlen, "cannot reopen '%s' for its data", file);
+        return -1;
+    }
+    MPI_File_set_errhandler(fh, MPI_ERRORS_RETURN);
+    int bad = 0;
+    const uint64_t chunk = (uint64_t)1 << 30; /* MPI counts are int */
+    for (int i = 0; i < n; i++) {
+        uint64_t lo, hi, row;
+        band(&t[i], w, &lo, &hi, &row);
+        const char *src = (const char *)(t[i].data + lo * row);
+        uint64_t bytes = (hi - lo) * row * sizeof(float);
+        uint64_t at = offset[i] + lo * row * sizeof(float);
+        /* collective mode: every rank makes the same number of calls */
+        uint64_t total = numel(&t[i]) * sizeof(float), calls = (total + chunk - 1) / chunk;
+        for (uint64_t c = 0; c < (w->collective ? calls : (bytes + chunk - 1) / chunk); c++) {
+            uint64_t off = c * chunk, len = off < bytes ? (bytes - off < chunk ? bytes - off : chunk) : 0;
+            MPI_Status st;
+            rc = w->collective
+                     ? MPI_File_write_at_all(fh, (MPI_Offset)(at + off), src + off, (int)len,
+                                             MPI_BYTE, &st)
+                     : MPI_File_write_at(fh, (MPI_Offset)(at + off), src + off, (int)len,
+                                         MPI_BYTE, &st);
+            int done = 0;
+            MPI_Get_count(&st, MPI_BYTE, &done);
+            if (rc != MPI_SUCCESS || (uint64_t)done != len) {
+                char msg[MPI_MAX_ERROR_STRING] = "short write";
+                int ml = 0;
+                if (rc != MPI_SUCCESS)
+                    MPI_Error_string(rc, msg, &ml);
+                fail(err, errlen, "writing %s to '%s' failed: %s", t[i].path, file, msg);
+                bad = 1;
+                break;
+            }
+        }
+        if (bad && !w->collective)
+            break;
+    }
+    if (MPI_File_sync(fh) != MPI_SUCCESS) {
+        fail(err, errlen, "syncing '%s' failed (disk full or I/O error)", file);
+        bad = 1;
+    }
+    MPI_File_close(&fh);
+    return bad ? -1 : 0;
 }
 
 static int write_deck(hid_t f, const char *text, int rank, char *err, size_t errlen)
@@ -306,6 +390,7 @@ int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tenso
         return TR_EXIT_IOERR;
     }
 
+    wctx w = {g, rank, size, meta->collective_io};
     hid_t fapl = mpio_fapl(g);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
@@ -324,24 +409,27 @@ int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tenso
         fail(err, errlen, "cannot create checkpoint '%s'", tmp);
         return TR_EXIT_IOERR;
     }
+    /* 1. the structure, attributes and checksums, through HDF5 (collective) */
     double bytes = 0;
+    uint64_t *offset = tr_alloc((size_t)(n > 0 ? n : 1) * sizeof *offset, "checkpoint offsets");
     bad = write_meta(f, meta) ? (fail(err, errlen, "writing attributes of '%s' failed: %s", tmp,
                                       h5_why(why)),
                                  1)
                               : 0;
     bad |= write_deck(f, meta->deck_text ? meta->deck_text : "", rank, err, errlen) ? 1 : 0;
     for (int i = 0; i < n; i++) {
-        bad |= write_tensor(f, &t[i], rank, size, err, errlen) ? 1 : 0;
+        bad |= create_tensor(f, &t[i], &w, &offset[i], err, errlen) ? 1 : 0;
         bytes += (double)numel(&t[i]) * sizeof(float);
-    }
-    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) {
-        fail(err, errlen, "flushing '%s' failed: %s", tmp, h5_why(why));
-        bad = 1;
     }
     if (H5Fclose(f) < 0) {
         fail(err, errlen, "closing '%s' failed: %s", tmp, h5_why(why));
         bad = 1;
     }
+    /* 2. the data, each rank its part, through MPI-IO (collective open and close) */
+    tr_allreduce(&bad, &bad, 1, TR_I32, TR_MAX, g);
+    if (!bad)
+        bad = write_bands(tmp, t, n, offset, &w, err, errlen) ? 1 : 0;
+    tr_free(offset);
     /* durable before visible: sync the data, rename, sync the directory entry */
     if (!bad && rank == 0) {
         int e = sync_path(tmp, 0);

@@ -42,7 +42,8 @@ typedef struct tr_ckpt_meta {
     double epoch;
     uint64_t seed;
     int ranks, dp, tp, pp; /* the layout it was written at */
-    const char *deck_text; /* on write; on read, see tr_ckpt_read_deck */
+    const char *deck_text; /* on write */
+    int collective_io;     /* on write: MPI-IO collective buffering for tensor data */
 } tr_ckpt_meta;
 
 typedef struct tr_ckpt_stats {

@@ -71,6 +71,7 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
     snprintf(c->meta.optimizer, sizeof c->meta.optimizer, "%s",
              o->kind == TR_OPT_ADAMW ? "adamw" : "sgd");
     c->meta.seed = (uint64_t)tr_deck_int(d, "train", "seed");
+    c->meta.collective_io = tr_deck_bool(d, "checkpoint", "collective_io");
     c->meta.ranks = w->size, c->meta.dp = w->dp, c->meta.tp = w->tp, c->meta.pp = w->pp;
     c->deck_text = resolved_deck_text(d);
 }
