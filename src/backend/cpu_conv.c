@@ -1,17 +1,22 @@
 /* cpu_conv.c: 2-D convolution (stride 1, square kernel, zero padding) on the CPU as
- * im2col + GEMM, one sample at a time.
+ * im2col + GEMM.
  *
  * For a sample x[cin, h, w], im2col lays the receptive fields out as
  * col[cin k k, ho wo] (row r = (c k + ky) k + kx), so that
  *   forward   y[cout, ho wo]   = W[cout, cin k k] col + b
  *   backward  dW[cout, cin k k] += dy col^T,  db += rowsum(dy)
  *             dcol = W^T dy,  dx = col2im(dcol)
- * Threads take contiguous ranges of samples; each uses its own slice of the
- * caller's scratch and calls a single-threaded cblas_sgemm (see cpu_gemm.c for why
- * OpenBLAS never threads). The weight gradient is a sum over samples, so each
- * thread accumulates into its own partial dW/db in the scratch, and the partials are
- * added to dW in thread order at the end: no atomics, no race, and the same bits
- * every run for a given thread count.
+ *
+ * Sample-parallel path (the training batches): threads take contiguous ranges of
+ * samples and work through them in chunks of a few samples, the chunk's col matrices
+ * side by side, so each product is one single-threaded cblas_sgemm with N = chunk x
+ * (columns per sample) instead of one small GEMM per sample (see cpu_gemm.c for why
+ * OpenBLAS never threads). The chunk path computes on the padded grid (see wide_n) so
+ * that im2col and col2im are long contiguous copies and adds. The weight gradient is a
+ * sum over samples, so each thread accumulates into its own partial dW/db in the
+ * scratch, chunk after chunk in sample order, and the partials are added to dW in
+ * thread order at the end: no atomics, no race, and the same bits every run for a
+ * given thread count.
  *
  * When there are fewer samples than threads (the last batch of an epoch, a B = 1
  * evaluation), sample parallelism would idle most cores, so the samples run one after
@@ -34,17 +39,38 @@
 /* Per-thread slices start on a 64-byte line so threads never share a cache line. */
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
+/* Samples per GEMM on the sample-parallel path: a chunk's im2col columns sit side by
+ * side, so the GEMM's N is chunk ho wo rather than ho wo (LeNet's 16x150x100 GEMM per
+ * sample is too small for BLAS to reach speed), while the chunk's col stays about
+ * CONV_CHUNK_COL_FLOATS (in L2 with the rest of the slot). */
+#define CONV_CHUNK_COL_FLOATS (64 * 1024)
+#define CONV_CHUNK_MAX 16
+
+static int chunk_for(const tr_conv_shape *s)
+{
+    size_t per = (size_t)s->cin * s->k * s->k * s->ho * (s->w + 2 * s->pad);
+    size_t c = per ? CONV_CHUNK_COL_FLOATS / per : 1;
+    return c < 1 ? 1 : (c > CONV_CHUNK_MAX ? CONV_CHUNK_MAX : (int)c);
+}
+
 typedef struct slot_sizes {
-    size_t col, dw, db, total; /* floats, each rounded to 16 */
+    size_t col, yb, xp, dw, db, total; /* floats, each rounded to 16 */
 } slot_sizes;
 
+/* One thread's scratch: col[cin k k, chunk L], the chunk's output (or output gradient)
+ * as yb[cout, chunk L], one padded input xp (L and xp: see wide_n), and its partial dw
+ * and db. The few-samples path uses only the start of col (one sample's ho wo). */
 static slot_sizes slot_for(const tr_conv_shape *s)
 {
     slot_sizes z;
-    z.col = round16((size_t)s->cin * s->k * s->k * s->ho * s->wo);
+    size_t wide = (size_t)s->ho * (s->w + 2 * s->pad); /* see wide_n */
+    size_t n = (size_t)chunk_for(s) * wide;
+    z.col = round16((size_t)s->cin * s->k * s->k * n); /* >= one sample's ho wo */
+    z.yb = round16((size_t)s->cout * n);
+    z.xp = round16((size_t)s->cin * ((size_t)(s->h + 2 * s->pad) * (s->w + 2 * s->pad) + s->k));
     z.dw = round16((size_t)s->cout * s->cin * s->k * s->k);
     z.db = round16((size_t)s->cout);
-    z.total = z.col + z.dw + z.db;
+    z.total = z.col + z.yb + z.xp + z.dw + z.db;
     return z;
 }
 
@@ -87,7 +113,8 @@ static void valid_rows(const tr_conv_shape *s, int ky, int *lo, int *hi)
     *hi = h > l ? h : l;
 }
 
-static void im2col(float *col, const float *x, const tr_conv_shape *s)
+/* col rows are ld floats apart (ld = ho wo for one sample, more in a chunk). */
+static void im2col(float *col, size_t ld, const float *x, const tr_conv_shape *s)
 {
     int k = s->k, ho = s->ho, wo = s->wo;
     for (int c = 0; c < s->cin; c++) {
@@ -96,7 +123,7 @@ static void im2col(float *col, const float *x, const tr_conv_shape *s)
             int y0, y1;
             valid_rows(s, ky, &y0, &y1);
             for (int kx = 0; kx < k; kx++) {
-                float *row = col + ((size_t)(c * k + ky) * k + kx) * ho * wo;
+                float *row = col + ((size_t)(c * k + ky) * k + kx) * ld;
                 int lo, hi;
                 valid_cols(s, kx, &lo, &hi);
                 /* padding rows above and below: one zero block each */
@@ -121,7 +148,7 @@ static void im2col(float *col, const float *x, const tr_conv_shape *s)
 }
 
 /* dx = col2im(col): the adjoint of im2col; overlapping windows add up. */
-static void col2im(float *dx, const float *col, const tr_conv_shape *s)
+static void col2im(float *dx, const float *col, size_t ld, const tr_conv_shape *s)
 {
     int k = s->k, ho = s->ho, wo = s->wo;
     memset(dx, 0, (size_t)s->cin * s->h * s->w * sizeof(float));
@@ -129,7 +156,7 @@ static void col2im(float *dx, const float *col, const tr_conv_shape *s)
         float *plane = dx + (size_t)c * s->h * s->w;
         for (int ky = 0; ky < k; ky++) {
             for (int kx = 0; kx < k; kx++) {
-                const float *row = col + ((size_t)(c * k + ky) * k + kx) * ho * wo;
+                const float *row = col + ((size_t)(c * k + ky) * k + kx) * ld;
                 int lo, hi;
                 valid_cols(s, kx, &lo, &hi);
                 for (int oy = 0; oy < ho; oy++) {
@@ -169,7 +196,7 @@ static void forward_one(float *y, const float *x, const float *w, const float *b
     int ckk = s->cin * s->k * s->k, howo = s->ho * s->wo;
     const float *c = x;
     if (!col_is_input(s)) {
-        im2col(col, x, s);
+        im2col(col, (size_t)howo, x, s);
         c = col;
     }
     if (b)
@@ -180,11 +207,118 @@ static void forward_one(float *y, const float *x, const float *w, const float *b
               howo);
 }
 
+/* The chunked path works on the padded grid: a sample's input is copied into a zero
+ * border, xp[cin, hp, wp] (hp = h + 2 pad, wp = w + 2 pad), and the output is computed
+ * for every column of it, ho x wp per sample, of which columns wo .. wp-1 are garbage
+ * that is dropped (forward) or given a zero gradient (backward). In exchange, the
+ * im2col row of (c, ky, kx) is one contiguous run, xp_c[ky wp + kx ..][0 .. ho wp), a
+ * single memcpy instead of ho short copies with edge tests, and col2im is one long
+ * vector add per row: with wo = 10 to 28 the short copies cost more than the GEMM. */
+static size_t wide_n(const tr_conv_shape *s) { return (size_t)s->ho * (s->w + 2 * s->pad); }
+
+/* Floats of one padded channel, with k - 1 zeros after it for the last row's reads. */
+static size_t pad_plane(const tr_conv_shape *s)
+{
+    return (size_t)(s->h + 2 * s->pad) * (s->w + 2 * s->pad) + s->k;
+}
+
+/* xp[cin, pad_plane] = x[cin, h, w] inside a zero border */
+static void pad_input(float *xp, const float *x, const tr_conv_shape *s)
+{
+    int wp = s->w + 2 * s->pad;
+    size_t pp = pad_plane(s);
+    memset(xp, 0, (size_t)s->cin * pp * sizeof(float));
+    for (int c = 0; c < s->cin; c++)
+        for (int y = 0; y < s->h; y++)
+            memcpy(xp + c * pp + (size_t)(y + s->pad) * wp + s->pad,
+                   x + ((size_t)c * s->h + y) * s->w, (size_t)s->w * sizeof(float));
+}
+
+/* col rows (ld apart) for one sample from its padded input */
+static void im2col_wide(float *col, size_t ld, const float *xp, const tr_conv_shape *s)
+{
+    int k = s->k, wp = s->w + 2 * s->pad;
+    size_t L = wide_n(s), pp = pad_plane(s);
+    for (int c = 0; c < s->cin; c++)
+        for (int ky = 0; ky < k; ky++)
+            for (int kx = 0; kx < k; kx++)
+                memcpy(col + ((size_t)(c * k + ky) * k + kx) * ld,
+                       xp + c * pp + (size_t)ky * wp + kx, L * sizeof(float));
+}
+
+/* dx = col2im(dcol) for one sample via the padded grid (xp is scratch). dcol's garbage
+ * columns are W^T 0 = 0, so adding them changes nothing. */
+static void col2im_wide(float *dx, const float *dcol, size_t ld, float *xp,
+                        const tr_conv_shape *s)
+{
+    int k = s->k, wp = s->w + 2 * s->pad;
+    size_t L = wide_n(s), pp = pad_plane(s);
+    memset(xp, 0, (size_t)s->cin * pp * sizeof(float));
+    for (int c = 0; c < s->cin; c++)
+        for (int ky = 0; ky < k; ky++)
+            for (int kx = 0; kx < k; kx++) {
+                const float *r = dcol + ((size_t)(c * k + ky) * k + kx) * ld;
+                float *d = xp + c * pp + (size_t)ky * wp + kx;
+                for (size_t i = 0; i < L; i++)
+                    d[i] += r[i];
+            }
+    for (int c = 0; c < s->cin; c++)
+        for (int y = 0; y < s->h; y++)
+            memcpy(dx + ((size_t)c * s->h + y) * s->w,
+                   xp + c * pp + (size_t)(y + s->pad) * wp + s->pad,
+                   (size_t)s->w * sizeof(float));
+}
+
+/* Slot views for the chunked path. */
+typedef struct chunk_bufs {
+    float *col, *yb, *xp;
+} chunk_bufs;
+
+static chunk_bufs chunk_views(float *slot, const tr_conv_shape *s)
+{
+    slot_sizes z = slot_for(s);
+    chunk_bufs v = {slot, slot + z.col, slot + z.col + z.yb};
+    return v;
+}
+
+/* col[cin k k, n L] for samples x[0 .. n) */
+static void im2col_chunk(chunk_bufs v, const float *x, const tr_conv_shape *s, int n)
+{
+    size_t in_n = (size_t)s->cin * s->h * s->w, L = wide_n(s);
+    for (int j = 0; j < n; j++) {
+        pad_input(v.xp, x + j * in_n, s);
+        im2col_wide(v.col + j * L, (size_t)n * L, v.xp, s);
+    }
+}
+
+/* n samples (n <= chunk_for(s)) in one GEMM, on one thread:
+ * yb[cout, n L] = W col[cin k k, n L], then y = yb + b, valid columns only, to NCHW. */
+static void forward_chunk(float *y, const float *x, const float *w, const float *b,
+                          const tr_conv_shape *s, int n, float *slot)
+{
+    chunk_bufs v = chunk_views(slot, s);
+    int ckk = s->cin * s->k * s->k, howo = s->ho * s->wo, wp = s->w + 2 * s->pad;
+    size_t L = wide_n(s), N = (size_t)n * L, out_n = (size_t)s->cout * howo;
+    im2col_chunk(v, x, s, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->cout, (int)N, ckk, 1.0f, w, ckk,
+                v.col, (int)N, 0.0f, v.yb, (int)N);
+    for (int j = 0; j < n; j++)
+        for (int co = 0; co < s->cout; co++) {
+            const float *r = v.yb + co * N + j * L;
+            float *d = y + j * out_n + (size_t)co * howo;
+            float bc = b ? b[co] : 0.0f;
+            for (int oy = 0; oy < s->ho; oy++)
+                for (int ox = 0; ox < s->wo; ox++)
+                    d[oy * s->wo + ox] = r[(size_t)oy * wp + ox] + bc;
+        }
+}
+
 void tr_cpu_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
                            const tr_conv_shape *s, float *scratch)
 {
     size_t in_n = (size_t)s->cin * s->h * s->w, out_n = (size_t)s->cout * s->ho * s->wo;
     size_t slot = slot_for(s).total;
+    int chunk = chunk_for(s);
     if (!tr_cpu_conv_sample_parallel(s)) {
         for (int i = 0; i < s->B; i++)
             forward_one(out + i * out_n, inp + i * in_n, w, b, s, scratch, 1);
@@ -195,8 +329,9 @@ void tr_cpu_conv2d_forward(float *out, const float *inp, const float *w, const f
         int nth = omp_get_num_threads(), t = omp_get_thread_num();
         int b0 = (int)((long)s->B * t / nth), b1 = (int)((long)s->B * (t + 1) / nth);
         float *col = scratch + (size_t)t * slot;
-        for (int i = b0; i < b1; i++)
-            forward_one(out + i * out_n, inp + i * in_n, w, b, s, col, 0);
+        for (int i = b0; i < b1; i += chunk)
+            forward_chunk(out + i * out_n, inp + i * in_n, w, b, s,
+                          b1 - i < chunk ? b1 - i : chunk, col);
     }
 }
 
@@ -222,7 +357,7 @@ static void backward_one(float *dx, float *dw, float *db, const float *dy, const
     int ckk = s->cin * s->k * s->k, howo = s->ho * s->wo;
     const float *c = x;
     if (!col_is_input(s)) {
-        im2col(col, x, s);
+        im2col(col, (size_t)howo, x, s);
         c = col;
     }
     conv_gemm(threaded_gemm, 0, 1, s->cout, ckk, howo, dy, howo, c, howo, 1.0f, dw, ckk);
@@ -235,7 +370,43 @@ static void backward_one(float *dx, float *dw, float *db, const float *dy, const
     float *dcol = col_is_input(s) ? dx : col;
     conv_gemm(threaded_gemm, 1, 0, ckk, howo, s->cout, w, ckk, dy, howo, 0.0f, dcol, howo);
     if (dcol != dx)
-        col2im(dx, dcol, s);
+        col2im(dx, dcol, (size_t)howo, s);
+}
+
+/* The backward of forward_chunk, on one thread: dy laid out on the wide grid as
+ * yb[cout, n L] with zeros in the garbage columns, dw += yb col^T and db += rowsum(yb)
+ * over the whole chunk, dcol = W^T yb (into col, which the dw GEMM no longer needs),
+ * dx = col2im(dcol) per sample. */
+static void backward_chunk(float *dx, float *dw, float *db, const float *dy, const float *x,
+                           const float *w, const tr_conv_shape *s, int n, float *slot)
+{
+    chunk_bufs v = chunk_views(slot, s);
+    int ckk = s->cin * s->k * s->k, howo = s->ho * s->wo, wp = s->w + 2 * s->pad;
+    size_t L = wide_n(s), N = (size_t)n * L;
+    size_t in_n = (size_t)s->cin * s->h * s->w, out_n = (size_t)s->cout * howo;
+    im2col_chunk(v, x, s, n);
+    for (int j = 0; j < n; j++)
+        for (int co = 0; co < s->cout; co++) {
+            float *d = v.yb + co * N + j * L;
+            const float *r = dy + j * out_n + (size_t)co * howo;
+            for (int oy = 0; oy < s->ho; oy++) {
+                float *dr = d + (size_t)oy * wp;
+                memcpy(dr, r + oy * s->wo, (size_t)s->wo * sizeof(float));
+                for (int ox = s->wo; ox < wp; ox++)
+                    dr[ox] = 0.0f;
+            }
+        }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->cout, ckk, (int)N, 1.0f, v.yb,
+                (int)N, v.col, (int)N, 1.0f, dw, ckk);
+    if (db)
+        for (int co = 0; co < s->cout; co++)
+            db[co] += row_sum(v.yb + co * N, (int)N);
+    if (!dx)
+        return;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)N, s->cout, 1.0f, w, ckk,
+                v.yb, (int)N, 0.0f, v.col, (int)N);
+    for (int j = 0; j < n; j++)
+        col2im_wide(dx + j * in_n, v.col + j * L, N, v.xp, s);
 }
 
 /* dst[i] += src_t[i] for t = 0 .. nth-1 in that order, over this thread's share of i:
@@ -270,14 +441,17 @@ void tr_cpu_conv2d_backward(float *dinp, float *dw, float *db, const float *dout
         int nth = omp_get_num_threads(), t = omp_get_thread_num();
         int b0 = (int)((long)s->B * t / nth), b1 = (int)((long)s->B * (t + 1) / nth);
         float *col = scratch + (size_t)t * z.total;
-        float *pdw = col + z.col, *pdb = pdw + z.dw;
+        float *pdw = col + z.col + z.yb + z.xp, *pdb = pdw + z.dw;
+        int chunk = chunk_for(s);
         memset(pdw, 0, (z.dw + z.db) * sizeof(float));
-        for (int i = b0; i < b1; i++)
-            backward_one(dinp ? dinp + i * in_n : NULL, pdw, db ? pdb : NULL,
-                         dout + i * out_n, inp + i * in_n, w, s, col, 0);
+        for (int i = b0; i < b1; i += chunk)
+            backward_chunk(dinp ? dinp + i * in_n : NULL, pdw, db ? pdb : NULL,
+                           dout + i * out_n, inp + i * in_n, w, s,
+                           b1 - i < chunk ? b1 - i : chunk, col);
 #pragma omp barrier
-        add_partials(dw, scratch + z.col, z.total, nth, dw_n, t);
+        size_t pdw_at = z.col + z.yb + z.xp;
+        add_partials(dw, scratch + pdw_at, z.total, nth, dw_n, t);
         if (db)
-            add_partials(db, scratch + z.col + z.dw, z.total, nth, (size_t)s->cout, t);
+            add_partials(db, scratch + pdw_at + z.dw, z.total, nth, (size_t)s->cout, t);
     }
 }

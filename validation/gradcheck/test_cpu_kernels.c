@@ -246,6 +246,11 @@ static void test_conv(void)
                1, "k1 pad0 sample-parallel");
     check_conv((tr_conv_shape){.B = 8, .cin = 6, .h = 12, .w = 12, .cout = 16, .k = 5, .pad = 0},
                1, "B=8 LeNet-like");
+    /* several GEMM chunks per thread, the last one short (chunk_for in cpu_conv.c) */
+    check_conv((tr_conv_shape){.B = 23, .cin = 6, .h = 14, .w = 14, .cout = 16, .k = 5, .pad = 0},
+               1, "B=23 LeNet conv2 (several chunks)");
+    check_conv((tr_conv_shape){.B = 7, .cin = 1, .h = 28, .w = 28, .cout = 6, .k = 5, .pad = 2},
+               1, "B=7 LeNet conv1 pad2 (several chunks)");
 }
 
 /* ---- pooling, relu, softmax ----------------------------------------------------- */
