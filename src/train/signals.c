@@ -3,10 +3,26 @@
 
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 
 static volatile sig_atomic_t g_signal;
+static struct timespec g_when; /* first signal; clock_gettime is async-signal-safe */
 
-static void on_signal(int sig) { g_signal = sig; }
+static void on_signal(int sig)
+{
+    if (!g_signal)
+        clock_gettime(CLOCK_MONOTONIC, &g_when);
+    g_signal = sig;
+}
+
+double tr_signal_age(void)
+{
+    if (!g_signal)
+        return -1;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - g_when.tv_sec) + 1e-9 * (double)(now.tv_nsec - g_when.tv_nsec);
+}
 
 void tr_signals_install(void)
 {

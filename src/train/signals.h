@@ -8,5 +8,7 @@
 void tr_signals_install(void);
 /* The signal number received on this rank, or 0. */
 int tr_signal_pending(void);
+/* Seconds since this rank's first signal, or -1 when none came. */
+double tr_signal_age(void);
 
 #endif

@@ -476,15 +476,20 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
                 break;
         }
         if (sig) {
+            /* the rank that got the signal says how long the stop took */
+            double age = tr_signal_age(), worst = age;
+            tr_allreduce(&worst, &worst, 1, TR_F64, TR_MAX, w->world);
+            char took[64] = "";
+            if (worst >= 0)
+                snprintf(took, sizeof took, " %.3f s after the signal,", worst);
             if (w->rank == 0)
-                printf("%s%s: checkpointed at step %ld; exiting with %d (run again to "
-                       "resume)\n",
+                printf("%s: checkpointed at step %ld,%s exiting with %d (run again to resume)\n",
                        sig == STOP_SLICE   ? "run.stop_after_steps reached"
                        : sig == STOP_TIME  ? "run.max_minutes reached"
                        : sig == SIGUSR1    ? "SIGUSR1"
                        : sig == SIGTERM    ? "SIGTERM"
                                            : "signal",
-                       "", done, TR_EXIT_TEMPFAIL);
+                       done, took, TR_EXIT_TEMPFAIL);
             rc = TR_EXIT_TEMPFAIL;
             break;
         }
