@@ -184,30 +184,24 @@ static int check_value(tr_deck *d, const tr_key_spec *k, const char *v, const ch
     fmt_num(lo, sizeof lo, k->min);
     fmt_num(hi, sizeof hi, k->max);
     switch (k->type) {
-    case TR_KEY_INT: {
-        long x;
-        if (!parse_long(v, &x)) {
-            add_error(d, "%s: [%s] %s expects an integer, got '%s' (%s)", where, k->section,
-                      k->name, v, k->help);
-            return 0;
-        }
-        if (x < k->min || x > k->max) {
-            add_error(d, "%s: [%s] %s = %ld is out of range [%s, %s] (%s)", where, k->section,
-                      k->name, x, lo, hi, k->help);
-            return 0;
-        }
-        return 1;
-    }
+    case TR_KEY_INT:
     case TR_KEY_FLOAT: {
-        double x;
-        if (!parse_double(v, &x)) {
-            add_error(d, "%s: [%s] %s expects a number, got '%s' (%s)", where, k->section, k->name,
-                      v, k->help);
+        int is_int = k->type == TR_KEY_INT;
+        long ix = 0;
+        double x = 0;
+        int ok = is_int ? parse_long(v, &ix) : parse_double(v, &x);
+        if (is_int)
+            x = (double)ix;
+        if (!ok) {
+            add_error(d, "%s: [%s] %s expects %s, got '%s' (%s)", where, k->section, k->name,
+                      is_int ? "an integer" : "a number", v, k->help);
             return 0;
         }
         if (x < k->min || x > k->max) {
-            add_error(d, "%s: [%s] %s = %g is out of range [%s, %s] (%s)", where, k->section,
-                      k->name, x, lo, hi, k->help);
+            char val[32];
+            fmt_num(val, sizeof val, x);
+            add_error(d, "%s: [%s] %s = %s is out of range [%s, %s] (%s)", where, k->section,
+                      k->name, is_int ? val : v, lo, hi, k->help);
             return 0;
         }
         return 1;
