@@ -1,0 +1,113 @@
+/* cpu_attention.c: the core of causal multi-head self-attention on the CPU.
+ *
+ * Per (batch, head), with Q, K, V the head's T x HS slices of qkv (row stride 3C):
+ *   S = Q K^T / sqrt(HS);  A = softmax over each row t of S[t, 0..t], 0 beyond;
+ *   O = A V  (written to the head's columns of out, row stride C).
+ * Backward, from dO:
+ *   dA = dO V^T;  dV = A^T dO;  dS = A * (dA - rowsum(A * dA)) / sqrt(HS) (0 beyond t);
+ *   dQ = dS K;  dK = dS^T Q.
+ * The products are single-threaded cblas_sgemm calls inside an OpenMP loop over the
+ * B*NH heads (the project's BLAS policy, see cpu_gemm.c). The full T x T products are
+ * formed and the future half masked: it costs up to 2x in the score GEMMs but keeps
+ * every product one BLAS call. Masked probabilities are stored as exact zeros, so
+ * future rows of V (and K, Q) contribute 0 * v = +0 to past outputs and cannot
+ * change them. Each head writes only its own slices of out, att and dqkv, so no two
+ * threads write the same element and results are bit-identical run to run. */
+#include "backend/transformer_kernels.h"
+#include "core/error.h"
+
+#include <cblas.h>
+#include <math.h>
+
+/* Multiply-adds below which the heads run serially: about 20 us on one core. */
+#define ATT_PAR_MIN_MACS 65536.0
+
+static int head_size(int C, int NH, const char *what)
+{
+    if (NH < 1 || C % NH != 0)
+        tr_fatal(TR_EXIT_SOFTWARE, "%s: C = %d is not a multiple of NH = %d", what, C, NH);
+    return C / NH;
+}
+
+/* Row-wise causal softmax of the T x T scores in place: row t over columns 0..t. */
+static void causal_softmax(float *A, int T)
+{
+    for (int t = 0; t < T; t++) {
+        float *a = A + (size_t)t * T;
+        float mx = a[0];
+        for (int j = 1; j <= t; j++)
+            mx = a[j] > mx ? a[j] : mx;
+        float sum = 0.0f;
+        for (int j = 0; j <= t; j++) {
+            a[j] = expf(a[j] - mx);
+            sum += a[j];
+        }
+        float inv = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
+        for (int j = 0; j <= t; j++)
+            a[j] *= inv;
+        for (int j = t + 1; j < T; j++)
+            a[j] = 0.0f;
+    }
+}
+
+void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH)
+{
+    int HS = head_size(C, NH, "attention_forward");
+    int ld = 3 * C, nbh = B * NH;
+    float scale = 1.0f / sqrtf((float)HS);
+#pragma omp parallel for schedule(static) \
+    if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
+    for (int bh = 0; bh < nbh; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS;
+        const float *k = q + C, *v = q + 2 * C;
+        float *A = att + (size_t)bh * T * T;
+        float *o = out + (size_t)b * T * C + (size_t)h * HS;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, ld, k, ld,
+                    0.0f, A, T);
+        causal_softmax(A, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, v, ld,
+                    0.0f, o, C);
+    }
+}
+
+void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH)
+{
+    int HS = head_size(C, NH, "attention_backward");
+    int ld = 3 * C, nbh = B * NH;
+    float scale = 1.0f / sqrtf((float)HS);
+#pragma omp parallel for schedule(static) \
+    if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
+    for (int bh = 0; bh < nbh; bh++) {
+        int b = bh / NH, h = bh % NH;
+        size_t off = (size_t)b * T * ld + (size_t)h * HS;
+        const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+        const float *A = att + (size_t)bh * T * T;
+        float *dA = datt + (size_t)bh * T * T;
+        const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, C, v, ld,
+                    0.0f, dA, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, dO, C, 0.0f,
+                    dv, ld);
+        /* softmax backward, in place: dA becomes dS, the gradient of the scaled scores */
+        for (int t = 0; t < T; t++) {
+            const float *a = A + (size_t)t * T;
+            float *d = dA + (size_t)t * T;
+            float s = 0.0f;
+            for (int j = 0; j <= t; j++)
+                s += a[j] * d[j];
+            for (int j = 0; j <= t; j++)
+                d[j] = scale * a[j] * (d[j] - s);
+            for (int j = t + 1; j < T; j++)
+                d[j] = 0.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, dA, T, k, ld,
+                    0.0f, dq, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, dA, T, q, ld, 0.0f,
+                    dk, ld);
+    }
+}

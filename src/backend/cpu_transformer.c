@@ -1,0 +1,226 @@
+/* cpu_transformer.c: the element-wise and row-wise kernels of a GPT-2 style model on
+ * the CPU: token + position embedding, layernorm, GELU, residual add and softmax
+ * cross-entropy over a padded vocabulary (attention in cpu_attention.c).
+ *
+ * Dimension letters and the gradient rule as in transformer_kernels.h. Row-wise work
+ * runs in parallel over the B*T rows; each output element is written by one thread.
+ * Parameter gradients are sums over rows: they are computed in parallel over blocks
+ * of channels, each thread adding the rows serially in row order, so the sum order
+ * of every element is fixed whatever the thread count and results are bit-identical
+ * run to run. Parallel loops carry an if() clause: small tensors stay on one thread,
+ * where a fork/join would cost more than the work. */
+#include "backend/transformer_kernels.h"
+#include "backend/gelu_math.h"
+#include "core/error.h"
+
+#include <math.h>
+
+/* Elements below which a loop runs serially: about 10 us of simple work. */
+#define PAR_MIN_ELEMS ((size_t)1 << 15)
+/* Channels per block of a parameter-gradient reduction: 32 floats are two cache
+ * lines per row, enough to vectorise, and C = 768 still gives 24 blocks to share. */
+#define CH_BLOCK 32
+
+static int nblocks(int C) { return (C + CH_BLOCK - 1) / CH_BLOCK; }
+
+/* ---- embedding ------------------------------------------------------------------ */
+
+/* A token outside [0, V) would index past wte: the data reader validates tokens, so
+ * reaching this is a bug, reported here, serially, rather than being undefined
+ * behaviour inside a parallel loop. */
+static void check_tokens(const int *tok, size_t n, int V, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= V)
+            tr_fatal(TR_EXIT_SOFTWARE, "%s: token %d at position %zu is outside [0, %d)", what,
+                     tok[i], i, V);
+}
+
+void tr_cpu_embedding_forward(float *out, const int *tok, const float *wte, const float *wpe,
+                              int B, int T, int C, int V)
+{
+    size_t BT = (size_t)B * T;
+    check_tokens(tok, BT, V, "embedding_forward");
+#pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS)
+    for (size_t r = 0; r < BT; r++) {
+        const float *e = wte + (size_t)tok[r] * C;
+        const float *p = wpe + (r % (size_t)T) * C;
+        float *o = out + r * C;
+        for (int c = 0; c < C; c++)
+            o[c] = e[c] + p[c];
+    }
+}
+
+void tr_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tok,
+                               int B, int T, int C, int V)
+{
+    size_t BT = (size_t)B * T;
+    check_tokens(tok, BT, V, "embedding_backward");
+    /* Two rows may hold the same token, and every batch row has the same positions:
+     * a row-parallel loop would race on dwte and dwpe, so split the channels. */
+    int nb = nblocks(C);
+#pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS && nb > 1)
+    for (int blk = 0; blk < nb; blk++) {
+        int c0 = blk * CH_BLOCK, c1 = c0 + CH_BLOCK < C ? c0 + CH_BLOCK : C;
+        for (size_t r = 0; r < BT; r++) {
+            const float *d = dout + r * C;
+            float *gt = dwte + (size_t)tok[r] * C;
+            float *gp = dwpe + (r % (size_t)T) * C;
+            for (int c = c0; c < c1; c++) {
+                gt[c] += d[c];
+                gp[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ---- layernorm ------------------------------------------------------------------ */
+
+void tr_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int B, int T, int C)
+{
+    size_t BT = (size_t)B * T;
+#pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS)
+    for (size_t r = 0; r < BT; r++) {
+        const float *x = inp + r * C;
+        float *o = out + r * C;
+        /* two passes: the variance of x - mean does not cancel catastrophically when
+         * the mean is large next to the spread, as E[x^2] - E[x]^2 would */
+        float s = 0.0f;
+        for (int c = 0; c < C; c++)
+            s += x[c];
+        float m = s / (float)C;
+        float v = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float dx = x[c] - m;
+            v += dx * dx;
+        }
+        float rs = 1.0f / sqrtf(v / (float)C + TR_LAYERNORM_EPS); /* biased variance */
+        for (int c = 0; c < C; c++)
+            o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+        mean[r] = m;
+        rstd[r] = rs;
+    }
+}
+
+/* With n = (x - mean) rstd and y = n w + b, per row:
+ *   dinp = rstd (g - mean_c(g) - n mean_c(g n)),  g = w dout,
+ * and, summed over rows, dweight += dout n, dbias += dout. */
+void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int B, int T, int C)
+{
+    size_t BT = (size_t)B * T;
+#pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS)
+    for (size_t r = 0; r < BT; r++) {
+        const float *x = inp + r * C, *d = dout + r * C;
+        float *di = dinp + r * C;
+        float m = mean[r], rs = rstd[r];
+        float sg = 0.0f, sgn = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float g = weight[c] * d[c];
+            sg += g;
+            sgn += g * (x[c] - m) * rs;
+        }
+        sg /= (float)C;
+        sgn /= (float)C;
+        for (int c = 0; c < C; c++) {
+            float n = (x[c] - m) * rs;
+            di[c] = rs * (weight[c] * d[c] - sg - n * sgn);
+        }
+    }
+
+    int nb = nblocks(C);
+#pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS && nb > 1)
+    for (int blk = 0; blk < nb; blk++) {
+        int c0 = blk * CH_BLOCK, c1 = c0 + CH_BLOCK < C ? c0 + CH_BLOCK : C;
+        for (size_t r = 0; r < BT; r++) {
+            const float *x = inp + r * C, *d = dout + r * C;
+            float m = mean[r], rs = rstd[r];
+            for (int c = c0; c < c1; c++) {
+                dweight[c] += d[c] * ((x[c] - m) * rs);
+                dbias[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ---- GELU and residual ---------------------------------------------------------- */
+
+void tr_cpu_gelu_forward(float *out, const float *inp, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS / 8)
+    for (size_t i = 0; i < n; i++)
+        out[i] = tr_gelu(inp[i]);
+}
+
+void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS / 8)
+    for (size_t i = 0; i < n; i++)
+        dinp[i] = tr_gelu_grad(inp[i]) * dout[i];
+}
+
+/* Backward of out = a + b is da = db = dout: nothing to compute. The residual
+ * stream's gradient accumulates, so the model adds dout into (or hands on) the
+ * stream's gradient buffer instead of calling a kernel. */
+void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+/* ---- softmax cross-entropy over a padded vocabulary ----------------------------- */
+
+double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logits,
+                                  const int *targets, int B, int T, int V, int Vp)
+{
+    size_t BT = (size_t)B * T;
+    if (V < 1 || V > Vp)
+        tr_fatal(TR_EXIT_SOFTWARE, "xent_padded_forward: V = %d not in [1, Vp = %d]", V, Vp);
+    check_tokens(targets, BT, V, "xent_padded_forward");
+#pragma omp parallel for schedule(static) if (BT * Vp > PAR_MIN_ELEMS)
+    for (size_t r = 0; r < BT; r++) {
+        const float *x = logits + r * Vp;
+        float *p = probs + r * Vp; /* may be x: every x[j] is read before p[j] is written */
+        float mx = x[0];
+        for (int j = 1; j < V; j++)
+            mx = x[j] > mx ? x[j] : mx;
+        /* -log softmax[target] = log(sum) - (x[target] - max), exact even where the
+         * probability underflows; read x[target] now, before p overwrites it */
+        double xt = (double)x[targets[r]] - mx;
+        double sum = 0.0;
+        for (int j = 0; j < V; j++) {
+            p[j] = expf(x[j] - mx); /* subtracting the max keeps every exp in (0, 1] */
+            sum += p[j];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int j = 0; j < V; j++)
+            p[j] *= inv;
+        for (int j = V; j < Vp; j++)
+            p[j] = 0.0f;
+        losses[r] = (float)(log(sum) - xt);
+    }
+    double total = 0.0; /* serial, in row order: the same sum every run */
+    for (size_t r = 0; r < BT; r++)
+        total += losses[r];
+    return total;
+}
+
+void tr_cpu_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
+                                 float scale, int B, int T, int V, int Vp)
+{
+    size_t BT = (size_t)B * T;
+    check_tokens(targets, BT, V, "xent_padded_backward");
+#pragma omp parallel for schedule(static) if (BT * Vp > PAR_MIN_ELEMS)
+    for (size_t r = 0; r < BT; r++) {
+        const float *p = probs + r * Vp;
+        float *d = dlogits + r * Vp; /* may be p: element-wise */
+        int t = targets[r];
+        for (int j = 0; j < V; j++)
+            d[j] = scale * (p[j] - (j == t ? 1.0f : 0.0f));
+        for (int j = V; j < Vp; j++)
+            d[j] = 0.0f;
+    }
+}

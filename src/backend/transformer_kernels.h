@@ -1,0 +1,77 @@
+/* transformer_kernels.h: the CPU kernels of a GPT-2 style transformer, as
+ * forward/backward pairs (implemented in cpu_transformer.c and cpu_attention.c).
+ *
+ * Dimension letters: B batch, T time (sequence), C channels, NH heads, HS = C / NH
+ * head size, V vocabulary, Vp the vocabulary padded (V <= Vp) for aligned rows.
+ * Every tensor is float32 (tokens int), row-major and contiguous; each pointer
+ * argument below names its shape. Outputs first, then what backward needs saved,
+ * then inputs, parameters, dimensions.
+ *
+ * Gradient rule: parameter gradients accumulate (+=), activation gradients
+ * overwrite (=). The caller owns every buffer; no kernel allocates.
+ *
+ * Threading: OpenMP over rows (B*T) or heads (B*NH), small problems serially; the
+ * BLAS is single-threaded (see cpu_gemm.c). Deterministic: no atomics, and every
+ * reduction across rows (parameter gradients) is a serial loop over rows inside a
+ * parallel loop over channels, so results are bit-identical run to run and do not
+ * depend on the thread count. */
+#ifndef TR_TRANSFORMER_KERNELS_H
+#define TR_TRANSFORMER_KERNELS_H
+
+#include <stddef.h>
+
+/* ---- embedding: out = wte[tok] + wpe[t] ------------------------------------------
+ * out [B,T,C], tok [B,T] in [0, V) (checked: a bad token is a fatal bug report),
+ * wte [V,C], wpe [>=T,C]. Backward accumulates dout into the rows of dwte picked by
+ * tok and into dwpe[0..T). */
+void tr_cpu_embedding_forward(float *out, const int *tok, const float *wte, const float *wpe,
+                              int B, int T, int C, int V);
+void tr_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tok,
+                               int B, int T, int C, int V);
+
+/* ---- layernorm over C, eps 1e-5 ---------------------------------------------------
+ * out, inp [B,T,C]; mean, rstd [B,T] saved for backward; weight, bias [C].
+ * Backward: dinp [B,T,C] (=), dweight, dbias [C] (+=). */
+#define TR_LAYERNORM_EPS 1e-5f
+void tr_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int B, int T, int C);
+void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int B, int T, int C);
+
+/* ---- GELU, tanh approximation (gelu_math.h), elementwise over n -------------------
+ * Backward: dinp = gelu'(inp) dout (=); it needs the input, not the output. dinp may
+ * be dout (in place). */
+void tr_cpu_gelu_forward(float *out, const float *inp, size_t n);
+void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* ---- residual add: out = a + b, elementwise over n --------------------------------
+ * out may alias a or b. No backward kernel: d a = d b = dout, and on the residual
+ * stream the gradient accumulates, so the caller adds dout into the stream's
+ * gradient (or passes the same buffer on) instead of calling a kernel. */
+void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
+
+/* ---- causal multi-head self-attention core ----------------------------------------
+ * qkv [B,T,3C]: q, k, v concatenated on the last dim, each split into NH heads of HS.
+ * out [B,T,C] = per head softmax(q k^T / sqrt(HS), causal) v, heads concatenated.
+ * att [B,NH,T,T] saves the probabilities (row t: columns > t are 0) for backward.
+ * Backward: dqkv [B,T,3C] (=); datt [B,NH,T,T] is scratch the caller provides
+ * (contents on return unspecified). C % NH must be 0. */
+void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+
+/* ---- softmax cross-entropy over a padded vocabulary -------------------------------
+ * logits, probs [B*T,Vp]: only columns [0, V) are real; padded columns never touch
+ * the loss and get probability 0 and gradient 0. targets [B*T] in [0, V) (checked).
+ * losses [B*T] = -log softmax(logits[row, 0..V))[target]. Returns the sum of losses,
+ * added serially in row order (in double). probs may be logits (in place).
+ * Backward: dlogits [B*T,Vp] (=) = scale (probs - onehot(target)) on real columns, 0
+ * on padded ones; dlogits may be probs (in place). scale is typically 1 / (B*T). */
+double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logits,
+                                  const int *targets, int B, int T, int V, int Vp);
+void tr_cpu_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
+                                 float scale, int B, int T, int V, int Vp);
+
+#endif

@@ -1,0 +1,593 @@
+/* test_transformer.c: the GPT-2 kernels of transformer_kernels.h on the CPU, with 2
+ * OpenMP threads: finite-difference checks of every input and parameter gradient
+ * (embedding, layernorm, GELU, causal attention, padded softmax cross-entropy),
+ * forward passes against double-precision references, the gradient rules (parameter
+ * gradients accumulate, activation gradients overwrite), the causal mask, the padded
+ * vocabulary, GELU against its formula, and determinism: two runs bit-identical, and
+ * 1 thread bit-identical to 2, on shapes large enough to take the parallel paths.
+ *
+ * Small shapes: B=2, T=5, C=8, NH=2 (HS=4), V=11, Vp=16. Loss for a kernel with a
+ * tensor output: L = sum(out * R) for a fixed random R, so dL/dout = R; for the
+ * cross-entropy, L = the returned loss sum (backward with scale 1).
+ *
+ * Choice of eps and tolerance (float32 forward, loss summed in double): every
+ * kernel here is smooth (embedding and residual are linear, so exact at any eps).
+ * Central differences carry truncation error eps^2/6 |L'''|; with inputs in [-1, 1]
+ * and O(1) third derivatives that is ~2e-5 at eps = 1e-2. Rounding: perturbing one
+ * element changes at most T*HS = 20 float outputs of magnitude <= ~3 (the attention
+ * key/value case), ~2e-7 each, so L moves by noise ~1e-6 at worst, 5e-5 in the
+ * derivative after dividing by 2 eps. The check is fd_check's
+ * |a - n| / max(floor, |a| + |n|) < 1e-2 with floor 1e-2: relative 1e-2 for
+ * gradients above ~5e-3, absolute 1e-4 (twice the worst noise) for smaller ones,
+ * where |a| + |n| says nothing about the backward pass. A wrong index, a missing
+ * term or a transposed product gives errors of order 1. Measured worst errors are
+ * printed per tensor. */
+#include "backend/cpu_backend.h"
+#include "backend/gelu_math.h"
+#include "backend/transformer_kernels.h"
+#include "core/error.h"
+#include "fd_check.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#define EPS 1e-2f
+#define FLOOR 1e-2
+#define TOL 1e-2
+
+enum { SB = 2, ST = 5, SC = 8, SNH = 2, SV = 11, SVP = 16 };
+
+static float *falloc(size_t n, const char *what) { return tr_alloc(n * sizeof(float), what); }
+
+static double dot_r(const float *out, const float *R, size_t n)
+{
+    double L = 0.0;
+    for (size_t i = 0; i < n; i++)
+        L += (double)out[i] * R[i];
+    return L;
+}
+
+static int same_bits(const float *a, const float *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+static void fill_nan(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+}
+
+/* after == g0 + fresh within a few float roundings: the accumulating backward adds
+ * its terms onto g0 one at a time, so it rounds differently from g0 + (sum). */
+static void check_accumulated(const char *what, const float *after, const float *g0,
+                              const float *fresh, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double want = (double)g0[i] + fresh[i];
+        double tol = 1e-5 * (fabs(g0[i]) + fabs(fresh[i])) + 1e-7;
+        bad += !(fabs(after[i] - want) <= tol);
+    }
+    CHECK(bad == 0, "%s: %zu of %zu elements did not accumulate (+=)", what, bad, n);
+}
+
+/* ---- embedding -------------------------------------------------------------------- */
+
+typedef struct emb_rig {
+    int tok[SB * ST];
+    float *wte, *wpe, *out, *R;
+} emb_rig;
+
+static double emb_loss(void *ctx)
+{
+    emb_rig *e = ctx;
+    tr_cpu_embedding_forward(e->out, e->tok, e->wte, e->wpe, SB, ST, SC, SV);
+    return dot_r(e->out, e->R, (size_t)SB * ST * SC);
+}
+
+static void test_embedding(void)
+{
+    printf("embedding\n");
+    emb_rig e;
+    size_t nte = (size_t)SV * SC, npe = (size_t)ST * SC, nout = (size_t)SB * ST * SC;
+    e.wte = falloc(nte, "wte");
+    e.wpe = falloc(npe, "wpe");
+    e.out = falloc(nout, "out");
+    e.R = falloc(nout, "R");
+    float *dwte = falloc(nte, "dwte"), *dwpe = falloc(npe, "dwpe");
+    float *acc_te = falloc(nte, "acc"), *acc_pe = falloc(npe, "acc");
+    float *g0_te = falloc(nte, "g0"), *g0_pe = falloc(npe, "g0");
+    fd_fill_uniform(e.wte, nte, -1, 1, 1);
+    fd_fill_uniform(e.wpe, npe, -1, 1, 2);
+    fd_fill_uniform(e.R, nout, -1, 1, 3);
+    /* token 7 three times (across both batch rows), token 10 never */
+    const int toks[SB * ST] = {7, 3, 0, 7, 9, 1, 7, 2, 5, 4};
+    memcpy(e.tok, toks, sizeof toks);
+
+    emb_loss(&e);
+    size_t bad = 0;
+    for (int r = 0; r < SB * ST; r++)
+        for (int c = 0; c < SC; c++)
+            bad += e.out[r * SC + c] != e.wte[toks[r] * SC + c] + e.wpe[(r % ST) * SC + c];
+    CHECK(bad == 0, "embedding forward: %zu elements differ from wte[tok] + wpe[t]", bad);
+
+    tr_cpu_embedding_backward(dwte, dwpe, e.R, e.tok, SB, ST, SC, SV);
+    fd_problem p = {emb_loss, NULL, &e};
+    FD_CHECK_TENSOR("embedding d/dwte", fd_check(&p, e.wte, dwte, nte, EPS, FLOOR, TOL), 0.0);
+    FD_CHECK_TENSOR("embedding d/dwpe", fd_check(&p, e.wpe, dwpe, npe, EPS, FLOOR, TOL), 0.0);
+    int zero_row = 1;
+    for (int c = 0; c < SC; c++)
+        zero_row &= dwte[10 * SC + c] == 0.0f;
+    CHECK(zero_row, "embedding: the row of an unused token got a gradient");
+
+    fd_fill_uniform(g0_te, nte, -1, 1, 4);
+    fd_fill_uniform(g0_pe, npe, -1, 1, 5);
+    memcpy(acc_te, g0_te, nte * sizeof(float));
+    memcpy(acc_pe, g0_pe, npe * sizeof(float));
+    tr_cpu_embedding_backward(acc_te, acc_pe, e.R, e.tok, SB, ST, SC, SV);
+    check_accumulated("embedding dwte", acc_te, g0_te, dwte, nte);
+    check_accumulated("embedding dwpe", acc_pe, g0_pe, dwpe, npe);
+
+    tr_free(e.wte), tr_free(e.wpe), tr_free(e.out), tr_free(e.R);
+    tr_free(dwte), tr_free(dwpe), tr_free(acc_te), tr_free(acc_pe);
+    tr_free(g0_te), tr_free(g0_pe);
+}
+
+/* ---- layernorm -------------------------------------------------------------------- */
+
+typedef struct ln_rig {
+    float *inp, *w, *b, *out, *mean, *rstd, *R;
+} ln_rig;
+
+static double ln_loss(void *ctx)
+{
+    ln_rig *l = ctx;
+    tr_cpu_layernorm_forward(l->out, l->mean, l->rstd, l->inp, l->w, l->b, SB, ST, SC);
+    return dot_r(l->out, l->R, (size_t)SB * ST * SC);
+}
+
+static void test_layernorm(void)
+{
+    printf("layernorm\n");
+    size_t n = (size_t)SB * ST * SC, rows = (size_t)SB * ST;
+    ln_rig l = {falloc(n, "inp"), falloc(SC, "w"), falloc(SC, "b"), falloc(n, "out"),
+                falloc(rows, "mean"), falloc(rows, "rstd"), falloc(n, "R")};
+    float *dinp = falloc(n, "dinp"), *dinp2 = falloc(n, "dinp2");
+    float *dw = falloc(SC, "dw"), *db = falloc(SC, "db");
+    float *g0w = falloc(SC, "g0"), *g0b = falloc(SC, "g0");
+    float *accw = falloc(SC, "acc"), *accb = falloc(SC, "acc");
+    float *inp0 = falloc(n, "inp0");
+    fd_fill_uniform(inp0, n, -1, 1, 11);
+    memcpy(l.inp, inp0, n * sizeof(float));
+    /* forward only: a row with a large mean tests the two-pass variance (its rounding,
+     * 50 * 2^-24 in each deviation, would be noise in the finite differences) */
+    for (size_t i = 0; i < SC; i++)
+        l.inp[i] += 50.0f;
+    fd_fill_uniform(l.w, SC, 0.5f, 1.5f, 12);
+    fd_fill_uniform(l.b, SC, -0.5f, 0.5f, 13);
+    fd_fill_uniform(l.R, n, -1, 1, 14);
+
+    ln_loss(&l);
+    double worst = 0.0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = l.inp + r * SC;
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < SC; c++)
+            m += x[c];
+        m /= SC;
+        for (int c = 0; c < SC; c++)
+            v += (x[c] - m) * (x[c] - m);
+        double rs = 1.0 / sqrt(v / SC + 1e-5);
+        worst = fmax(worst, fabs(l.mean[r] - m) / (fabs(m) + 1));
+        worst = fmax(worst, fabs(l.rstd[r] - rs) / rs);
+        for (int c = 0; c < SC; c++) {
+            double y = (x[c] - m) * rs * l.w[c] + l.b[c];
+            worst = fmax(worst, fabs(l.out[r * SC + c] - y) / (fabs(y) + 1));
+        }
+    }
+    /* row 0's mean of 50 leaves its deviations with 50 * 2^-24 ~ 3e-6 of rounding */
+    CHECK(worst < 2e-5, "layernorm forward vs double reference: worst rel err %.3g", worst);
+    memcpy(l.inp, inp0, n * sizeof(float));
+    tr_free(inp0);
+    ln_loss(&l); /* mean and rstd of the inputs the gradients are checked at */
+
+    tr_cpu_layernorm_backward(dinp, dw, db, l.R, l.inp, l.w, l.mean, l.rstd, SB, ST, SC);
+    fd_problem p = {ln_loss, NULL, &l};
+    FD_CHECK_TENSOR("layernorm d/dinp", fd_check(&p, l.inp, dinp, n, EPS, FLOOR, TOL), 0.0);
+    FD_CHECK_TENSOR("layernorm d/dweight", fd_check(&p, l.w, dw, SC, EPS, FLOOR, TOL), 0.0);
+    FD_CHECK_TENSOR("layernorm d/dbias", fd_check(&p, l.b, db, SC, EPS, FLOOR, TOL), 0.0);
+
+    fd_fill_uniform(g0w, SC, -1, 1, 15);
+    fd_fill_uniform(g0b, SC, -1, 1, 16);
+    memcpy(accw, g0w, SC * sizeof(float));
+    memcpy(accb, g0b, SC * sizeof(float));
+    fill_nan(dinp2, n); /* = must not read what was there */
+    tr_cpu_layernorm_backward(dinp2, accw, accb, l.R, l.inp, l.w, l.mean, l.rstd, SB, ST, SC);
+    check_accumulated("layernorm dweight", accw, g0w, dw, SC);
+    check_accumulated("layernorm dbias", accb, g0b, db, SC);
+    CHECK(same_bits(dinp, dinp2, n), "layernorm dinp is not overwritten (=)");
+
+    tr_free(l.inp), tr_free(l.w), tr_free(l.b), tr_free(l.out), tr_free(l.mean);
+    tr_free(l.rstd), tr_free(l.R), tr_free(dinp), tr_free(dinp2), tr_free(dw), tr_free(db);
+    tr_free(g0w), tr_free(g0b), tr_free(accw), tr_free(accb);
+}
+
+/* ---- GELU ------------------------------------------------------------------------- */
+
+static double gelu_ref(double x)
+{
+    const double k = sqrt(2.0 / M_PI);
+    return 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+typedef struct gelu_rig {
+    size_t n;
+    float *inp, *out, *R;
+} gelu_rig;
+
+static double gelu_loss(void *ctx)
+{
+    gelu_rig *g = ctx;
+    tr_cpu_gelu_forward(g->out, g->inp, g->n);
+    return dot_r(g->out, g->R, g->n);
+}
+
+static void test_gelu(void)
+{
+    printf("gelu\n");
+    /* the scalar functions against the formula in double, on [-10, 10] */
+    double wf = 0.0, wd = 0.0;
+    for (int i = -2000; i <= 2000; i++) {
+        float x = (float)i * 0.005f;
+        double f = gelu_ref(x);
+        wf = fmax(wf, fabs(tr_gelu(x) - f) / fmax(1.0, fabs(f)));
+        double h = 1e-5; /* central difference in double: error ~h^2 ~ 1e-10 */
+        double d = (gelu_ref((double)x + h) - gelu_ref((double)x - h)) / (2 * h);
+        wd = fmax(wd, fabs(tr_gelu_grad(x) - d) / fmax(1.0, fabs(d)));
+    }
+    printf("  gelu vs formula: worst %.2e, gelu' vs numeric: worst %.2e\n", wf, wd);
+    CHECK(wf <= 1e-6, "tr_gelu vs the tanh formula: worst err %.3g", wf);
+    /* 2e-6: the float evaluation of gelu' (a sum of three rounded terms near 1.1)
+     * measures 5.5e-7, about 5 ulp; 16 ulp leaves room for another libm's tanhf */
+    CHECK(wd <= 2e-6, "tr_gelu_grad vs numeric derivative: worst err %.3g", wd);
+    CHECK(tr_gelu(1e4f) == 1e4f && tr_gelu(-1e4f) == 0.0f && tr_gelu_grad(1e4f) == 1.0f &&
+              tr_gelu_grad(-1e4f) == 0.0f && tr_gelu(0.0f) == 0.0f && tr_gelu_grad(0.0f) == 0.5f,
+          "gelu at 0 and far tails: %g %g %g %g", tr_gelu(1e4f), tr_gelu(-1e4f),
+          tr_gelu_grad(1e4f), tr_gelu_grad(-1e4f));
+    /* PyTorch: torch.nn.functional.gelu(torch.tensor([1.0]), approximate='tanh') */
+    CHECK(fabsf(tr_gelu(1.0f) - 0.841192f) < 1e-6f, "gelu(1) = %.7f, PyTorch 0.8411920",
+          tr_gelu(1.0f));
+
+    /* the kernels */
+    size_t n = (size_t)SB * ST * SC;
+    gelu_rig g = {n, falloc(n, "inp"), falloc(n, "out"), falloc(n, "R")};
+    float *dinp = falloc(n, "dinp"), *inplace = falloc(n, "inplace");
+    fd_fill_uniform(g.inp, n, -3, 3, 21);
+    fd_fill_uniform(g.R, n, -1, 1, 22);
+    gelu_loss(&g);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += g.out[i] != tr_gelu(g.inp[i]);
+    CHECK(bad == 0, "gelu_forward differs from tr_gelu in %zu elements", bad);
+    fill_nan(dinp, n);
+    tr_cpu_gelu_backward(dinp, g.inp, g.R, n);
+    fd_problem p = {gelu_loss, NULL, &g};
+    FD_CHECK_TENSOR("gelu d/dinp", fd_check(&p, g.inp, dinp, n, EPS, FLOOR, TOL), 0.0);
+    memcpy(inplace, g.R, n * sizeof(float));
+    tr_cpu_gelu_backward(inplace, g.inp, inplace, n);
+    CHECK(same_bits(inplace, dinp, n), "gelu_backward in place (dinp == dout) differs");
+    tr_free(g.inp), tr_free(g.out), tr_free(g.R), tr_free(dinp), tr_free(inplace);
+}
+
+static void test_residual(void)
+{
+    printf("residual\n");
+    size_t n = 37;
+    float *a = falloc(n, "a"), *b = falloc(n, "b"), *o = falloc(n, "o");
+    fd_fill_uniform(a, n, -1, 1, 31);
+    fd_fill_uniform(b, n, -1, 1, 32);
+    tr_cpu_residual_forward(o, a, b, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += o[i] != a[i] + b[i];
+    tr_cpu_residual_forward(a, a, b, n); /* in place */
+    CHECK(bad == 0 && same_bits(a, o, n), "residual: %zu elements differ from a + b", bad);
+    tr_free(a), tr_free(b), tr_free(o);
+}
+
+/* ---- attention -------------------------------------------------------------------- */
+
+typedef struct att_rig {
+    float *qkv, *out, *att, *R;
+} att_rig;
+
+static double att_loss(void *ctx)
+{
+    att_rig *a = ctx;
+    tr_cpu_attention_forward(a->out, a->att, a->qkv, SB, ST, SC, SNH);
+    return dot_r(a->out, a->R, (size_t)SB * ST * SC);
+}
+
+/* Naive double-precision forward: returns the worst relative error of out and att. */
+static double att_reference_err(const att_rig *a)
+{
+    const int HS = SC / SNH;
+    double worst = 0.0;
+    for (int b = 0; b < SB; b++)
+        for (int h = 0; h < SNH; h++)
+            for (int t = 0; t < ST; t++) {
+                const float *q = a->qkv + ((size_t)b * ST + t) * 3 * SC + h * HS;
+                double s[ST], mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= t; j++) {
+                    const float *k = a->qkv + ((size_t)b * ST + j) * 3 * SC + SC + h * HS;
+                    s[j] = 0.0;
+                    for (int i = 0; i < HS; i++)
+                        s[j] += (double)q[i] * k[i];
+                    s[j] /= sqrt((double)HS);
+                    mx = fmax(mx, s[j]);
+                }
+                for (int j = 0; j <= t; j++)
+                    sum += s[j] = exp(s[j] - mx);
+                const float *arow = a->att + (((size_t)b * SNH + h) * ST + t) * ST;
+                for (int j = 0; j < ST; j++) {
+                    double p = j <= t ? s[j] / sum : 0.0;
+                    worst = fmax(worst, j <= t ? fabs(arow[j] - p) : fabs(arow[j]));
+                }
+                for (int i = 0; i < HS; i++) {
+                    double o = 0.0;
+                    for (int j = 0; j <= t; j++) {
+                        size_t vi = ((size_t)b * ST + j) * 3 * SC + 2 * SC + (size_t)h * HS + i;
+                        o += s[j] / sum * a->qkv[vi];
+                    }
+                    float got = a->out[((size_t)b * ST + t) * SC + h * HS + i];
+                    worst = fmax(worst, fabs(got - o) / (fabs(o) + 1));
+                }
+            }
+    return worst;
+}
+
+static void test_attention(void)
+{
+    printf("attention\n");
+    size_t nqkv = (size_t)SB * ST * 3 * SC, nout = (size_t)SB * ST * SC;
+    size_t natt = (size_t)SB * SNH * ST * ST;
+    att_rig a = {falloc(nqkv, "qkv"), falloc(nout, "out"), falloc(natt, "att"),
+                 falloc(nout, "R")};
+    float *dqkv = falloc(nqkv, "dqkv"), *dqkv2 = falloc(nqkv, "dqkv2");
+    float *datt = falloc(natt, "datt"), *out0 = falloc(nout, "out0");
+    float *att0 = falloc(natt, "att0");
+    /* scores of a few units: a softmax neither flat nor saturated */
+    fd_fill_uniform(a.qkv, nqkv, -1.5f, 1.5f, 41);
+    fd_fill_uniform(a.R, nout, -1, 1, 42);
+
+    att_loss(&a);
+    double rerr = att_reference_err(&a);
+    CHECK(rerr < 1e-5, "attention forward vs double reference: worst err %.3g", rerr);
+
+    fill_nan(dqkv, nqkv);
+    fill_nan(datt, natt); /* scratch: must be written before it is read */
+    tr_cpu_attention_backward(dqkv, datt, a.R, a.qkv, a.att, SB, ST, SC, SNH);
+    fd_problem p = {att_loss, NULL, &a};
+    FD_CHECK_TENSOR("attention d/dqkv", fd_check(&p, a.qkv, dqkv, nqkv, EPS, FLOOR, TOL), 0.0);
+    fill_nan(dqkv2, nqkv);
+    tr_cpu_attention_backward(dqkv2, datt, a.R, a.qkv, a.att, SB, ST, SC, SNH);
+    CHECK(same_bits(dqkv, dqkv2, nqkv), "attention backward: two runs differ (or dqkv not =)");
+
+    /* causal mask: changing every q, k, v of time t0 leaves rows t < t0 of out and att
+     * bit-identical, for each t0 */
+    memcpy(out0, a.out, nout * sizeof(float));
+    memcpy(att0, a.att, natt * sizeof(float));
+    size_t leaks = 0;
+    for (int t0 = 1; t0 < ST; t0++) {
+        for (int b = 0; b < SB; b++)
+            for (int i = 0; i < 3 * SC; i++)
+                a.qkv[((size_t)b * ST + t0) * 3 * SC + i] += 0.75f;
+        att_loss(&a);
+        for (int b = 0; b < SB; b++) {
+            for (int t = 0; t < t0; t++) {
+                size_t o = ((size_t)b * ST + t) * SC;
+                leaks += !same_bits(a.out + o, out0 + o, SC);
+                for (int h = 0; h < SNH; h++) {
+                    size_t r = (((size_t)b * SNH + h) * ST + t) * ST;
+                    leaks += !same_bits(a.att + r, att0 + r, ST);
+                }
+            }
+        }
+        for (int b = 0; b < SB; b++)
+            for (int i = 0; i < 3 * SC; i++)
+                a.qkv[((size_t)b * ST + t0) * 3 * SC + i] -= 0.75f;
+    }
+    CHECK(leaks == 0, "attention: %zu earlier rows changed with a future token", leaks);
+    /* and the probabilities: zero above the diagonal, rows summing to 1 */
+    att_loss(&a);
+    size_t badrow = 0;
+    for (size_t r = 0; r < (size_t)SB * SNH * ST; r++) {
+        int t = (int)(r % ST);
+        double s = 0.0;
+        for (int j = 0; j < ST; j++) {
+            s += a.att[r * ST + j];
+            badrow += j > t && a.att[r * ST + j] != 0.0f;
+        }
+        badrow += fabs(s - 1.0) > 1e-6;
+    }
+    CHECK(badrow == 0, "attention probabilities: %zu bad rows", badrow);
+
+    tr_free(a.qkv), tr_free(a.out), tr_free(a.att), tr_free(a.R), tr_free(dqkv);
+    tr_free(dqkv2), tr_free(datt), tr_free(out0), tr_free(att0);
+}
+
+/* ---- softmax cross-entropy, padded vocabulary ------------------------------------- */
+
+typedef struct xent_rig {
+    int tgt[SB * ST];
+    float *logits, *probs, *losses;
+} xent_rig;
+
+static double xent_loss(void *ctx)
+{
+    xent_rig *x = ctx;
+    return tr_cpu_xent_padded_forward(x->probs, x->losses, x->logits, x->tgt, SB, ST, SV, SVP);
+}
+
+static void test_xent(void)
+{
+    printf("softmax cross-entropy, V=%d padded to %d\n", SV, SVP);
+    size_t rows = (size_t)SB * ST, n = rows * SVP;
+    xent_rig x = {{0, 10, 3, 3, 7, 1, 9, 10, 2, 5}, falloc(n, "logits"), falloc(n, "probs"),
+                  falloc(rows, "losses")};
+    float *dl = falloc(n, "dlogits"), *dl2 = falloc(n, "dlogits2"), *lg0 = falloc(n, "lg0");
+    float *p0 = falloc(n, "p0");
+    fd_fill_uniform(x.logits, n, -2, 2, 51);
+
+    double L = xent_loss(&x), ref = 0.0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *l = x.logits + r * SVP;
+        double s = 0.0;
+        for (int j = 0; j < SV; j++)
+            s += exp(l[j]);
+        ref += log(s) - l[x.tgt[r]];
+    }
+    CHECK(fabs(L - ref) < 1e-5 * fabs(ref), "xent loss %.9g vs double reference %.9g", L, ref);
+
+    fill_nan(dl, n);
+    tr_cpu_xent_padded_backward(dl, x.probs, x.tgt, 1.0f, SB, ST, SV, SVP);
+    fd_problem p = {xent_loss, NULL, &x};
+    FD_CHECK_TENSOR("xent d/dlogits", fd_check(&p, x.logits, dl, n, EPS, FLOOR, TOL), 0.0);
+    size_t padbad = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (int j = SV; j < SVP; j++)
+            padbad += dl[r * SVP + j] != 0.0f || x.probs[r * SVP + j] != 0.0f;
+    CHECK(padbad == 0, "xent: %zu padded entries with nonzero probability or gradient", padbad);
+
+    /* the padding never touches the loss or the real probabilities, whatever it holds */
+    memcpy(lg0, x.logits, n * sizeof(float));
+    memcpy(p0, x.probs, n * sizeof(float));
+    const float junk[3] = {1e30f, -1e30f, NAN};
+    for (int k = 0; k < 3; k++) {
+        for (size_t r = 0; r < rows; r++)
+            for (int j = SV; j < SVP; j++)
+                x.logits[r * SVP + j] = junk[k];
+        double Lj = xent_loss(&x);
+        CHECK(Lj == L && same_bits(x.probs, p0, n), "xent: padded logits = %g changed the loss",
+              junk[k]);
+    }
+    memcpy(x.logits, lg0, n * sizeof(float));
+
+    /* scale, and in place: probs == logits, then dlogits == probs */
+    tr_cpu_xent_padded_backward(dl2, x.probs, x.tgt, 0.1f, SB, ST, SV, SVP);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += dl2[i] != 0.1f * (p0[i] - (dl[i] - p0[i] < -0.5f ? 1.0f : 0.0f));
+    CHECK(bad == 0, "xent backward with scale 0.1: %zu elements off", bad);
+    double Lin = tr_cpu_xent_padded_forward(x.logits, x.losses, x.logits, x.tgt, SB, ST, SV, SVP);
+    CHECK(Lin == L && same_bits(x.logits, p0, n), "xent forward in place differs");
+    tr_cpu_xent_padded_backward(x.logits, x.logits, x.tgt, 1.0f, SB, ST, SV, SVP);
+    CHECK(same_bits(x.logits, dl, n), "xent backward in place differs");
+
+    tr_free(x.logits), tr_free(x.probs), tr_free(x.losses), tr_free(dl), tr_free(dl2);
+    tr_free(lg0), tr_free(p0);
+}
+
+/* ---- determinism on shapes that take the parallel paths --------------------------- */
+
+enum { LB = 4, LT = 72, LC = 128, LNH = 4, LV = 100, LVP = 128 };
+
+typedef struct big {
+    int *tok;
+    float *wte, *wpe, *lnw, *lnb, *qkv, *logits, *dout;
+} big;
+
+static float *take(float **w, size_t n)
+{
+    float *p = *w;
+    *w += n;
+    return p;
+}
+
+/* Runs every forward and backward on the inputs of g and appends every output,
+ * saved tensor and gradient to res (zeroed: the parameter gradients accumulate into
+ * it); returns how many floats it wrote. */
+static size_t big_run(const big *g, float *res)
+{
+    size_t BT = (size_t)LB * LT, n = BT * LC, natt = (size_t)LB * LNH * LT * LT;
+    float *w = res;
+    float *emb = take(&w, n), *dwte = take(&w, (size_t)LV * LC), *dwpe = take(&w, (size_t)LT * LC);
+    tr_cpu_embedding_forward(emb, g->tok, g->wte, g->wpe, LB, LT, LC, LV);
+    tr_cpu_embedding_backward(dwte, dwpe, g->dout, g->tok, LB, LT, LC, LV);
+
+    float *ln = take(&w, n), *mean = take(&w, BT), *rstd = take(&w, BT);
+    float *dln = take(&w, n), *dw = take(&w, LC), *db = take(&w, LC);
+    tr_cpu_layernorm_forward(ln, mean, rstd, emb, g->lnw, g->lnb, LB, LT, LC);
+    tr_cpu_layernorm_backward(dln, dw, db, g->dout, emb, g->lnw, mean, rstd, LB, LT, LC);
+
+    float *ge = take(&w, n), *dge = take(&w, n);
+    tr_cpu_gelu_forward(ge, ln, n);
+    tr_cpu_gelu_backward(dge, ln, g->dout, n);
+
+    float *out = take(&w, n), *att = take(&w, natt), *datt = take(&w, natt);
+    float *dqkv = take(&w, 3 * n);
+    tr_cpu_attention_forward(out, att, g->qkv, LB, LT, LC, LNH);
+    tr_cpu_attention_backward(dqkv, datt, g->dout, g->qkv, att, LB, LT, LC, LNH);
+
+    float *probs = take(&w, BT * LVP), *losses = take(&w, BT), *loss = take(&w, 2);
+    float *dlogits = take(&w, BT * LVP);
+    double L = tr_cpu_xent_padded_forward(probs, losses, g->logits, g->tok, LB, LT, LV, LVP);
+    loss[0] = (float)L;
+    loss[1] = (float)(L - (double)loss[0]); /* the rest of the double */
+    tr_cpu_xent_padded_backward(dlogits, probs, g->tok, 1.0f / (float)BT, LB, LT, LV, LVP);
+    return (size_t)(w - res);
+}
+
+static void test_determinism(void)
+{
+    printf("determinism: B=%d T=%d C=%d NH=%d V=%d Vp=%d\n", LB, LT, LC, LNH, LV, LVP);
+    size_t BT = (size_t)LB * LT, n = BT * LC;
+    big g = {tr_alloc(BT * sizeof(int), "tok"), falloc((size_t)LV * LC, "wte"),
+             falloc((size_t)LT * LC, "wpe"), falloc(LC, "lnw"), falloc(LC, "lnb"),
+             falloc(3 * n, "qkv"), falloc(BT * LVP, "logits"), falloc(n, "dout")};
+    for (size_t i = 0; i < BT; i++)
+        g.tok[i] = (int)(tr_rng_u64(12345, 61, i) % LV);
+    fd_fill_uniform(g.wte, (size_t)LV * LC, -1, 1, 62);
+    fd_fill_uniform(g.wpe, (size_t)LT * LC, -1, 1, 63);
+    fd_fill_uniform(g.lnw, LC, 0.5f, 1.5f, 64);
+    fd_fill_uniform(g.lnb, LC, -0.5f, 0.5f, 65);
+    fd_fill_uniform(g.qkv, 3 * n, -1.5f, 1.5f, 66);
+    fd_fill_uniform(g.logits, BT * LVP, -3, 3, 67);
+    fd_fill_uniform(g.dout, n, -1, 1, 68);
+
+    size_t cap = 16 * n + 4 * (size_t)LB * LNH * LT * LT + 4 * BT * LVP;
+    float *r1 = falloc(cap, "run 1"), *r2 = falloc(cap, "run 2"), *r3 = falloc(cap, "run 3");
+    size_t m1 = big_run(&g, r1), m2 = big_run(&g, r2);
+    omp_set_num_threads(1);
+    size_t m3 = big_run(&g, r3);
+    omp_set_num_threads(2);
+    CHECK(m1 <= cap && m1 == m2 && m1 == m3, "big_run sizes %zu %zu %zu (cap %zu)", m1, m2, m3,
+          cap);
+    CHECK(same_bits(r1, r2, m1), "two runs with 2 threads are not bit-identical");
+    CHECK(same_bits(r1, r3, m1), "1 thread and 2 threads are not bit-identical");
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < m1; i++)
+        nonfinite += !isfinite(r1[i]);
+    CHECK(nonfinite == 0, "%zu non-finite values in the big run", nonfinite);
+    printf("  %zu floats compared\n", m1);
+
+    tr_free(g.tok), tr_free(g.wte), tr_free(g.wpe), tr_free(g.lnw), tr_free(g.lnb);
+    tr_free(g.qkv), tr_free(g.logits), tr_free(g.dout), tr_free(r1), tr_free(r2), tr_free(r3);
+}
+
+int main(void)
+{
+    tr_cpu_backend_init(2);
+    test_embedding();
+    test_layernorm();
+    test_gelu();
+    test_residual();
+    test_attention();
+    test_xent();
+    test_determinism();
+    return tr_test_finish();
+}
