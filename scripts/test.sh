@@ -9,6 +9,7 @@ scripts/install_deps.sh
 # shellcheck disable=SC2086
 scripts/build.sh ${CMAKE_ARGS:-}
 scripts/prepare_data.sh >/dev/null
+scripts/fetch_gpt2_bpe.sh >/dev/null
 export OMPI_MCA_rmaps_base_oversubscribe=1
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
