@@ -189,15 +189,27 @@ void tr_model_backward(tr_model *m, const float *x, const int32_t *y, int B, flo
     }
 }
 
+static double layer_flops(const tr_layer *l)
+{
+    if (!strcmp(l->ops->kind, "linear"))
+        return 2.0 * tr_shape_numel(l->in) * tr_shape_numel(l->out);
+    if (!strcmp(l->ops->kind, "conv2d"))
+        return 2.0 * l->in.c * l->ksize * l->ksize * (double)tr_shape_numel(l->out);
+    return 0;
+}
+
 double tr_model_forward_flops(const tr_model *m)
 {
     double f = 0;
-    for (int i = 0; i < m->nlayers; i++) {
-        const tr_layer *l = &m->layers[i];
-        if (!strcmp(l->ops->kind, "linear"))
-            f += 2.0 * tr_shape_numel(l->in) * tr_shape_numel(l->out);
-        else if (!strcmp(l->ops->kind, "conv2d"))
-            f += 2.0 * l->in.c * l->ksize * l->ksize * (double)tr_shape_numel(l->out);
-    }
+    for (int i = 0; i < m->nlayers; i++)
+        f += layer_flops(&m->layers[i]);
+    return f;
+}
+
+double tr_model_train_flops(const tr_model *m)
+{
+    double f = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        f += layer_flops(&m->layers[i]) * (i == 0 ? 2.0 : 3.0);
     return f;
 }

@@ -82,5 +82,8 @@ void tr_model_backward(tr_model *m, const float *x, const int32_t *y, int B, flo
 
 /* Floating-point operations of one forward pass of one sample (multiply-add = 2). */
 double tr_model_forward_flops(const tr_model *m);
+/* Of one training step per sample: forward, weight gradients, and input gradients
+ * of every layer but the first (whose input gradient is never computed). */
+double tr_model_train_flops(const tr_model *m);
 
 #endif

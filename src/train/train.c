@@ -516,7 +516,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         s.test_loss = test_loss;
         s.final_train_loss = last_loss;
         s.samples_per_second = rate;
-        s.gflops_per_second = 3.0 * tr_model_forward_flops(&r->model) * rate / 1e9;
+        s.gflops_per_second = tr_model_train_flops(&r->model) * rate / 1e9;
         s.wall_seconds = wall;
         s.train_seconds = t_train;
         s.comm_wait_seconds = r->dp.comm_wait_s;
