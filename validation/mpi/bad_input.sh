@@ -70,6 +70,7 @@ expect out-of-memory 4 71 "out of memory: each rank needs .* \(parameters .*\) b
 
 # the command line itself
 "$TRAINER" --bogus >"$WORK/out" 2>"$WORK/err"
-check "unknown option exit code" [ $? = 64 ]
+rc=$?
+check "unknown option exit code $rc; stderr ends: $(tail -c 600 "$WORK/err")" [ $rc = 64 ]
 check "unknown option message" grep -q "unknown option '--bogus'" "$WORK/err"
 finish
