@@ -8,6 +8,7 @@
  * No loop here reduces floating point across threads: each output element is
  * written by one thread, in a fixed order, so results are bit-identical run to run. */
 #include "backend/cpu_backend.h"
+#include "backend/transformer_kernels.h"
 #include "core/error.h"
 
 #include <math.h>
@@ -195,4 +196,15 @@ const tr_kernels tr_cpu_kernels = {
     .adamw_update = tr_cpu_adamw_update,
     .sum_squares = tr_cpu_sum_squares,
     .scale = tr_cpu_scale,
+    .embedding_forward = tr_cpu_embedding_forward,
+    .embedding_backward = tr_cpu_embedding_backward,
+    .layernorm_forward = tr_cpu_layernorm_forward,
+    .layernorm_backward = tr_cpu_layernorm_backward,
+    .gelu_forward = tr_cpu_gelu_forward,
+    .gelu_backward = tr_cpu_gelu_backward,
+    .residual_forward = tr_cpu_residual_forward,
+    .attention_forward = tr_cpu_attention_forward,
+    .attention_backward = tr_cpu_attention_backward,
+    .xent_padded_forward = tr_cpu_xent_padded_forward,
+    .xent_padded_backward = tr_cpu_xent_padded_backward,
 };

@@ -72,6 +72,30 @@ typedef struct tr_kernels {
                          long t);
     double (*sum_squares)(const float *x, size_t n);
     void (*scale)(float *x, size_t n, float a);
+
+    /* The transformer's kernels: shapes, saved tensors and rules as documented in
+     * transformer_kernels.h (dimension letters B, T, C, NH, V, Vp there). */
+    void (*embedding_forward)(float *out, const int *tok, const float *wte, const float *wpe,
+                              int B, int T, int C, int V);
+    void (*embedding_backward)(float *dwte, float *dwpe, const float *dout, const int *tok,
+                               int B, int T, int C, int V);
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int B, int T, int C);
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int B, int T, int C);
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    /* out = a + b; also how gradients add up on the residual stream */
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+    void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+    double (*xent_padded_forward)(float *probs, float *losses, const float *logits,
+                                  const int *targets, int B, int T, int V, int Vp);
+    void (*xent_padded_backward)(float *dlogits, const float *probs, const int *targets,
+                                 float scale, int B, int T, int V, int Vp);
 } tr_kernels;
 
 /* The CPU backend: CBLAS for GEMMs, OpenMP for the rest. */

@@ -7,16 +7,29 @@
     { sec, name, type, def, lo, hi, choices, help }
 
 const tr_key_spec tr_deck_keys[] = {
-    K("model", "name", TR_KEY_CHOICE, "mlp", 0, 0, "mlp|cnn", "compiled-in model to train (trainer --list-models)"),
+    K("model", "name", TR_KEY_CHOICE, "mlp", 0, 0, "mlp|cnn|gpt", "compiled-in model to train (trainer --list-models)"),
     K("model", "hidden", TR_KEY_INTLIST, "256,256", 1, 65536, 0, "mlp: widths of the hidden layers, e.g. 256,256"),
     K("model", "classes", TR_KEY_INT, "10", 2, 65536, 0, "number of output classes; labels must lie in [0, classes)"),
+    K("model", "n_layer", TR_KEY_INT, "12", 1, 48, 0, "gpt: transformer blocks"),
+    K("model", "n_head", TR_KEY_INT, "12", 1, 1024, 0, "gpt: attention heads (must divide n_embd)"),
+    K("model", "n_embd", TR_KEY_INT, "768", 8, 65536, 0, "gpt: width of the residual stream"),
+    K("model", "seq_len", TR_KEY_INT, "1024", 1, 65536, 0, "gpt: context length in tokens (also the size of the position table)"),
+    K("model", "vocab_size", TR_KEY_INT, "50257", 2, 1 << 24, 0, "gpt: vocabulary size (GPT-2's BPE: 50257; bytes: 256); token files must fit in it"),
+    K("model", "vocab_pad", TR_KEY_INT, "64", 1, 4096, 0, "gpt: pad the embedding/logit rows to a multiple of this for speed; padded logits never touch the loss"),
 
-    K("data", "format", TR_KEY_CHOICE, "idx", 0, 0, "idx", "file format of the image data: idx = MNIST's IDX, gzipped or not"),
+    K("data", "format", TR_KEY_CHOICE, "idx", 0, 0, "idx|tokens|random_tokens", "idx = images and labels in MNIST's IDX format (gzipped or not); tokens = token files from the tokenize tool; random_tokens = uniform random tokens, for benchmarks only"),
     K("data", "train_images", TR_KEY_PATH, "", 0, 0, 0, "training images (IDX3 ubyte, .gz allowed)"),
     K("data", "train_labels", TR_KEY_PATH, "", 0, 0, 0, "training labels (IDX1 ubyte, .gz allowed)"),
     K("data", "test_images", TR_KEY_PATH, "", 0, 0, 0, "held-out images for evaluation"),
     K("data", "test_labels", TR_KEY_PATH, "", 0, 0, 0, "held-out labels for evaluation"),
     K("data", "train_limit", TR_KEY_INT, "0", 0, BIG, 0, "use only the first N training samples (0 = all)"),
+    K("data", "train_tokens", TR_KEY_PATH, "", 0, 0, 0, "tokens: training token file (scripts/prepare_text.sh, or the tokenize tool)"),
+    K("data", "val_tokens", TR_KEY_PATH, "", 0, 0, 0, "tokens: validation token file"),
+    K("data", "val_limit", TR_KEY_INT, "0", 0, BIG, 0, "tokens: evaluate on at most the first N validation windows (0 = all; random_tokens: 0 = one global batch)"),
+    K("data", "unigram_baseline", TR_KEY_BOOL, "true", 0, 0, 0, "tokens: print the validation perplexity of the training set's unigram distribution, the bar a language model must clear"),
+    K("data", "tokenizer", TR_KEY_CHOICE, "gpt2", 0, 0, "gpt2|bytes", "how [sample] text is encoded and decoded: gpt2 = GPT-2's BPE (encoder, merges), bytes = one token per byte"),
+    K("data", "encoder", TR_KEY_PATH, "data/gpt2/encoder.json", 0, 0, 0, "gpt2 tokenizer: encoder.json (scripts/fetch_gpt2_bpe.sh)"),
+    K("data", "merges", TR_KEY_PATH, "data/gpt2/vocab.bpe", 0, 0, 0, "gpt2 tokenizer: vocab.bpe"),
     K("data", "shuffle", TR_KEY_BOOL, "true", 0, 0, 0, "reshuffle the training set every epoch (seeded, same on every rank count)"),
     K("data", "prefetch", TR_KEY_BOOL, "true", 0, 0, 0, "prepare the next batch in a background thread"),
 
@@ -49,9 +62,15 @@ const tr_key_spec tr_deck_keys[] = {
     K("checkpoint", "dir", TR_KEY_STRING, "", 0, 0, 0, "checkpoint directory; empty = <run dir>/checkpoints"),
     K("checkpoint", "every", TR_KEY_INT, "0", 0, BIG, 0, "write a checkpoint every N steps (0 = only at the end)"),
     K("checkpoint", "keep", TR_KEY_INT, "3", 0, 1000000, 0, "keep the newest N checkpoints, delete older ones (0 = keep all)"),
+    K("checkpoint", "at_start", TR_KEY_BOOL, "false", 0, 0, 0, "also write the initial state (step 0) before training"),
     K("checkpoint", "at_end", TR_KEY_BOOL, "true", 0, 0, 0, "write a checkpoint when training ends"),
     K("checkpoint", "collective_io", TR_KEY_BOOL, "false", 0, 0, 0, "tensor data through MPI-IO collective buffering (true) or each rank writing its contiguous part directly (false: faster on a local disk)"),
     K("checkpoint", "resume", TR_KEY_STRING, "auto", 0, 0, 0, "auto = newest valid checkpoint in dir, else start fresh; none; or a checkpoint file"),
+
+    K("sample", "prompt", TR_KEY_STRING, "The", 0, 0, 0, "gpt: text to continue after training (encoded with [data] tokenizer)"),
+    K("sample", "length", TR_KEY_INT, "0", 0, 1 << 20, 0, "gpt: tokens to generate after training and print (0 = none)"),
+    K("sample", "top_k", TR_KEY_INT, "1", 1, 1 << 24, 0, "gpt: draw each token from the k most likely (1 = greedy)"),
+    K("sample", "temperature", TR_KEY_FLOAT, "1", 1e-3, 100, 0, "gpt: divide logits by this before top-k sampling"),
 
     K("run", "dir", TR_KEY_STRING, "runs/default", 0, 0, 0, "run directory (created if missing): resolved deck, metrics.csv, summary.json"),
     K("run", "stop_after_steps", TR_KEY_INT, "0", 0, BIG, 0, "checkpoint and exit 75 after this many steps of this session (0 = off): run a long job in slices"),
@@ -59,6 +78,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("run", "progress", TR_KEY_CHOICE, "auto", 0, 0, "auto|tty|lines|off", "progress display: auto = in place on a terminal, plain lines otherwise"),
 
     K("system", "device", TR_KEY_CHOICE, "cpu", 0, 0, "cpu", "where the math runs"),
+    K("system", "peak_gflops", TR_KEY_FLOAT, "0", 0, 1e12, 0, "peak fp32 GFLOP/s of one rank's device for MFU; 0 = measure it at start-up (a short GEMM calibration)"),
     K("system", "threads", TR_KEY_INT, "0", 0, 1024, 0, "threads per rank; 0 = cores of the node / ranks on the node"),
 };
 

@@ -2,6 +2,8 @@
  * 1, 2, 3", SC'11), the generator cuRAND and PyTorch use for counter-based draws. */
 #include "rng.h"
 
+#include <math.h>
+
 static inline uint32_t mulhilo(uint32_t a, uint32_t b, uint32_t *hi)
 {
     uint64_t p = (uint64_t)a * b;
@@ -31,6 +33,15 @@ uint64_t tr_rng_u64(uint64_t seed, uint64_t stream, uint64_t index)
 {
     tr_philox_out o = tr_philox(seed, stream, index);
     return ((uint64_t)o.v[1] << 32) | o.v[0];
+}
+
+float tr_rng_normal(uint64_t seed, uint64_t stream, uint64_t index)
+{
+    tr_philox_out o = tr_philox(seed, stream, index);
+    /* u1 in (0, 1] so the log is finite; u2 in [0, 1) */
+    double u1 = ((double)o.v[0] + 1.0) * (1.0 / 4294967296.0);
+    double u2 = (double)o.v[1] * (1.0 / 4294967296.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
 float tr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index)

@@ -7,8 +7,8 @@
 #include <math.h>
 #include <string.h>
 
-extern const tr_model_def tr_model_mlp, tr_model_cnn;
-const tr_model_def *const tr_models[] = {&tr_model_mlp, &tr_model_cnn, NULL};
+extern const tr_model_def tr_model_mlp, tr_model_cnn, tr_model_gpt;
+const tr_model_def *const tr_models[] = {&tr_model_mlp, &tr_model_cnn, &tr_model_gpt, NULL};
 
 const tr_model_def *tr_model_find(const char *name)
 {
@@ -37,9 +37,15 @@ int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape inp
     }
     m->name = def->name;
     m->input = input;
+    m->targets_per_sample = 1;
     int rc = def->build(m, d, input, err, errlen);
-    if (rc)
+    if (rc) {
+        if (m->hooks && m->hooks->free)
+            m->hooks->free(m);
         return rc;
+    }
+    if (m->hooks)
+        return 0; /* its layers only hold parameters */
     /* the stack must chain: each layer's input is the previous layer's output */
     tr_shape cur = input;
     for (int i = 0; i < m->nlayers; i++) {
@@ -55,7 +61,7 @@ int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape inp
 
 /* One walk for both planning and allocating, so the plan cannot drift from what
  * is allocated: with alloc == 0 it only adds up the bytes. */
-static void *buffer(int alloc, size_t bytes, const char *what, size_t *sum)
+void *tr_model_buffer(int alloc, size_t bytes, const char *what, size_t *sum)
 {
     *sum += bytes;
     return alloc ? tr_alloc(bytes, what) : NULL;
@@ -81,34 +87,38 @@ static tr_model_memory buffers(tr_model *m, const tr_kernels *k, int max_batch, 
     size_t B = (size_t)max_batch;
     /* 1. the flat parameter buffers, tensors in forward order */
     layout_params(m);
-    m->params = buffer(alloc, m->nparams * sizeof(float), "parameters", &mem.parameters);
-    m->grads = buffer(alloc, m->nparams * sizeof(float), "gradients", &mem.gradients);
+    m->params = tr_model_buffer(alloc, m->nparams * sizeof(float), "parameters", &mem.parameters);
+    m->grads = tr_model_buffer(alloc, m->nparams * sizeof(float), "gradients", &mem.gradients);
     for (int t = 0; alloc && t < m->ntensors; t++) {
         m->tensors[t]->value = m->params + m->tensors[t]->offset;
         m->tensors[t]->grad = m->grads + m->tensors[t]->offset;
     }
     /* 2. activations, saved indices and scratch for the largest batch */
+    if (m->hooks) {
+        m->hooks->buffers(m, max_batch, alloc, &mem);
+        return mem;
+    }
     size_t widest = tr_shape_numel(m->input);
     for (int i = 0; i < m->nlayers; i++) {
         tr_layer *l = &m->layers[i];
         size_t outn = tr_shape_numel(l->out);
         if (outn > widest)
             widest = outn;
-        m->acts[i] = buffer(alloc, B * outn * sizeof(float), "activations", &mem.activations);
+        m->acts[i] = tr_model_buffer(alloc, B * outn * sizeof(float), "activations", &mem.activations);
         if (l->saved_ints_per_sample)
-            l->saved = buffer(alloc, B * l->saved_ints_per_sample * sizeof(int), "saved indices",
+            l->saved = tr_model_buffer(alloc, B * l->saved_ints_per_sample * sizeof(int), "saved indices",
                               &mem.activations);
         if (l->scratch_for) {
             l->scratch_floats = l->scratch_for(l, k, max_batch);
             l->scratch =
-                buffer(alloc, l->scratch_floats * sizeof(float), "layer scratch", &mem.scratch);
+                tr_model_buffer(alloc, l->scratch_floats * sizeof(float), "layer scratch", &mem.scratch);
         }
     }
     for (int j = 0; j < 2; j++)
         m->dact[j] =
-            buffer(alloc, B * widest * sizeof(float), "activation grads", &mem.activations);
-    m->probs = buffer(alloc, B * m->classes * sizeof(float), "probabilities", &mem.activations);
-    m->losses = buffer(alloc, B * sizeof(float), "losses", &mem.activations);
+            tr_model_buffer(alloc, B * widest * sizeof(float), "activation grads", &mem.activations);
+    m->probs = tr_model_buffer(alloc, B * m->classes * sizeof(float), "probabilities", &mem.activations);
+    m->losses = tr_model_buffer(alloc, B * sizeof(float), "losses", &mem.activations);
     return mem;
 }
 
@@ -132,16 +142,31 @@ void tr_model_init_params(tr_model *m, uint64_t seed)
             memset(p->value, 0, p->numel * sizeof(float));
             continue;
         }
-        /* PyTorch's default for Linear and Conv2d: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
-        float bound = 1.0f / sqrtf((float)p->fan_in);
-        for (size_t j = 0; j < p->numel; j++)
-            p->value[j] =
-                bound * (2.0f * tr_rng_uniform(seed, TR_STREAM_INIT + (uint64_t)t, j) - 1.0f);
+        size_t logical = 1;
+        for (int d = 0; d < p->ndim; d++)
+            logical *= (size_t)p->dims[d];
+        uint64_t stream = TR_STREAM_INIT + (uint64_t)t;
+        if (p->init == TR_INIT_ONES) {
+            for (size_t j = 0; j < logical; j++)
+                p->value[j] = 1.0f;
+        } else if (p->init == TR_INIT_NORMAL) {
+            for (size_t j = 0; j < logical; j++)
+                p->value[j] = p->init_std * tr_rng_normal(seed, stream, j);
+        } else {
+            /* PyTorch's default for Linear and Conv2d: U(-1/sqrt(fan_in), +) */
+            float bound = 1.0f / sqrtf((float)p->fan_in);
+            for (size_t j = 0; j < logical; j++)
+                p->value[j] = bound * (2.0f * tr_rng_uniform(seed, stream, j) - 1.0f);
+        }
+        /* padding beyond the logical shape is zero and stays zero */
+        memset(p->value + logical, 0, (p->numel - logical) * sizeof(float));
     }
 }
 
 void tr_model_free(tr_model *m)
 {
+    if (m->hooks && m->hooks->free)
+        m->hooks->free(m);
     tr_free(m->params);
     tr_free(m->grads);
     for (int i = 0; i < m->nlayers; i++) {
@@ -156,10 +181,12 @@ void tr_model_free(tr_model *m)
     memset(m, 0, sizeof *m);
 }
 
-double tr_model_forward(tr_model *m, const float *x, const int32_t *y, int B, long *correct)
+double tr_model_forward(tr_model *m, const void *x, const int32_t *y, int B, long *correct)
 {
     if (B > m->max_batch)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: batch %d exceeds the allocated %d", B, m->max_batch);
+    if (m->hooks)
+        return m->hooks->forward(m, x, y, B, correct);
     const float *in = x;
     for (int i = 0; i < m->nlayers; i++) {
         m->layers[i].ops->forward(&m->layers[i], m->k, m->acts[i], in, B);
@@ -173,14 +200,18 @@ double tr_model_forward(tr_model *m, const float *x, const int32_t *y, int B, lo
     return loss_sum;
 }
 
-void tr_model_backward(tr_model *m, const float *x, const int32_t *y, int B, float loss_scale,
+void tr_model_backward(tr_model *m, const void *x, const int32_t *y, int B, float loss_scale,
                        tr_grads_ready_fn ready, void *ctx)
 {
+    if (m->hooks) {
+        m->hooks->backward(m, x, y, B, loss_scale, ready, ctx);
+        return;
+    }
     int cur = 0;
     m->k->softmax_xent_backward(m->dact[cur], m->probs, y, loss_scale, B, m->classes);
     for (int i = m->nlayers - 1; i >= 0; i--) {
         tr_layer *l = &m->layers[i];
-        const float *in = i ? m->acts[i - 1] : x;
+        const float *in = i ? m->acts[i - 1] : (const float *)x;
         float *din = i ? m->dact[cur ^ 1] : NULL;
         l->ops->backward(l, m->k, din, m->dact[cur], in, m->acts[i], B);
         cur ^= 1;
@@ -200,6 +231,8 @@ static double layer_flops(const tr_layer *l)
 
 double tr_model_forward_flops(const tr_model *m)
 {
+    if (m->hooks) /* a training step is a forward and a backward of twice its cost */
+        return m->hooks->train_flops(m) / 3.0;
     double f = 0;
     for (int i = 0; i < m->nlayers; i++)
         f += layer_flops(&m->layers[i]);
@@ -208,6 +241,8 @@ double tr_model_forward_flops(const tr_model *m)
 
 double tr_model_train_flops(const tr_model *m)
 {
+    if (m->hooks)
+        return m->hooks->train_flops(m);
     double f = 0;
     for (int i = 0; i < m->nlayers; i++)
         f += layer_flops(&m->layers[i]) * (i == 0 ? 2.0 : 3.0);

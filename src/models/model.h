@@ -18,10 +18,37 @@
 
 #include <stdint.h>
 
-#define TR_MODEL_MAX_LAYERS 32
+/* a GPT has 6 parameter groups per block: 48 blocks (GPT-2 1558M) + 3 */
+#define TR_MODEL_MAX_LAYERS 320
 #define TR_MODEL_MAX_TENSORS (TR_MODEL_MAX_LAYERS * TR_LAYER_MAX_PARAMS)
 
-typedef struct tr_model {
+typedef struct tr_model tr_model;
+
+/* Bytes of a model's buffers by purpose (the memory plan). */
+typedef struct tr_model_memory {
+    size_t parameters, gradients, activations, scratch;
+} tr_model_memory;
+
+/* Called after each layer's backward with the lowest flat offset whose gradient is
+ * now complete for this micro-batch (every offset >= lo is done). */
+typedef void (*tr_grads_ready_fn)(void *ctx, size_t lo);
+
+/* Models that are not a plain chain of layers (the GPT: a residual stream, tied
+ * embeddings, token inputs) keep their parameters in layers as usual, so the flat
+ * buffers, initialisation, optimizer and checkpoints treat them like any model,
+ * and bring their own computation through these hooks. */
+typedef struct tr_model_hooks {
+    /* Activations and scratch for batches up to max_batch into m->impl; with
+     * alloc = 0 only adds up the bytes in mem (the memory plan). */
+    void (*buffers)(tr_model *m, int max_batch, int alloc, tr_model_memory *mem);
+    double (*forward)(tr_model *m, const void *x, const int32_t *y, int B, long *correct);
+    void (*backward)(tr_model *m, const void *x, const int32_t *y, int B, float loss_scale,
+                     tr_grads_ready_fn ready, void *ctx);
+    double (*train_flops)(const tr_model *m); /* per sample, as tr_model_train_flops */
+    void (*free)(tr_model *m);                /* buffers and impl */
+} tr_model_hooks;
+
+struct tr_model {
     const char *name;
     tr_shape input;
     int classes;
@@ -38,11 +65,15 @@ typedef struct tr_model {
     float *dact[2];                   /* ping-pong activation gradients */
     float *probs, *losses;            /* [max_batch, classes], [max_batch] */
     const tr_kernels *k;
-} tr_model;
 
-/* Called after each layer's backward with the lowest flat offset whose gradient is
- * now complete for this micro-batch (every offset >= lo is done). */
-typedef void (*tr_grads_ready_fn)(void *ctx, size_t lo);
+    /* Inputs: images (float [B, c*h*w]) or tokens (int32 [B, seq_len]); a sample
+     * has targets_per_sample labels (1 for a classifier, seq_len for a language
+     * model), so the loss is a mean over B * targets_per_sample. */
+    int input_tokens;
+    int targets_per_sample;
+    const tr_model_hooks *hooks; /* NULL: a chain of layers */
+    void *impl;                  /* the hooks' state */
+};
 
 typedef struct tr_model_def {
     const char *name;
@@ -61,10 +92,10 @@ void tr_model_add(tr_model *m, tr_layer layer);
 /* Builds the named model for inputs of the given shape. No allocation yet. */
 int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape input,
                    char *err, size_t errlen);
-/* Bytes tr_model_allocate would take, by purpose (the memory plan). */
-typedef struct tr_model_memory {
-    size_t parameters, gradients, activations, scratch;
-} tr_model_memory;
+/* Bytes tr_model_allocate would take, by purpose. */
+/* Bytes for one buffer: adds to *sum and allocates when alloc is set (NULL when
+ * not), so a plan and an allocation are one walk and cannot drift apart. */
+void *tr_model_buffer(int alloc, size_t bytes, const char *what, size_t *sum);
 tr_model_memory tr_model_plan(tr_model *m, const tr_kernels *k, int max_batch);
 /* Lays out the flat buffers and allocates everything for batches up to max_batch. */
 void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch);
@@ -72,12 +103,12 @@ void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch);
 void tr_model_init_params(tr_model *m, uint64_t seed);
 void tr_model_free(tr_model *m);
 
-/* Forward of B samples x [B, input] to logits; loss and accuracy through the
+/* Forward of B samples x (see input_tokens) to logits; loss and accuracy through the
  * softmax cross-entropy: returns the sum of losses and counts correct predictions. */
-double tr_model_forward(tr_model *m, const float *x, const int32_t *y, int B, long *correct);
+double tr_model_forward(tr_model *m, const void *x, const int32_t *y, int B, long *correct);
 /* Backward of the last forward. loss_scale multiplies dL/dlogits (1 / global batch
  * for a mean over the global batch). Gradients accumulate into m->grads. */
-void tr_model_backward(tr_model *m, const float *x, const int32_t *y, int B, float loss_scale,
+void tr_model_backward(tr_model *m, const void *x, const int32_t *y, int B, float loss_scale,
                        tr_grads_ready_fn ready, void *ctx);
 
 /* Floating-point operations of one forward pass of one sample (multiply-add = 2). */

@@ -18,7 +18,13 @@ typedef struct tr_shape {
 
 static inline size_t tr_shape_numel(tr_shape s) { return (size_t)s.c * s.h * s.w; }
 
-enum { TR_INIT_ZEROS = 0, TR_INIT_FANIN_UNIFORM = 1 };
+/* How tr_model_init_params fills a tensor (see tr_param.init). */
+enum {
+    TR_INIT_ZEROS = 0,
+    TR_INIT_FANIN_UNIFORM = 1, /* PyTorch's Linear/Conv default: U(-1/sqrt(fan_in), +) */
+    TR_INIT_ONES = 2,          /* LayerNorm gains */
+    TR_INIT_NORMAL = 3,        /* N(0, init_std^2): GPT-2's initialisation */
+};
 
 #define TR_MAX_DIMS 4
 #define TR_LAYER_MAX_PARAMS 2
@@ -27,10 +33,14 @@ enum { TR_INIT_ZEROS = 0, TR_INIT_FANIN_UNIFORM = 1 };
 typedef struct tr_param {
     char name[32]; /* "weight", "bias" */
     int ndim;
-    int dims[TR_MAX_DIMS];
+    int dims[TR_MAX_DIMS]; /* the logical shape: what checkpoints store */
+    /* Floats reserved in the flat buffers: the product of dims, or more when a tensor
+     * is padded for speed (the GPT's vocabulary rows); padding is zero and stays
+     * zero (it never gets a gradient), so checkpoints leave it out. */
     size_t numel;
-    int init;   /* TR_INIT_*: PyTorch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+    int init; /* TR_INIT_* */
     int fan_in;
+    float init_std; /* TR_INIT_NORMAL */
     int decay;  /* 1 when weight decay applies (weight matrices, not biases) */
     size_t offset; /* in the flat buffers, set by the model */
     float *value;  /* views set by the model */

@@ -71,6 +71,11 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             "  \"parameters\": %ld,\n"
             "  \"samples_per_second\": %.1f,\n"
             "  \"gflops_per_second\": %.2f,\n"
+            "  \"peak_gflops\": %.2f,\n"
+            "  \"mfu\": %.4f,\n"
+            "  \"tokens_per_second\": %.1f,\n"
+            "  \"val_perplexity\": %.4f,\n"
+            "  \"unigram_perplexity\": %.4f,\n"
             "  \"wall_seconds\": %.3f,\n"
             "  \"train_seconds\": %.3f,\n"
             "  \"comm_wait_seconds\": %.3f,\n"
@@ -83,7 +88,8 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             "}\n",
             s->model, s->test_accuracy, s->test_loss, s->final_train_loss, s->steps, s->epochs,
             s->global_batch, s->parameters, s->samples_per_second, s->gflops_per_second,
-            s->wall_seconds, s->train_seconds, s->comm_wait_seconds, s->ranks, s->dp, s->tp,
+            s->peak_gflops, s->mfu, s->tokens_per_second, s->val_perplexity,
+            s->unigram_perplexity, s->wall_seconds, s->train_seconds, s->comm_wait_seconds, s->ranks, s->dp, s->tp,
             s->pp, s->threads_per_rank, s->blas_core);
     int bad = ferror(f);
     if (fclose(f) || bad)

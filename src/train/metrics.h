@@ -24,6 +24,9 @@ typedef struct tr_summary {
     double epochs, test_accuracy, test_loss, final_train_loss;
     double samples_per_second, wall_seconds, train_seconds, gflops_per_second;
     double comm_wait_seconds;
+    double peak_gflops, mfu;                /* all ranks' peak; model FLOPs utilisation */
+    double tokens_per_second;               /* language models (0 otherwise) */
+    double val_perplexity, unigram_perplexity;
     int ranks, dp, tp, pp, threads_per_rank;
     long global_batch;
 } tr_summary;

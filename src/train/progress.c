@@ -41,7 +41,7 @@ static void fmt_eta(char *buf, size_t len, double s)
 }
 
 void tr_progress_update(tr_progress *p, long step, double epoch, double loss, double lr,
-                        double samples_per_s, double eta_s, double now)
+                        double rate, const char *unit, double mfu, double eta_s, double now)
 {
     if (p->mode == TR_PROGRESS_OFF)
         return;
@@ -54,9 +54,12 @@ void tr_progress_update(tr_progress *p, long step, double epoch, double loss, do
     char eta[32];
     fmt_eta(eta, sizeof eta, eta_s);
     int width = snprintf(NULL, 0, "%ld", p->total_steps);
-    printf("%sstep %*ld/%ld  epoch %.2f  loss %.4f  lr %.3g  %.0f samples/s  ETA %s%s",
+    char util[32] = "";
+    if (mfu > 0)
+        snprintf(util, sizeof util, "  MFU %.1f%%", 100 * mfu);
+    printf("%sstep %*ld/%ld  epoch %.2f  loss %.4f  lr %.3g  %.0f %s%s  ETA %s%s",
            p->mode == TR_PROGRESS_TTY ? "\r" : "", width, step, p->total_steps, epoch, loss, lr,
-           samples_per_s, eta, p->mode == TR_PROGRESS_TTY ? "\033[K" : "\n");
+           rate, unit, util, eta, p->mode == TR_PROGRESS_TTY ? "\033[K" : "\n");
     p->dirty = p->mode == TR_PROGRESS_TTY;
     fflush(stdout);
 }

@@ -14,8 +14,9 @@ typedef struct tr_progress {
 
 /* mode: "auto", "tty", "lines" or "off"; auto looks at whether stdout is a terminal. */
 void tr_progress_init(tr_progress *p, const char *mode, long total_steps);
+/* rate in unit ("samples/s", "tokens/s"); mfu shown when > 0 */
 void tr_progress_update(tr_progress *p, long step, double epoch, double loss, double lr,
-                        double samples_per_s, double eta_s, double now);
+                        double rate, const char *unit, double mfu, double eta_s, double now);
 /* Ends an in-place line before other output. */
 void tr_progress_break(tr_progress *p);
 

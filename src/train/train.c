@@ -1,19 +1,16 @@
 /* train.c: one training run. Every input error is found before any work and agreed
  * on by all ranks (tr_comm_agree), so it is printed once and nobody hangs. */
 #include "train.h"
+#include "backend/calibrate.h"
 #include "core/error.h"
 #include "core/sysmem.h"
-#include "data/idx.h"
-#include "data/loader.h"
 #include "metrics.h"
-#include "models/model.h"
-#include "optim.h"
-#include "parallel/data_parallel.h"
 #include "progress.h"
+#include "run.h"
 #include "signals.h"
-#include "train_checkpoint.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,28 +18,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-typedef struct run {
-    const tr_deck *d;
-    tr_world *w;
-    const tr_runtime *rt;
-    tr_dataset train, test;
-    tr_model model;
-    tr_optim opt;
-    tr_dp dp;
-    tr_loader *loader;
-    tr_train_ckpt ckpt;
-    long start_step; /* 0, or the step a checkpoint brought us to */
-    long global_batch, local_batch, micro, micro_batch, eval_local_batch;
-    long steps_per_epoch, total_steps;
-    char dir[2048];
-    FILE *metrics;
-    char err[4096];
-} run;
-
 /* "FILE:LINE: " prefix for a message about one deck key */
-static int key_error(run *r, const char *section, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int key_error(run *r, const char *section, const char *name, const char *fmt, ...)
+int tr_run_key_error(run *r, const char *section, const char *name, const char *fmt, ...)
 {
     char where[1400];
     tr_deck_where(r->d, section, name, where, sizeof where);
@@ -60,25 +37,29 @@ static int check_layout(run *r)
     int tp = (int)tr_deck_int(r->d, "parallel", "tp");
     int pp = (int)tr_deck_int(r->d, "parallel", "pp");
     const char *model = tr_deck_str(r->d, "model", "name");
+    if ((tp != 1 || pp != 1) && !strcmp(model, "gpt"))
+        return tr_run_key_error(r, "parallel", tp != 1 ? "tp" : "pp",
+                                "tensor and pipeline parallelism are not built yet: the gpt "
+                                "model trains data-parallel; set [parallel] tp = 1 and pp = 1");
     if (tp != 1 || pp != 1)
-        return key_error(r, "parallel", tp != 1 ? "tp" : "pp",
+        return tr_run_key_error(r, "parallel", tp != 1 ? "tp" : "pp",
                          "model %s trains data-parallel only: set [parallel] tp = 1 and pp = 1 "
                          "(tensor and pipeline parallelism are for the gpt model)",
                          model);
     char msg[1024];
     if (tr_comm_check_layout(r->w->size, &dp, tp, pp, msg, sizeof msg))
-        return key_error(r, "parallel", "dp", "%s", msg);
+        return tr_run_key_error(r, "parallel", "dp", "%s", msg);
     r->global_batch = tr_deck_int(r->d, "train", "batch_size");
     r->micro = tr_deck_int(r->d, "train", "micro_batches");
     if (r->global_batch % dp)
-        return key_error(r, "train", "batch_size",
+        return tr_run_key_error(r, "train", "batch_size",
                          "impossible layout: global batch_size %ld is not divisible by the %d "
                          "data-parallel ranks; use a multiple of %d (e.g. %ld)",
                          r->global_batch, dp, dp,
                          (r->global_batch + dp - 1) / dp * dp);
     r->local_batch = r->global_batch / dp;
     if (r->local_batch % r->micro)
-        return key_error(r, "train", "micro_batches",
+        return tr_run_key_error(r, "train", "micro_batches",
                          "each rank's batch of %ld samples (batch_size %ld / %d ranks) is not "
                          "divisible into %ld micro-batches",
                          r->local_batch, r->global_batch, dp, r->micro);
@@ -92,15 +73,15 @@ static int load_split(run *r, tr_dataset *ds, const char *img_key, const char *l
     const char *img = tr_deck_str(r->d, "data", img_key);
     const char *lab = tr_deck_str(r->d, "data", lab_key);
     if (!*img)
-        return key_error(r, "data", img_key, "[data] %s is not set", img_key);
+        return tr_run_key_error(r, "data", img_key, "[data] %s is not set", img_key);
     if (!*lab)
-        return key_error(r, "data", lab_key, "[data] %s is not set", lab_key);
+        return tr_run_key_error(r, "data", lab_key, "[data] %s is not set", lab_key);
     char msg[2048];
     int rc = tr_dataset_load_idx(ds, img, lab, limit, msg, sizeof msg);
     if (rc) {
         /* name the key whose file is at fault */
         const char *key = strstr(msg, lab) ? lab_key : img_key;
-        key_error(r, "data", key, "%s%s", msg,
+        tr_run_key_error(r, "data", key, "%s%s", msg,
                   rc == TR_EXIT_NOINPUT ? " (run scripts/prepare_data.sh, or point the deck "
                                           "at your files)"
                                         : "");
@@ -115,16 +96,16 @@ static int check_data(run *r)
     const char *keys[2] = {"train_labels", "test_labels"};
     for (int i = 0; i < 2; i++)
         if (sets[i]->max_label >= classes)
-            return key_error(r, "data", keys[i],
+            return tr_run_key_error(r, "data", keys[i],
                              "labels go up to %d but [model] classes = %ld; raise classes",
                              sets[i]->max_label, classes);
     if (r->global_batch > r->train.n)
-        return key_error(r, "train", "batch_size",
+        return tr_run_key_error(r, "train", "batch_size",
                          "global batch_size %ld is larger than the %ld training samples "
                          "(more ranks or a larger batch than there is data)",
                          r->global_batch, r->train.n);
     if (r->test.h != r->train.h || r->test.w != r->train.w)
-        return key_error(r, "data", "test_images",
+        return tr_run_key_error(r, "data", "test_images",
                          "test images are %dx%d but training images are %dx%d", r->test.h,
                          r->test.w, r->train.h, r->train.w);
     return 0;
@@ -157,12 +138,12 @@ static int open_run_dir(run *r)
     snprintf(path, sizeof path, "%s/deck.in", r->dir);
     FILE *f = e ? NULL : fopen(path, "w");
     if (!f)
-        return key_error(r, "run", "dir", "cannot create the run directory '%s': %s", r->dir,
+        return tr_run_key_error(r, "run", "dir", "cannot create the run directory '%s': %s", r->dir,
                          strerror(e ? e : errno)),
                TR_EXIT_IOERR;
     tr_deck_write_resolved(r->d, f);
     if (fclose(f))
-        return key_error(r, "run", "dir", "cannot write '%s': %s", path, strerror(errno)),
+        return tr_run_key_error(r, "run", "dir", "cannot write '%s': %s", path, strerror(errno)),
                TR_EXIT_IOERR;
     return 0;
 }
@@ -174,7 +155,7 @@ static int open_metrics(run *r)
         return 0;
     r->metrics = tr_metrics_open(r->dir, r->start_step);
     if (!r->metrics)
-        return key_error(r, "run", "dir", "cannot write '%s/metrics.csv': %s", r->dir,
+        return tr_run_key_error(r, "run", "dir", "cannot write '%s/metrics.csv': %s", r->dir,
                          strerror(errno)),
                TR_EXIT_IOERR;
     return 0;
@@ -188,7 +169,7 @@ static int resume(run *r, uint64_t seed)
     char msg[4096];
     int rc = tr_train_ckpt_resume(&r->ckpt, r->w, &r->start_step, &reinit, msg, sizeof msg);
     if (rc) {
-        key_error(r, "checkpoint", "resume", "%s", msg);
+        tr_run_key_error(r, "checkpoint", "resume", "%s", msg);
         return rc;
     }
     if (reinit) {
@@ -201,6 +182,10 @@ static int resume(run *r, uint64_t seed)
 /* Loss and accuracy on the test split, each rank taking a contiguous shard. */
 static void evaluate(run *r, double *loss, double *acc)
 {
+    if (r->lm) {
+        tr_lm_evaluate(r, loss, acc);
+        return;
+    }
     long begin, end;
     tr_shard_range(r->test.n, r->w->dp_rank, r->w->dp, &begin, &end);
     float *x = r->model.dact[0]; /* free during evaluation, and wide enough */
@@ -227,6 +212,13 @@ static void print_banner(run *r)
         return;
     printf("model %s: %zu parameters, %d layers\n", r->model.name, r->model.nparams,
            r->model.nlayers);
+    if (r->lm)
+        printf("data: %ld train, %ld validation windows of %d tokens%s; global batch %ld = %d "
+               "ranks x %ld (%ld micro-batches of %ld)\n",
+               r->tokens.train_windows, r->tokens.val_windows, r->model.targets_per_sample,
+               r->tokens.random ? " (random tokens: a benchmark, not training)" : "",
+               r->global_batch, r->w->dp, r->local_batch, r->micro, r->micro_batch);
+    else
     printf("data: %ld train, %ld test samples of %dx%dx%d; global batch %ld = %d ranks x %ld "
            "(%ld micro-batches of %ld)\n",
            r->train.n, r->test.n, r->train.c, r->train.h, r->train.w, r->global_batch, r->w->dp,
@@ -243,8 +235,10 @@ static int check_memory(run *r, int max_batch)
     tr_model_memory mem = tr_model_plan(&r->model, &tr_cpu_kernels, max_batch);
     int adamw = !strcmp(tr_deck_str(r->d, "optim", "name"), "adamw");
     double optim = (adamw ? 2.0 : 1.0) * (double)mem.parameters;
-    double data = 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h * r->train.w *
-                  sizeof(float);
+    double data = r->lm ? 2.0 * (double)r->local_batch * r->model.targets_per_sample *
+                              sizeof(int32_t)
+                        : 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h *
+                              r->train.w * sizeof(float);
     double need = (double)mem.parameters + mem.gradients + mem.activations + mem.scratch +
                   optim + data;
     size_t avail = tr_mem_available();
@@ -277,18 +271,35 @@ static int setup(run *r)
                       (int)tr_deck_int(r->d, "parallel", "pp"));
 
     r->err[0] = '\0';
-    rc = load_split(r, &r->train, "train_images", "train_labels",
-                    tr_deck_int(r->d, "data", "train_limit"));
-    if (!rc)
-        rc = load_split(r, &r->test, "test_images", "test_labels", 0);
-    if (!rc)
-        rc = check_data(r);
-    if (!rc) {
+    uint64_t seed = (uint64_t)tr_deck_int(r->d, "train", "seed");
+    const char *model = tr_deck_str(r->d, "model", "name");
+    const char *format = tr_deck_str(r->d, "data", "format");
+    r->lm = !strcmp(model, "gpt");
+    if (r->lm != (strcmp(format, "idx") != 0)) {
+        rc = tr_run_key_error(r, "data", "format",
+                              "model %s reads %s, but [data] format = %s; set format = %s",
+                              model, r->lm ? "tokens" : "images", format,
+                              r->lm ? "tokens (or random_tokens for a benchmark)" : "idx");
+    } else if (r->lm) {
+        char msg[1024];
+        if (tr_model_build(&r->model, model, r->d, (tr_shape){1, 1, 1}, msg, sizeof msg))
+            rc = tr_run_key_error(r, "model", "n_head", "%s", msg);
+        if (!rc)
+            rc = tr_lm_setup_data(r, seed);
+    } else {
+        rc = load_split(r, &r->train, "train_images", "train_labels",
+                        tr_deck_int(r->d, "data", "train_limit"));
+        if (!rc)
+            rc = load_split(r, &r->test, "test_images", "test_labels", 0);
+        if (!rc)
+            rc = check_data(r);
+    }
+    if (!rc && !r->lm) {
         char msg[1024];
         tr_shape input = {r->train.c, r->train.h, r->train.w};
         if (tr_model_build(&r->model, tr_deck_str(r->d, "model", "name"), r->d, input, msg,
                            sizeof msg))
-            rc = key_error(r, "model", "name", "%s", msg);
+            rc = tr_run_key_error(r, "model", "name", "%s", msg);
     }
     rc = tr_comm_agree(r->w, rc, r->err);
     if (rc)
@@ -299,11 +310,16 @@ static int setup(run *r)
     if (rc)
         return rc;
 
-    uint64_t seed = (uint64_t)tr_deck_int(r->d, "train", "seed");
-    r->loader = tr_loader_create(&r->train, r->global_batch, r->w->dp_rank, r->w->dp, seed,
-                                 tr_deck_bool(r->d, "data", "shuffle"),
-                                 tr_deck_bool(r->d, "data", "prefetch"));
-    r->steps_per_epoch = tr_loader_steps_per_epoch(r->loader);
+    if (r->lm) {
+        tr_token_data_start(&r->tokens, r->global_batch, r->w->dp_rank, r->w->dp,
+                            tr_deck_bool(r->d, "data", "shuffle"));
+        r->steps_per_epoch = tr_token_data_steps_per_epoch(&r->tokens);
+    } else {
+        r->loader = tr_loader_create(&r->train, r->global_batch, r->w->dp_rank, r->w->dp, seed,
+                                     tr_deck_bool(r->d, "data", "shuffle"),
+                                     tr_deck_bool(r->d, "data", "prefetch"));
+        r->steps_per_epoch = tr_loader_steps_per_epoch(r->loader);
+    }
     long steps = tr_deck_int(r->d, "train", "steps");
     r->total_steps = steps ? steps : tr_deck_int(r->d, "train", "epochs") * r->steps_per_epoch;
 
@@ -311,6 +327,8 @@ static int setup(run *r)
     r->eval_local_batch = (eval_global + r->w->dp - 1) / r->w->dp;
     if (r->eval_local_batch > 4096)
         r->eval_local_batch = 4096;
+    if (r->lm && r->eval_local_batch > r->micro_batch)
+        r->eval_local_batch = r->micro_batch; /* sequences are large: eval as trained */
     long max_batch = r->micro_batch > r->eval_local_batch ? r->micro_batch : r->eval_local_batch;
     rc = tr_comm_agree(r->w, check_memory(r, (int)max_batch), r->err);
     if (rc)
@@ -326,6 +344,13 @@ static int setup(run *r)
         return rc;
     size_t bucket = (size_t)tr_deck_int(r->d, "parallel", "bucket_kib") * 1024 / sizeof(float);
     tr_dp_init(&r->dp, r->w->dp_group, r->model.grads, r->model.nparams, bucket);
+    r->peak_gflops = tr_deck_float(r->d, "system", "peak_gflops");
+    if (r->peak_gflops <= 0) {
+        /* every rank measures its own share of the node at once, as it will train */
+        double mine = tr_calibrate_peak_gflops(&tr_cpu_kernels), sum = 0;
+        tr_allreduce(&mine, &sum, 1, TR_F64, TR_SUM, r->w->world);
+        r->peak_gflops = sum / r->w->size;
+    }
     print_banner(r);
     return 0;
 }
@@ -340,6 +365,10 @@ static void teardown(run *r)
     tr_dp_free(&r->dp);
     tr_optim_free(&r->opt);
     tr_model_free(&r->model);
+    if (r->lm) {
+        tr_token_data_close(&r->tokens);
+        tr_lm_free(r);
+    }
     tr_dataset_free(&r->train);
     tr_dataset_free(&r->test);
 }
@@ -349,18 +378,29 @@ static void teardown(run *r)
 static void train_step(run *r, long step, double *loss_sum, long *correct, double *gnorm,
                        float *lr)
 {
-    const float *x;
+    const void *x;
     const int32_t *y;
-    tr_loader_next(r->loader, step, &x, &y);
     tr_model *m = &r->model;
+    size_t in = tr_shape_numel(m->input), in_bytes = sizeof(float);
+    if (r->lm) {
+        const int32_t *tok;
+        tr_token_data_batch(&r->tokens, step, &tok, &y);
+        x = tok;
+        in_bytes = sizeof(int32_t);
+    } else {
+        const float *px;
+        tr_loader_next(r->loader, step, &px, &y);
+        x = px;
+    }
     memset(m->grads, 0, m->nparams * sizeof(float));
-    size_t in = tr_shape_numel(m->input);
-    float scale = 1.0f / (float)r->global_batch;
+    size_t tps = (size_t)m->targets_per_sample;
+    /* the mean over every target of the global batch */
+    float scale = (float)(1.0 / ((double)r->global_batch * (double)tps));
     *loss_sum = 0;
     *correct = 0;
     for (long k = 0; k < r->micro; k++) {
-        const float *xk = x + (size_t)k * r->micro_batch * in;
-        const int32_t *yk = y + k * r->micro_batch;
+        const void *xk = (const char *)x + (size_t)k * r->micro_batch * in * in_bytes;
+        const int32_t *yk = y + (size_t)k * r->micro_batch * tps;
         long ok = 0;
         *loss_sum += tr_model_forward(m, xk, yk, (int)r->micro_batch, &ok);
         *correct += ok;
@@ -374,6 +414,14 @@ static void train_step(run *r, long step, double *loss_sum, long *correct, doubl
     *gnorm = tr_optim_clip(&r->opt, m->k, m->grads, m->nparams);
     *lr = tr_optim_lr(&r->opt, step);
     tr_optim_step(&r->opt, m, step, *lr);
+}
+
+/* Model FLOPs utilisation at a rate of samples/s over the whole job: achieved
+ * model FLOP/s over every rank's peak. */
+static double mfu_of(const run *r, double samples_per_s)
+{
+    double peak = r->peak_gflops * 1e9 * r->w->size;
+    return peak > 0 ? tr_model_train_flops(&r->model) * samples_per_s / peak : 0;
 }
 
 /* Reasons to stop early with a checkpoint and exit 75. */
@@ -430,6 +478,15 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
     long samples_done = 0;
     double test_loss = 0, test_acc = 0;
     int evaluated = 0;
+    double targets_per_step = (double)r->global_batch * r->model.targets_per_sample;
+    if (r->ckpt.at_start && r->start_step == 0) {
+        rc = save(r, 0);
+        if (rc) {
+            teardown(r);
+            free(r);
+            return rc;
+        }
+    }
     for (long step = r->start_step; step < r->total_steps; step++) {
         double t0 = tr_wtime();
         double loss_sum, gnorm;
@@ -445,15 +502,16 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         /* the global batch's loss, for the progress line and metrics.csv: two doubles */
         double sums[2] = {loss_sum, (double)correct};
         tr_allreduce(sums, sums, 2, TR_F64, TR_SUM, w->dp_group);
-        last_loss = sums[0] / (double)r->global_batch;
+        last_loss = sums[0] / targets_per_step;
         if (done % log_every == 0 || done == r->total_steps) {
-            tr_metrics_row row = {done, epoch, "train", last_loss,
-                                  sums[1] / (double)r->global_batch, lr, gnorm, rate,
-                                  t1 - rt->start_time};
+            tr_metrics_row row = {done, epoch, "train", last_loss, sums[1] / targets_per_step,
+                                  lr, gnorm, rate, t1 - rt->start_time};
             tr_metrics_write(r->metrics, &row);
         }
         double eta = (r->total_steps - done) / (rate / r->global_batch);
-        tr_progress_update(&prog, done, epoch, last_loss, lr, rate, eta, t1);
+        tr_progress_update(&prog, done, epoch, last_loss, lr,
+                           r->lm ? rate * r->model.targets_per_sample : rate,
+                           r->lm ? "tokens/s" : "samples/s", mfu_of(r, rate), eta, t1);
         if ((eval_every && done % eval_every == 0) || done == r->total_steps) {
             evaluate(r, &test_loss, &test_acc);
             evaluated = 1;
@@ -462,8 +520,13 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             tr_metrics_write(r->metrics, &row);
             if (w->rank == 0 && done != r->total_steps) {
                 tr_progress_break(&prog);
-                printf("eval at step %ld: test loss %.4f, accuracy %.2f%%\n", done, test_loss,
-                       100 * test_acc);
+                if (r->lm)
+                    printf("eval at step %ld: val loss %.4f, perplexity %.2f, next-token "
+                           "accuracy %.2f%%\n",
+                           done, test_loss, exp(test_loss), 100 * test_acc);
+                else
+                    printf("eval at step %ld: test loss %.4f, accuracy %.2f%%\n", done,
+                           test_loss, 100 * test_acc);
             }
         }
         int sig = done < r->total_steps ? agree_stop(r, done - r->start_step) : 0;
@@ -517,6 +580,13 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         s.final_train_loss = last_loss;
         s.samples_per_second = rate;
         s.gflops_per_second = tr_model_train_flops(&r->model) * rate / 1e9;
+        s.peak_gflops = r->peak_gflops * w->size;
+        s.mfu = mfu_of(r, rate);
+        if (r->lm) {
+            s.tokens_per_second = rate * r->model.targets_per_sample;
+            s.val_perplexity = exp(test_loss);
+            s.unigram_perplexity = tr_lm_unigram_baseline(r, test_loss);
+        }
         s.wall_seconds = wall;
         s.train_seconds = t_train;
         s.comm_wait_seconds = r->dp.comm_wait_s;
@@ -526,11 +596,19 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         int e = tr_summary_write(r->dir, &s);
         if (e)
             fprintf(stderr, "warning: cannot write %s/summary.json: %s\n", r->dir, strerror(e));
-        printf("done: %ld steps in %.1f s, %.0f samples/s (%.1f GFLOP/s), test loss %.4f, "
-               "test accuracy %.2f%%\n",
-               r->total_steps, wall, rate, s.gflops_per_second, test_loss, 100 * test_acc);
+        if (r->lm)
+            printf("done: %ld steps in %.1f s, %.0f tokens/s (%.1f GFLOP/s, MFU %.1f%% of "
+                   "%.1f), val loss %.4f, perplexity %.2f, next-token accuracy %.2f%%\n",
+                   r->total_steps, wall, s.tokens_per_second, s.gflops_per_second,
+                   100 * s.mfu, s.peak_gflops, test_loss, s.val_perplexity, 100 * test_acc);
+        else
+            printf("done: %ld steps in %.1f s, %.0f samples/s (%.1f GFLOP/s), test loss %.4f, "
+                   "test accuracy %.2f%%\n",
+                   r->total_steps, wall, rate, s.gflops_per_second, test_loss, 100 * test_acc);
         fflush(stdout);
     }
+    if (r->lm)
+        tr_lm_sample(r);
     teardown(r);
     free(r);
     return 0;

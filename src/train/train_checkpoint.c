@@ -48,6 +48,7 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
     c->every = tr_deck_int(d, "checkpoint", "every");
     c->keep = (int)tr_deck_int(d, "checkpoint", "keep");
     c->at_end = tr_deck_bool(d, "checkpoint", "at_end");
+    c->at_start = tr_deck_bool(d, "checkpoint", "at_start");
     snprintf(c->resume, sizeof c->resume, "%s", tr_deck_str(d, "checkpoint", "resume"));
     c->last_written = -1;
 

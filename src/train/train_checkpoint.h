@@ -13,7 +13,7 @@
 typedef struct tr_train_ckpt {
     char dir[2048];
     long every;
-    int keep, at_end;
+    int keep, at_start, at_end;
     char resume[TR_DECK_VALUE_MAX];
     tr_ckpt_tensor *tensors; /* parameters, then each optimizer state */
     int ntensors;

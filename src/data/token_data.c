@@ -1,0 +1,196 @@
+/* token_data.c: windows of tokens for language-model training (token_data.h). */
+#include "token_data.h"
+#include "core/error.h"
+#include "core/rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* random mode: an "epoch" long enough never to end */
+#define RANDOM_WINDOWS (1L << 40)
+
+static int open_one(const char *path, const char *what, tr_token_file **out, long *windows,
+                    int T, int V, char *err, size_t errlen)
+{
+    int code = 0;
+    char msg[1024];
+    if (!*path) {
+        snprintf(err, errlen, "the %s token file is not set", what);
+        return TR_EXIT_USAGE;
+    }
+    *out = tr_token_file_open(path, &code, msg, sizeof msg);
+    if (!*out) {
+        snprintf(err, errlen, "%s", msg);
+        return code;
+    }
+    uint32_t fv = tr_token_file_vocab_size(*out);
+    if (fv > (uint32_t)V) {
+        snprintf(err, errlen,
+                 "%s: tokens go up to a vocabulary of %u but [model] vocab_size = %d; set "
+                 "vocab_size = %u (or tokenize with the model's vocabulary)",
+                 path, fv, V, fv);
+        return TR_EXIT_USAGE;
+    }
+    uint64_t n = tr_token_file_count(*out);
+    *windows = n > 0 ? (long)((n - 1) / (uint64_t)T) : 0;
+    if (*windows < 1) {
+        snprintf(err, errlen,
+                 "%s: %llu tokens make no window of seq_len + 1 = %d tokens; use more text "
+                 "or a shorter [model] seq_len",
+                 path, (unsigned long long)n, T + 1);
+        return TR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int tr_token_data_open(tr_token_data *td, const char *train_path, const char *val_path,
+                       int random, int T, int V, long val_limit, uint64_t seed,
+                       const char **which, char *err, size_t errlen)
+{
+    memset(td, 0, sizeof *td);
+    td->T = T, td->V = V, td->random = random, td->seed = seed;
+    td->win = tr_alloc((size_t)(T + 1) * sizeof *td->win, "token window");
+    if (random) {
+        td->train_windows = RANDOM_WINDOWS;
+        td->val_windows = val_limit; /* 0: set to the global batch by start */
+        td->train_vocab = (uint32_t)V;
+        return 0;
+    }
+    *which = "train";
+    int rc = open_one(train_path, "training", &td->train, &td->train_windows, T, V, err, errlen);
+    if (rc)
+        return rc;
+    *which = "val";
+    rc = open_one(val_path, "validation", &td->val, &td->val_windows, T, V, err, errlen);
+    if (rc)
+        return rc;
+    td->train_vocab = tr_token_file_vocab_size(td->train);
+    if (val_limit > 0 && val_limit < td->val_windows)
+        td->val_windows = val_limit;
+    return 0;
+}
+
+void tr_token_data_start(tr_token_data *td, long global_batch, int dp_rank, int dp_size,
+                         int shuffle)
+{
+    td->local_batch = global_batch / dp_size;
+    td->dp_rank = dp_rank, td->dp_size = dp_size;
+    if (td->random) {
+        td->sampler.global_batch = global_batch;
+        td->sampler.local_batch = td->local_batch;
+        td->sampler.steps_per_epoch = RANDOM_WINDOWS / global_batch;
+        if (td->val_windows == 0)
+            td->val_windows = global_batch;
+    } else {
+        tr_sampler_init(&td->sampler, td->train_windows, global_batch, dp_rank, dp_size,
+                        td->seed, shuffle);
+    }
+    size_t n = (size_t)td->local_batch * td->T;
+    td->idx = tr_alloc((size_t)td->local_batch * sizeof *td->idx, "batch indices");
+    td->x = tr_alloc(n * sizeof *td->x, "token batch");
+    td->y = tr_alloc(n * sizeof *td->y, "token batch");
+}
+
+long tr_token_data_steps_per_epoch(const tr_token_data *td) { return td->sampler.steps_per_epoch; }
+
+/* Window w of a file, or of the random stream (stream 0 train, 1 validation). */
+static void window(tr_token_data *td, tr_token_file *f, uint64_t stream, long w, int32_t *x,
+                   int32_t *y)
+{
+    int T = td->T;
+    if (td->random) {
+        for (int i = 0; i <= T; i++)
+            td->win[i] = (uint32_t)(tr_rng_u64(td->seed, TR_STREAM_TOKENS + stream,
+                                               (uint64_t)w * (uint64_t)(T + 1) + (uint64_t)i) %
+                                    (uint64_t)td->V);
+    } else {
+        char err[1024];
+        int rc = tr_token_file_read(f, (uint64_t)w * (uint64_t)T, (size_t)T + 1, td->win, err,
+                                    sizeof err);
+        if (rc)
+            tr_fatal(rc, "%s (the file changed while training?)", err);
+    }
+    for (int i = 0; i < T; i++) {
+        x[i] = (int32_t)td->win[i];
+        y[i] = (int32_t)td->win[i + 1];
+    }
+}
+
+void tr_token_data_batch(tr_token_data *td, long step, const int32_t **x, const int32_t **y)
+{
+    if (td->random) {
+        long first = step * td->sampler.global_batch + (long)td->dp_rank * td->local_batch;
+        for (long i = 0; i < td->local_batch; i++)
+            td->idx[i] = first + i;
+    } else {
+        tr_sampler_batch(&td->sampler, step, td->idx);
+    }
+    for (long i = 0; i < td->local_batch; i++)
+        window(td, td->train, 0, td->idx[i], td->x + i * td->T, td->y + i * td->T);
+    *x = td->x;
+    *y = td->y;
+}
+
+void tr_token_data_val_window(tr_token_data *td, long w, int32_t *x, int32_t *y)
+{
+    window(td, td->val, 1, w, x, y);
+}
+
+/* Counts every token of f into counts[V] (chunked reads). */
+static uint64_t count_tokens(tr_token_data *td, tr_token_file *f, uint64_t first, uint64_t n,
+                             uint64_t *counts)
+{
+    enum { CHUNK = 1 << 16 };
+    uint32_t *buf = tr_alloc(CHUNK * sizeof *buf, "unigram counts");
+    char err[1024];
+    for (uint64_t s = 0; s < n; s += CHUNK) {
+        size_t m = n - s < CHUNK ? (size_t)(n - s) : CHUNK;
+        int rc = tr_token_file_read(f, first + s, m, buf, err, sizeof err);
+        if (rc)
+            tr_fatal(rc, "%s", err);
+        for (size_t i = 0; i < m; i++)
+            counts[buf[i] < (uint32_t)td->V ? buf[i] : 0]++;
+    }
+    tr_free(buf);
+    return n;
+}
+
+double tr_token_data_unigram_perplexity(tr_token_data *td)
+{
+    if (td->random)
+        return 0;
+    uint64_t *train = tr_alloc((size_t)td->V * sizeof *train, "unigram counts");
+    uint64_t *val = tr_alloc((size_t)td->V * sizeof *val, "unigram counts");
+    memset(train, 0, (size_t)td->V * sizeof *train);
+    memset(val, 0, (size_t)td->V * sizeof *val);
+    uint64_t ntrain = count_tokens(td, td->train, 0, tr_token_file_count(td->train), train);
+    /* the targets of the evaluated windows: tokens 1 .. windows * T */
+    count_tokens(td, td->val, 1, (uint64_t)td->val_windows * (uint64_t)td->T, val);
+    /* add-one smoothing over the vocabulary the training file declares */
+    double denom = (double)ntrain + td->train_vocab, nll = 0, nval = 0;
+    for (int t = 0; t < td->V; t++)
+        if (val[t]) {
+            nll -= (double)val[t] * log(((double)train[t] + 1.0) / denom);
+            nval += (double)val[t];
+        }
+    tr_free(train);
+    tr_free(val);
+    return nval > 0 ? exp(nll / nval) : 0;
+}
+
+void tr_token_data_close(tr_token_data *td)
+{
+    if (td->train)
+        tr_token_file_close(td->train);
+    if (td->val)
+        tr_token_file_close(td->val);
+    if (!td->random && td->sampler.perm)
+        tr_sampler_free(&td->sampler);
+    tr_free(td->idx);
+    tr_free(td->x);
+    tr_free(td->y);
+    tr_free(td->win);
+    memset(td, 0, sizeof *td);
+}

@@ -1,0 +1,56 @@
+/* run.h: the state of one training run, shared by the files of src/train that
+ * implement it (train.c: set-up and the step loop; train_lm.c: what is particular
+ * to language models). Internal to src/train. */
+#ifndef TR_TRAIN_RUN_H
+#define TR_TRAIN_RUN_H
+
+#include "data/idx.h"
+#include "data/loader.h"
+#include "data/token_data.h"
+#include "models/model.h"
+#include "optim.h"
+#include "parallel/data_parallel.h"
+#include "train.h"
+#include "train_checkpoint.h"
+
+#include <stdio.h>
+
+typedef struct run {
+    const tr_deck *d;
+    tr_world *w;
+    const tr_runtime *rt;
+    tr_dataset train, test;  /* images (data.format = idx) */
+    tr_token_data tokens;     /* token windows (language models) */
+    int lm;                   /* the model reads tokens */
+    tr_model model;
+    tr_optim opt;
+    tr_dp dp;
+    tr_loader *loader;
+    tr_train_ckpt ckpt;
+    long start_step; /* 0, or the step a checkpoint brought us to */
+    long global_batch, local_batch, micro, micro_batch, eval_local_batch;
+    long steps_per_epoch, total_steps;
+    char dir[2048];
+    FILE *metrics;
+    double peak_gflops; /* per rank, for MFU */
+    struct tr_bpe *bpe;  /* rank 0, when [sample] length > 0: the prompt's tokenizer */
+    char err[4096];
+} run;
+
+/* Sets r->err to "FILE:LINE: message" about one deck key; returns TR_EXIT_USAGE. */
+int tr_run_key_error(run *r, const char *section, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- train_lm.c ---- */
+/* Opens the token data for the built model and checks the layout against it. */
+int tr_lm_setup_data(run *r, uint64_t seed);
+/* Validation loss (mean per token) and next-token accuracy over the val windows. */
+void tr_lm_evaluate(run *r, double *loss, double *acc);
+/* Rank 0: the validation perplexity of the training set's unigram distribution
+ * (0 when off or in random mode), printed beside the model's. */
+double tr_lm_unigram_baseline(run *r, double val_loss);
+/* Rank 0: prints [sample] length tokens generated after the prompt (nothing when 0). */
+void tr_lm_sample(run *r);
+void tr_lm_free(run *r);
+
+#endif

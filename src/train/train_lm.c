@@ -1,0 +1,159 @@
+/* train_lm.c: the parts of a run particular to language models: token data, the
+ * validation perplexity, the unigram baseline, and a sample of generated text. */
+#include "core/error.h"
+#include "models/gpt.h"
+#include "run.h"
+#include "text/bpe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The prompt's tokenizer, loaded on rank 0 only; an error is every rank's (agreed
+ * by the caller), found before training rather than after it. */
+static int load_tokenizer(run *r)
+{
+    if (r->w->rank != 0 || tr_deck_int(r->d, "sample", "length") == 0)
+        return 0;
+    const char *kind = tr_deck_str(r->d, "data", "tokenizer");
+    char msg[2048];
+    if (!strcmp(kind, "bytes")) {
+        r->bpe = tr_bpe_bytes();
+    } else {
+        r->bpe = tr_bpe_load(tr_deck_str(r->d, "data", "encoder"),
+                             tr_deck_str(r->d, "data", "merges"), msg, sizeof msg);
+        if (!r->bpe)
+            return tr_run_key_error(r, "data", "encoder",
+                                    "%s (run scripts/fetch_gpt2_bpe.sh, or set [sample] "
+                                    "length = 0)",
+                                    msg);
+    }
+    uint32_t tv = tr_bpe_vocab_size(r->bpe);
+    if (tv > (uint32_t)r->model.classes)
+        return tr_run_key_error(r, "data", "tokenizer",
+                                "tokenizer %s has %u tokens but [model] vocab_size = %d; the "
+                                "sample's prompt could not be encoded",
+                                kind, tv, r->model.classes);
+    return 0;
+}
+
+int tr_lm_setup_data(run *r, uint64_t seed)
+{
+    const tr_gpt_config *c = tr_gpt_config_of(&r->model);
+    int random = !strcmp(tr_deck_str(r->d, "data", "format"), "random_tokens");
+    const char *which = "train";
+    char msg[2048];
+    int rc = tr_token_data_open(&r->tokens, tr_deck_str(r->d, "data", "train_tokens"),
+                                tr_deck_str(r->d, "data", "val_tokens"), random, c->T, c->V,
+                                tr_deck_int(r->d, "data", "val_limit"), seed, &which, msg,
+                                sizeof msg);
+    if (rc) {
+        tr_run_key_error(r, "data", !strcmp(which, "train") ? "train_tokens" : "val_tokens",
+                         "%s%s", msg,
+                         rc == TR_EXIT_NOINPUT ? " (run scripts/prepare_text.sh, or point the "
+                                                 "deck at your token files)"
+                                               : "");
+        return rc;
+    }
+    if (tr_sampler_check(r->tokens.train_windows, r->global_batch, r->w->dp, msg, sizeof msg))
+        return tr_run_key_error(r, "train", "batch_size",
+                                "%s (a sample is a window of seq_len + 1 = %d tokens)", msg,
+                                c->T + 1);
+    return load_tokenizer(r);
+}
+
+void tr_lm_evaluate(run *r, double *loss, double *acc)
+{
+    tr_token_data *td = &r->tokens;
+    long begin, end;
+    tr_shard_range(td->val_windows, r->w->dp_rank, r->w->dp, &begin, &end);
+    int T = td->T;
+    /* the training batch buffers are free between steps and large enough */
+    int32_t *x = td->x, *y = td->y;
+    double sums[2] = {0, 0}; /* loss sum, correct count */
+    for (long s = begin; s < end; s += r->eval_local_batch) {
+        int B = (int)(end - s < r->eval_local_batch ? end - s : r->eval_local_batch);
+        for (int i = 0; i < B; i++)
+            tr_token_data_val_window(td, s + i, x + (size_t)i * T, y + (size_t)i * T);
+        long correct = 0;
+        sums[0] += tr_model_forward(&r->model, x, y, B, &correct);
+        sums[1] += (double)correct;
+    }
+    tr_allreduce(sums, sums, 2, TR_F64, TR_SUM, r->w->dp_group);
+    double n = (double)td->val_windows * T;
+    *loss = sums[0] / n;
+    *acc = sums[1] / n;
+}
+
+double tr_lm_unigram_baseline(run *r, double val_loss)
+{
+    if (r->w->rank != 0 || r->tokens.random || !tr_deck_bool(r->d, "data", "unigram_baseline"))
+        return 0;
+    double uni = tr_token_data_unigram_perplexity(&r->tokens);
+    printf("validation perplexity %.2f against %.2f for the unigram baseline (each token drawn "
+           "from the training set's token frequencies)\n",
+           exp(val_loss), uni);
+    return uni;
+}
+
+void tr_lm_sample(run *r)
+{
+    long length = tr_deck_int(r->d, "sample", "length");
+    if (r->w->rank != 0 || length == 0 || !r->bpe)
+        return;
+    const char *prompt = tr_deck_str(r->d, "sample", "prompt");
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    if (tr_bpe_encode(r->bpe, prompt, strlen(prompt), &ids, &n))
+        tr_fatal(TR_EXIT_OSERR, "out of memory");
+    uint32_t eot;
+    if (n == 0 && tr_bpe_eot(r->bpe, &eot) == 0) { /* no prompt: start a document */
+        free(ids);
+        ids = malloc(sizeof *ids);
+        if (!ids)
+            tr_fatal(TR_EXIT_OSERR, "out of memory");
+        ids[0] = eot;
+        n = 1;
+    }
+    if (n == 0) {
+        printf("sample: skipped: an empty prompt and a tokenizer without an end-of-text token "
+               "give nothing to continue; set [sample] prompt\n");
+        free(ids);
+        return;
+    }
+    size_t total = n + (size_t)length;
+    int32_t *tok = tr_alloc(total * sizeof *tok, "sample tokens");
+    for (size_t i = 0; i < n; i++)
+        tok[i] = (int32_t)ids[i];
+    int top_k = (int)tr_deck_int(r->d, "sample", "top_k");
+    double t0 = tr_wtime();
+    tr_gpt_generate(&r->model, tok, (int)n, (int)total, top_k,
+                    (float)tr_deck_float(r->d, "sample", "temperature"),
+                    (uint64_t)tr_deck_int(r->d, "train", "seed"));
+    double dt = tr_wtime() - t0;
+    uint32_t *out = malloc(total * sizeof *out);
+    if (!out)
+        tr_fatal(TR_EXIT_OSERR, "out of memory");
+    for (size_t i = 0; i < total; i++)
+        out[i] = (uint32_t)tok[i];
+    char *text = NULL;
+    size_t len = 0;
+    int rc = tr_bpe_decode(r->bpe, out, total, &text, &len);
+    if (rc == 0)
+        printf("sample (%s, %ld tokens in %.1f s):\n%s\n",
+               top_k == 1 ? "greedy" : "top-k", length, dt, text);
+    else
+        printf("sample: the model produced a token outside the tokenizer's vocabulary\n");
+    fflush(stdout);
+    free(text);
+    free(out);
+    free(ids);
+    tr_free(tok);
+}
+
+void tr_lm_free(run *r)
+{
+    if (r->bpe)
+        tr_bpe_free(r->bpe);
+    r->bpe = NULL;
+}
