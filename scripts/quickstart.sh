@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # quickstart.sh: from a fresh Debian 12 machine to a trained MNIST model.
-# Installs the packages, builds, prepares the data and runs
+# Installs the packages, builds, prepares the data (MNIST; the Brown text corpus for
+# the GPT model) and runs
 #   mpirun -np 8 ./trainer inputs/mnist.in
 # Every step is idempotent: run it again and it only trains again.
 set -euo pipefail
@@ -9,6 +10,7 @@ cd "$root"
 scripts/install_deps.sh
 scripts/build.sh
 scripts/prepare_data.sh
+scripts/prepare_text.sh
 # 8 ranks on a small machine: allow more ranks than cores; as root, say so to OpenMPI.
 export OMPI_MCA_rmaps_base_oversubscribe=1
 if [ "$(id -u)" = 0 ]; then

@@ -10,6 +10,8 @@ scripts/install_deps.sh
 scripts/build.sh ${CMAKE_ARGS:-}
 scripts/prepare_data.sh >/dev/null
 scripts/fetch_gpt2_bpe.sh >/dev/null
+# the Brown text and its token files, with the tokenize of the build under test
+TOKENIZE="${BUILD_DIR:-$root/build}/tokenize" scripts/prepare_text.sh >/dev/null
 export OMPI_MCA_rmaps_base_oversubscribe=1
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
