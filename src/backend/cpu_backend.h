@@ -66,7 +66,7 @@ void tr_cpu_conv2d_backward(float *dinp, float *dw, float *db, const float *dout
 void tr_cpu_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n,
                        float lr, float momentum, float weight_decay);
 void tr_cpu_adamw_update(float *param, float *m, float *v, const float *grad, size_t n,
-                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         float lr, double beta1, double beta2, float eps, float weight_decay,
                          long t);
 double tr_cpu_sum_squares(const float *x, size_t n);
 

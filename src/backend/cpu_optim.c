@@ -33,8 +33,8 @@ void tr_cpu_sgd_update(float *restrict param, float *restrict momentum_buf,
 }
 
 void tr_cpu_adamw_update(float *restrict param, float *restrict m, float *restrict v,
-                         const float *restrict grad, size_t n, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, long t)
+                         const float *restrict grad, size_t n, float lr, double beta1,
+                         double beta2, float eps, float weight_decay, long t)
 {
     if (t < 1) /* the bias corrections 1 - beta^t would divide by zero */
         tr_fatal(TR_EXIT_SOFTWARE, "adamw_update: step %ld, steps count from 1", t);

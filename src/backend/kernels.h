@@ -68,7 +68,7 @@ typedef struct tr_kernels {
     /* AdamW with bias correction; t is the 1-based step number; decay is decoupled
      * (p -= lr wd p). Called per tensor so biases can pass weight_decay = 0. */
     void (*adamw_update)(float *param, float *m, float *v, const float *grad, size_t n,
-                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         float lr, double beta1, double beta2, float eps, float weight_decay,
                          long t);
     double (*sum_squares)(const float *x, size_t n);
     void (*scale)(float *x, size_t n, float a);

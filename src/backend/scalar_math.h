@@ -32,19 +32,24 @@ TR_HD static inline void tr_sgd_elem(float *p, float *buf, float g, float lr, fl
 
 /* Per-step constants of AdamW: PyTorch's step_size = lr / (1 - beta1^t) and
  * bc2_sqrt = sqrt(1 - beta2^t), formed in double so that late steps (beta^t near 1
- * in float) keep their precision. */
+ * in float) keep their precision. The betas arrive in double and 1 - beta is formed
+ * in double before rounding to float, as PyTorch does with its Python floats:
+ * 1.0f - 0.999f would be 1.3e-5 (relative) off 0.001. */
 typedef struct tr_adamw_consts {
     float lr, beta1, beta2, eps, decay_factor; /* decay_factor = 1 - lr wd */
+    float one_minus_beta1, one_minus_beta2;
     float step_size, bc2_sqrt;
 } tr_adamw_consts;
 
-static inline tr_adamw_consts tr_adamw_make_consts(float lr, float beta1, float beta2,
+static inline tr_adamw_consts tr_adamw_make_consts(float lr, double beta1, double beta2,
                                                    float eps, float weight_decay, long t)
 {
     tr_adamw_consts c;
     c.lr = lr;
-    c.beta1 = beta1;
-    c.beta2 = beta2;
+    c.beta1 = (float)beta1;
+    c.beta2 = (float)beta2;
+    c.one_minus_beta1 = (float)(1.0 - beta1);
+    c.one_minus_beta2 = (float)(1.0 - beta2);
     c.eps = eps;
     c.decay_factor = (float)(1.0 - (double)lr * weight_decay);
     c.step_size = (float)(lr / (1.0 - pow(beta1, (double)t)));
@@ -60,8 +65,8 @@ TR_HD static inline void tr_adamw_elem(float *p, float *m, float *v, float g,
                                        const tr_adamw_consts *c)
 {
     *p *= c->decay_factor;
-    *m = c->beta1 * *m + (1.0f - c->beta1) * g;
-    *v = c->beta2 * *v + (1.0f - c->beta2) * g * g;
+    *m = c->beta1 * *m + c->one_minus_beta1 * g;
+    *v = c->beta2 * *v + c->one_minus_beta2 * g * g;
     float denom = sqrtf(*v) / c->bc2_sqrt + c->eps;
     *p -= c->step_size * *m / denom;
 }

@@ -12,8 +12,8 @@ void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, long total_steps
     o->lr = (float)tr_deck_float(d, "optim", "lr");
     o->momentum = (float)tr_deck_float(d, "optim", "momentum");
     o->weight_decay = (float)tr_deck_float(d, "optim", "weight_decay");
-    o->beta1 = (float)tr_deck_float(d, "optim", "beta1");
-    o->beta2 = (float)tr_deck_float(d, "optim", "beta2");
+    o->beta1 = tr_deck_float(d, "optim", "beta1");
+    o->beta2 = tr_deck_float(d, "optim", "beta2");
     o->eps = (float)tr_deck_float(d, "optim", "eps");
     o->schedule =
         strcmp(tr_deck_str(d, "optim", "schedule"), "cosine") ? TR_SCHED_CONSTANT : TR_SCHED_COSINE;

@@ -11,7 +11,8 @@ typedef enum { TR_SCHED_CONSTANT = 0, TR_SCHED_COSINE = 1 } tr_sched_kind;
 
 typedef struct tr_optim {
     tr_opt_kind kind;
-    float lr, momentum, weight_decay, beta1, beta2, eps;
+    float lr, momentum, weight_decay, eps;
+    double beta1, beta2; /* double: see tr_adamw_make_consts */
     tr_sched_kind schedule;
     long warmup_steps, total_steps;
     float min_lr;
