@@ -146,15 +146,18 @@ void tr_model_init_params(tr_model *m, uint64_t seed)
         for (int d = 0; d < p->ndim; d++)
             logical *= (size_t)p->dims[d];
         uint64_t stream = TR_STREAM_INIT + (uint64_t)t;
+        /* each element depends only on (seed, tensor, index): any thread may draw it */
         if (p->init == TR_INIT_ONES) {
             for (size_t j = 0; j < logical; j++)
                 p->value[j] = 1.0f;
         } else if (p->init == TR_INIT_NORMAL) {
+#pragma omp parallel for schedule(static) if (logical > 65536)
             for (size_t j = 0; j < logical; j++)
                 p->value[j] = p->init_std * tr_rng_normal(seed, stream, j);
         } else {
             /* PyTorch's default for Linear and Conv2d: U(-1/sqrt(fan_in), +) */
             float bound = 1.0f / sqrtf((float)p->fan_in);
+#pragma omp parallel for schedule(static) if (logical > 65536)
             for (size_t j = 0; j < logical; j++)
                 p->value[j] = bound * (2.0f * tr_rng_uniform(seed, stream, j) - 1.0f);
         }
