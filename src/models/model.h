@@ -57,7 +57,8 @@ struct tr_model {
 
     int ntensors;
     tr_param *tensors[TR_MODEL_MAX_TENSORS]; /* forward order */
-    size_t nparams;                         /* total floats */
+    size_t nparams;                         /* total floats, padding included */
+    size_t nparams_logical;                 /* the model's parameter count: no padding */
     float *params, *grads;
 
     int max_batch;

@@ -210,7 +210,7 @@ static void print_banner(run *r)
 {
     if (r->w->rank)
         return;
-    printf("model %s: %zu parameters, %d layers\n", r->model.name, r->model.nparams,
+    printf("model %s: %zu parameters, %d layers\n", r->model.name, r->model.nparams_logical,
            r->model.nlayers);
     if (r->lm)
         printf("data: %ld train, %ld validation windows of %d tokens%s; global batch %ld = %d "
@@ -573,7 +573,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         s.model = r->model.name;
         s.blas_core = rt->blas_core;
         s.steps = r->total_steps;
-        s.parameters = (long)r->model.nparams;
+        s.parameters = (long)r->model.nparams_logical;
         s.epochs = (double)r->total_steps / r->steps_per_epoch;
         s.test_accuracy = test_acc;
         s.test_loss = test_loss;

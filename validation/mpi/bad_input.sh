@@ -68,6 +68,30 @@ expect tp-for-mlp 2 64 "model mlp trains data-parallel only" "$deck" parallel.tp
 # (65536-wide layers: about 52 GiB per rank, more than any test machine offers)
 expect out-of-memory 4 71 "out of memory: each rank needs .* \(parameters .*\) but has about" "$deck" model.hidden=65536,65536
 
+# the gpt model and its text data (the byte-level Brown files when prepared, else a
+# small token file written here: only headers and sizes matter to these errors)
+gdeck=$WORK/gpt.in
+printf '[model]\nname = gpt\nn_layer = 1\nn_head = 2\nn_embd = 16\nseq_len = 8\nvocab_size = 256\n[data]\nformat = tokens\n' >"$gdeck"
+tok=$WORK/t
+"$PYTHON" - "$tok" <<'PY'
+import struct, sys
+for split, n in (("train", 400), ("val", 100)):
+    with open(sys.argv[1] + "." + split + ".tok", "wb") as f:
+        f.write(b"TRTOKENS" + struct.pack("<IIQII", 1, 1, n, 300, 0))
+        f.write(struct.pack("<%dH" % n, *[(i * 7) % 300 for i in range(n)]))
+PY
+gtok=(data.train_tokens="$tok.train.tok" data.val_tokens="$tok.val.tok" train.batch_size=4)
+expect gpt-vocab-too-small 2 64 "t.train.tok: tokens go up to a vocabulary of 300 but \[model\] vocab_size = 256; set vocab_size = 300" "$gdeck" "${gtok[@]}"
+expect gpt-heads 2 64 "n_embd = 16 is not divisible by n_head = 3" "$gdeck" "${gtok[@]}" model.n_head=3 model.vocab_size=300
+expect gpt-missing-tokens 2 66 "data.train_tokens=.*nowhere.tok.*\\(run scripts/prepare_text.sh" "$gdeck" "${gtok[@]}" model.vocab_size=300 data.train_tokens="$WORK/nowhere.tok"
+expect gpt-format 2 64 "model gpt reads tokens, but \[data\] format = idx; set format = tokens" "$gdeck" "${gtok[@]}" model.vocab_size=300 data.format=idx
+expect mlp-on-tokens 2 64 "model mlp reads images, but \[data\] format = tokens; set format = idx" "$deck" data.format=tokens
+expect gpt-window-too-long 2 64 "t.val.tok: 100 tokens make no window of seq_len \+ 1 = 101 tokens" "$gdeck" "${gtok[@]}" model.vocab_size=300 model.seq_len=100
+expect gpt-batch-too-large 2 64 "global batch 64 is larger than the 49 training samples.*window of seq_len \+ 1 = 9 tokens" "$gdeck" "${gtok[@]}" model.vocab_size=300 train.batch_size=64
+expect gpt-tp 2 64 "tensor and pipeline parallelism are not built yet" "$gdeck" "${gtok[@]}" model.vocab_size=300 parallel.tp=2
+printf 'not a token file at all, just some text that is long enough' >"$WORK/bad.tok"
+expect gpt-corrupt-tokens 2 65 "bad.tok" "$gdeck" "${gtok[@]}" model.vocab_size=300 data.val_tokens="$WORK/bad.tok"
+
 # the command line itself
 "$TRAINER" --bogus >"$WORK/out" 2>"$WORK/err"
 rc=$?
