@@ -528,6 +528,25 @@ int tr_deck_intlist(const tr_deck *d, const char *section, const char *name, int
     return n;
 }
 
+int tr_deck_is_set(const tr_deck *d, const char *section, const char *name)
+{
+    int i = find_key(section, name);
+    if (i < 0)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: deck key [%s] %s is not declared", section, name);
+    return d->values[i].set;
+}
+
+int tr_deck_set(tr_deck *d, const char *section, const char *name, const char *value,
+                const char *origin)
+{
+    int i = find_key(section, name);
+    if (i < 0)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: deck key [%s] %s is not declared", section, name);
+    int before = d->nerrors;
+    set_value(d, i, value, origin);
+    return d->nerrors > before ? TR_EXIT_USAGE : 0;
+}
+
 void tr_deck_where(const tr_deck *d, const char *section, const char *name, char *buf, size_t len)
 {
     int i = find_key(section, name);

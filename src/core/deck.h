@@ -71,6 +71,14 @@ int tr_deck_bool(const tr_deck *d, const char *section, const char *name);
 const char *tr_deck_str(const tr_deck *d, const char *section, const char *name);
 /* Fills out[] and returns the count (at most max). */
 int tr_deck_intlist(const tr_deck *d, const char *section, const char *name, int *out, int max);
+/* 1 when the deck file or an override set the key, 0 when it holds its default. */
+int tr_deck_is_set(const tr_deck *d, const char *section, const char *name);
+/* A value the program decides when the deck left the key at its default (the run
+ * directory of a Slurm job): checked like deck text, marked set at `origin` (e.g.
+ * "Slurm job 1234") in the resolved deck and in messages. Returns 0, or
+ * TR_EXIT_USAGE with the problem appended to d->errors. */
+int tr_deck_set(tr_deck *d, const char *section, const char *name, const char *value,
+                const char *origin);
 /* Where the value came from, for later errors: "FILE:LINE", "command line 'k=v'",
  * or "FILE (default of [section] name)" when the deck did not set it. */
 void tr_deck_where(const tr_deck *d, const char *section, const char *name, char *buf,

@@ -474,7 +474,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         prog.mode = TR_PROGRESS_OFF;
     long log_every = tr_deck_int(d, "train", "log_every");
     long eval_every = tr_deck_int(d, "train", "eval_every");
-    double t_train = 0, last_loss = 0;
+    double t_train = 0, t_first = 0, last_loss = 0;
     long samples_done = 0;
     double test_loss = 0, test_acc = 0;
     int evaluated = 0;
@@ -494,11 +494,18 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         float lr;
         train_step(r, step, &loss_sum, &correct, &gnorm, &lr);
         double t1 = tr_wtime();
-        t_train += t1 - t0;
-        samples_done += r->global_batch;
+        /* the rate leaves out the session's first step (first touch of every buffer,
+         * thread start-up) once there is a second one to measure */
+        if (step > r->start_step || r->total_steps - r->start_step == 1) {
+            t_train += t1 - t0;
+            samples_done += r->global_batch;
+        } else {
+            t_first = t1 - t0;
+        }
         long done = step + 1;
         double epoch = (double)done / (double)r->steps_per_epoch;
-        double rate = samples_done / (t_train > 0 ? t_train : 1e-9);
+        double rate = samples_done ? samples_done / (t_train > 0 ? t_train : 1e-9)
+                                   : r->global_batch / (t_first > 0 ? t_first : 1e-9);
         /* the global batch's loss, for the progress line and metrics.csv: two doubles */
         double sums[2] = {loss_sum, (double)correct};
         tr_allreduce(sums, sums, 2, TR_F64, TR_SUM, w->dp_group);
@@ -588,7 +595,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             s.unigram_perplexity = tr_lm_unigram_baseline(r, test_loss);
         }
         s.wall_seconds = wall;
-        s.train_seconds = t_train;
+        s.train_seconds = t_train + t_first;
         s.comm_wait_seconds = r->dp.comm_wait_s;
         s.ranks = w->size, s.dp = w->dp, s.tp = w->tp, s.pp = w->pp;
         s.threads_per_rank = rt->threads;
