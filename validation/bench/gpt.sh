@@ -30,7 +30,7 @@
 #            GPT-2's (betas 0.9/0.95, weight decay 0.1 on weight matrices, warmup+cosine
 #            lr, which costs nothing measurable); figure: "tokens_per_second" of its
 #            summary.json (its own timing of the TR_STEPS training steps, the first
-#            included), also its "mfu" and "peak_gflops" as it reports them
+#            left out as warm-up), also its "mfu" and "peak_gflops" as it reports them
 #            (peak_gflops: its own GEMM calibration at start-up, 1024^3)
 #   torch:   validation/bench/torch_gpt.py (GPT-2 124M written there by hand: wte padded
 #            to 50304 rows as llm.c and the trainer do, loss over the real 50257, tied
