@@ -14,6 +14,7 @@
  * change them. Each head writes only its own slices of out, att and dqkv, so no two
  * threads write the same element and results are bit-identical run to run. */
 #include "backend/transformer_kernels.h"
+#include "backend/scalar_math.h"
 #include "core/error.h"
 
 #include <cblas.h>
@@ -37,11 +38,11 @@ static void causal_softmax(float *A, int T)
         float mx = a[0];
         for (int j = 1; j <= t; j++)
             mx = a[j] > mx ? a[j] : mx;
+        for (int j = 0; j <= t; j++) /* vectorises; the sum below stays in order */
+            a[j] = tr_expf(a[j] - mx);
         float sum = 0.0f;
-        for (int j = 0; j <= t; j++) {
-            a[j] = expf(a[j] - mx);
+        for (int j = 0; j <= t; j++)
             sum += a[j];
-        }
         float inv = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
         for (int j = 0; j <= t; j++)
             a[j] *= inv;

@@ -190,11 +190,13 @@ double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logi
         /* -log softmax[target] = log(sum) - (x[target] - max), exact even where the
          * probability underflows; read x[target] now, before p overwrites it */
         double xt = (double)x[targets[r]] - mx;
+        /* subtracting the max keeps every exp in (0, 1]; tr_expf vectorises (libm's
+         * expf would not), the sum stays a serial double loop: the same every run */
+        for (int j = 0; j < V; j++)
+            p[j] = tr_expf(x[j] - mx);
         double sum = 0.0;
-        for (int j = 0; j < V; j++) {
-            p[j] = expf(x[j] - mx); /* subtracting the max keeps every exp in (0, 1] */
+        for (int j = 0; j < V; j++)
             sum += p[j];
-        }
         float inv = (float)(1.0 / sum);
         for (int j = 0; j < V; j++)
             p[j] *= inv;

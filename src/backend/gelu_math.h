@@ -12,44 +12,9 @@
 #include "backend/scalar_math.h" /* TR_HD */
 
 #include <math.h>
-#include <string.h>
 
 #define TR_GELU_SQRT_2_OVER_PI 0.7978845608028654f /* sqrt(2 / pi) */
 #define TR_GELU_COEFF 0.044715f
-
-/* e^x for float x, clamped to [-87, 88] (no overflow, no denormal results), to
- * about 1 ulp: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, Cephes' degree-5
- * polynomial for e^r, and 2^n built in the exponent bits. Plain arithmetic, no libm
- * call, so a compiler vectorises loops over it (glibc's expf and tanhf stay scalar)
- * and the vector body and the scalar tail compute identical bits: results do not
- * depend on how a loop is split over threads. */
-TR_HD static inline float tr_expf(float x)
-{
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    /* n = round(x / ln 2): adding and subtracting 1.5 * 2^23 rounds to an integer
-     * in float arithmetic alone (floorf would be a library call under the default
-     * -ftrapping-math, and keep the loop scalar) */
-    const float shifter = 12582912.0f;
-    float n = (x * 1.44269504088896341f + shifter) - shifter;
-    float r = x - n * 0.693359375f; /* ln 2 in two parts: the first is exact in n * */
-    r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int bits = ((int)n + 127) << 23;
-#ifdef __CUDA_ARCH__
-    return p * __int_as_float(bits);
-#else
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-#endif
-}
 
 /* Written as x sigmoid(2u), which equals 0.5 x (1 + tanh u) exactly: 1 + tanh u =
  * 2 / (1 + e^-2u). This form has no cancellation where tanh u nears -1 (x < -3),

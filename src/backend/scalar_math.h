@@ -1,4 +1,5 @@
-/* scalar_math.h: per-element optimizer updates shared by the CPU and CUDA backends.
+/* scalar_math.h: per-element math shared by the CPU and CUDA backends: a
+ * vectorisable exp and the optimizer updates.
  *
  * One definition of each update rule, compiled for the host by the C backend and for
  * both host and device by nvcc, so the two backends cannot drift apart and the CPU
@@ -8,12 +9,47 @@
 #define TR_SCALAR_MATH_H
 
 #include <math.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define TR_HD __host__ __device__
 #else
 #define TR_HD
 #endif
+
+/* e^x for float x, clamped to [-87, 88] (no overflow, no denormal results), to
+ * about 1 ulp: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, Cephes' degree-5
+ * polynomial for e^r, and 2^n built in the exponent bits. Plain arithmetic, no libm
+ * call, so a compiler vectorises loops over it (glibc's expf and tanhf stay scalar)
+ * and the vector body and the scalar tail compute identical bits: results do not
+ * depend on how a loop is split over threads. */
+TR_HD static inline float tr_expf(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    /* n = round(x / ln 2): adding and subtracting 1.5 * 2^23 rounds to an integer
+     * in float arithmetic alone (floorf would be a library call under the default
+     * -ftrapping-math, and keep the loop scalar) */
+    const float shifter = 12582912.0f;
+    float n = (x * 1.44269504088896341f + shifter) - shifter;
+    float r = x - n * 0.693359375f; /* ln 2 in two parts: the first is exact in n * */
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int bits = ((int)n + 127) << 23;
+#ifdef __CUDA_ARCH__
+    return p * __int_as_float(bits);
+#else
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+#endif
+}
 
 /* SGD with momentum and L2 weight decay, PyTorch's torch.optim.SGD (dampening 0,
  * no Nesterov): g' = g + wd p; buf = momentum buf + g'; p -= lr buf. PyTorch sets
