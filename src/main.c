@@ -4,7 +4,10 @@
 #include "comm/comm.h"
 #include "core/deck.h"
 #include "core/error.h"
+#include "core/slurm.h"
 #include "models/model.h"
+#include "train/signals.h"
+#include "train/slurm_job.h"
 #include "train/train.h"
 #include "version.h"
 #ifdef TRAINER_HAVE_CUDA
@@ -96,6 +99,11 @@ static int choose_threads(const tr_deck *d, const tr_world *w)
     long share = cores / (w->local_size > 0 ? w->local_size : 1);
     if (share > allowed)
         share = allowed;
+    tr_slurm job; /* under Slurm, no more than the CPUs the job gave each rank */
+    tr_slurm_read_env(&job);
+    int given = tr_slurm_cpus_per_rank(&job, w->local_size);
+    if (given > 0 && share > given)
+        share = given;
     return share > 0 ? (int)share : 1;
 }
 
@@ -114,6 +122,7 @@ int main(int argc, char **argv)
         return TR_EXIT_USAGE;
     }
 
+    tr_signals_install(); /* a Slurm signal during start-up stops at the first step */
     tr_world w;
     tr_comm_init(&argc, &argv, &w);
     tr_runtime rt = {0};
@@ -135,12 +144,20 @@ int main(int argc, char **argv)
     }
 
     rt.threads = choose_threads(&deck, &w);
+    tr_slurm_job job; /* job id, run directory, the layout against the allocation */
+    rc = tr_slurm_job_setup(&job, &deck, &w, rt.threads);
+    if (rc) {
+        tr_deck_free(&deck);
+        tr_comm_finalize(&w);
+        return rc;
+    }
     tr_cpu_backend_init(rt.threads);
     if (w.rank == 0) {
         printf("trainer %s: %d rank%s on %d node%s, %d thread%s per rank; %s\n", TR_VERSION,
                w.size, w.size == 1 ? "" : "s", w.node_count, w.node_count == 1 ? "" : "s",
                rt.threads, rt.threads == 1 ? "" : "s", tr_blas_describe());
         printf("deck %s\n", argv[1]);
+        tr_slurm_job_print(&job, stdout);
         fflush(stdout);
     }
     rc = tr_train_run(&deck, &w, &rt);

@@ -347,6 +347,7 @@ static int setup(run *r)
     r->peak_gflops = tr_deck_float(r->d, "system", "peak_gflops");
     if (r->peak_gflops <= 0) {
         /* every rank measures its own share of the node at once, as it will train */
+        tr_barrier(r->w->world);
         double mine = tr_calibrate_peak_gflops(&tr_cpu_kernels), sum = 0;
         tr_allreduce(&mine, &sum, 1, TR_F64, TR_SUM, r->w->world);
         r->peak_gflops = sum / r->w->size;
