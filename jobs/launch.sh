@@ -1,0 +1,88 @@
+# jobs/launch.sh: what every job script in jobs/ does once it has chosen its deck and
+# layout. Sourced by them inside the job (sbatch runs a copy of the job script from
+# Slurm's spool directory, so they find this file from the submission directory, or
+# TRAINER_ROOT); not a job script itself. Relative paths (DECK, the data in decks) are
+# taken from the job's working directory: the submission directory unless --chdir.
+#
+# In (set by the job script, or the environment at submission):
+#   TRAINER       the binary (default: trainer in the repository this file is in)
+#   DECK          the input deck
+#   ARGS          array of deck overrides (the job script's layout, then $OVERRIDES)
+#   SRUN_ARGS     array of extra srun options (the job script's binding)
+#   MAX_RESTARTS  requeue at most this many times (default 50), so a job that cannot
+#                 make progress does not cycle forever
+#
+# What it does:
+#   1. srun --mpi=pmix: one rank per task as the allocation gives them, cores bound;
+#      srun runs in the background so this shell's traps can run while it waits.
+#   2. Signals: Slurm's `--signal=USR1@T` (the scripts' choice) reaches the trainer
+#      ranks directly; a signal meant for the batch shell (`--signal=B:USR1@T`,
+#      `scancel --batch --signal=USR1`) is forwarded to them. SIGTERM (scancel,
+#      `scontrol requeue`, preemption, the time limit) reaches every process of the
+#      job at once; the shell then keeps waiting, so the ranks can finish their
+#      checkpoint within Slurm's KillWait before the job step ends.
+#   3. Exit codes: 75 (checkpointed, resubmit me) makes the job requeue itself with
+#      `scontrol requeue`: same job id, so the trainer's run directory and
+#      `[checkpoint] resume = auto` pick up the checkpoint, and SLURM_RESTART_COUNT
+#      counts the restarts. Not when Slurm itself is ending the job (this shell got
+#      SIGTERM, or the job is no longer RUNNING): scancel means stay ended, and
+#      `scontrol requeue` or preemption requeue it already. Any other code ends the
+#      job with that code (64: fix the deck or the request; 65/66: the data; 74: the
+#      file system; see the README).
+# shellcheck shell=bash disable=SC2317 # (the trap functions are called indirectly)
+
+: "${TRAINER:=$(dirname "${BASH_SOURCE[0]}")/../trainer}"
+: "${MAX_RESTARTS:=50}"
+if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
+  # OpenMP threads per rank = the CPUs Slurm gave each task (without --cpus-per-task
+  # the trainer takes the node's CPUs / ranks on the node)
+  export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
+  # srun of Slurm >= 23.11 no longer inherits --cpus-per-task from sbatch
+  export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
+fi
+
+echo "job ${SLURM_JOB_ID:-?} (${SLURM_JOB_NAME:-?}), restart ${SLURM_RESTART_COUNT:-0}," \
+  "$(date '+%F %T'): ${SLURM_JOB_NUM_NODES:-?} node(s) ${SLURM_JOB_NODELIST:-?}," \
+  "tasks per node ${SLURM_TASKS_PER_NODE:-?}, ${SLURM_CPUS_PER_TASK:-?} CPUs per task," \
+  "GPUs per node ${SLURM_GPUS_ON_NODE:-0}"
+echo "+ srun --mpi=pmix ${SRUN_ARGS[*]} $TRAINER $DECK ${ARGS[*]}"
+
+got_term=0
+srun_pid=
+forward() { # the batch shell's signal, on to the ranks (srun forwards it to its tasks)
+  echo "job ${SLURM_JOB_ID:-?}: batch shell got SIG$1 at $(date +%T); forwarding to the ranks"
+  [ -n "$srun_pid" ] && kill -"$1" "$srun_pid" 2>/dev/null
+}
+trap 'forward USR1' USR1
+trap 'forward USR2' USR2
+trap 'got_term=1; echo "job ${SLURM_JOB_ID:-?}: SIGTERM at $(date +%T); waiting for the ranks to checkpoint"' TERM
+
+srun --mpi=pmix "${SRUN_ARGS[@]}" "$TRAINER" "$DECK" "${ARGS[@]}" &
+srun_pid=$!
+# `wait` returns early when a trapped signal arrives: wait again until srun is done
+while :; do
+  wait "$srun_pid"
+  rc=$?
+  kill -0 "$srun_pid" 2>/dev/null || break
+done
+
+# Slurm ending the job itself: the SIGTERM may reach the ranks (and end them) before
+# it reaches this shell, so ask Slurm too: requeue only a job that is still RUNNING
+state=$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p')
+echo "job ${SLURM_JOB_ID:-?}: trainer exited with $rc at $(date +%T) (job ${state:-?})"
+if [ "$rc" = 75 ] && [ "$got_term" = 0 ] && [ "${state:-RUNNING}" = RUNNING ]; then
+  if [ "${SLURM_RESTART_COUNT:-0}" -ge "$MAX_RESTARTS" ]; then
+    echo "job ${SLURM_JOB_ID:-?}: checkpointed, but already restarted $MAX_RESTARTS times" \
+      "(MAX_RESTARTS); not requeueing: submit again to continue" >&2
+    exit 75
+  fi
+  echo "job ${SLURM_JOB_ID:-?}: checkpointed; requeueing (scontrol requeue)"
+  # requeueing ends this shell too (SIGTERM); the rerun starts in Slurm's own time
+  scontrol requeue "$SLURM_JOB_ID" || {
+    echo "job ${SLURM_JOB_ID:-?}: scontrol requeue failed (is the job requeueable: --requeue," \
+      "JobRequeue?); submit again to resume from the checkpoint" >&2
+    exit 75
+  }
+  exit 0
+fi
+exit "$rc"
