@@ -34,10 +34,65 @@ static void usage(FILE *out)
             "  --help-deck     every deck key with its type, default and meaning\n"
             "  --list-models   the compiled-in models\n"
             "  --version       version and build\n"
+            "  --plan DECK [--ranks N] [--ranks-per-node N] [--device-memory 80GiB] [overrides]\n"
+            "                  per-rank memory, FLOPs and communication of a layout, without\n"
+            "                  training (N ranks: 1 unless given; one process, no mpirun)\n"
             "\n"
             "Exit codes: 0 done; 64 bad command line, deck or layout; 65 malformed data;\n"
             "66 missing data or deck; 70 internal error; 71 out of memory; 74 cannot write\n"
             "the run directory; 75 checkpointed on a signal (resubmit).\n");
+}
+
+/* "80GiB", "512MiB", "1.5e9" -> bytes; -1 when malformed */
+static double parse_bytes(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0)
+        return -1;
+    const char *units[] = {"", "B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB"};
+    const double scale[] = {1, 1, 1024.0, 1048576.0, 1073741824.0, 1099511627776.0,
+                            1e3, 1e6, 1e9, 1e12};
+    for (int i = 0; i < 10; i++)
+        if (!strcmp(end, units[i]))
+            return v * scale[i];
+    return -1;
+}
+
+/* trainer --plan DECK [options] [overrides]: takes the options out of argv, leaving
+ * "trainer DECK overrides"; returns 0 or TR_EXIT_USAGE with a message printed. */
+static int plan_args(int *argc, char **argv, tr_runtime *rt)
+{
+    int n = 1;
+    rt->plan_ranks = 1;
+    for (int i = 2; i < *argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < *argc;
+        if (!strcmp(a, "--ranks") && more) {
+            rt->plan_ranks = atoi(argv[++i]);
+        } else if (!strcmp(a, "--ranks-per-node") && more) {
+            rt->plan_ranks_per_node = atoi(argv[++i]);
+        } else if (!strcmp(a, "--device-memory") && more) {
+            rt->plan_device_memory = parse_bytes(argv[++i]);
+            if (rt->plan_device_memory <= 0) {
+                fprintf(stderr, "trainer --plan: --device-memory '%s' is not a size like "
+                                "80GiB, 512MiB or 1e9\n", argv[i]);
+                return TR_EXIT_USAGE;
+            }
+        } else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "trainer --plan: unknown option '%s' (or it lacks its value)\n", a);
+            return TR_EXIT_USAGE;
+        } else {
+            argv[n++] = argv[i];
+        }
+    }
+    if (rt->plan_ranks < 1 || rt->plan_ranks_per_node < 0 || n < 2) {
+        fprintf(stderr, "trainer --plan: needs a deck and --ranks N >= 1; see trainer --help\n");
+        return TR_EXIT_USAGE;
+    }
+    argv[n] = NULL;
+    *argc = n;
+    return 0;
 }
 
 /* The launcher's rank before MPI is up, so informational flags print once. */
@@ -113,6 +168,12 @@ int main(int argc, char **argv)
     int info = info_flag(argc, argv);
     if (info >= 0)
         return info;
+    tr_runtime rt = {0};
+    if (argc >= 2 && !strcmp(argv[1], "--plan")) {
+        int prc = plan_args(&argc, argv, &rt);
+        if (prc)
+            return prc;
+    }
     if (argc < 2 || argv[1][0] == '-') {
         if (launcher_rank() == 0) {
             if (argc >= 2)
@@ -125,7 +186,6 @@ int main(int argc, char **argv)
     tr_signals_install(); /* a Slurm signal during start-up stops at the first step */
     tr_world w;
     tr_comm_init(&argc, &argv, &w);
-    tr_runtime rt = {0};
     rt.start_time = tr_wtime();
     rt.blas_core = core;
 

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/sysmem.h"
 #include "metrics.h"
+#include "plan.h"
 #include "progress.h"
 #include "run.h"
 #include "signals.h"
@@ -230,17 +231,25 @@ static void print_banner(run *r)
 
 /* Refuses, with numbers, a run whose buffers cannot fit in this rank's share of the
  * node's memory, before anything is allocated. */
+static tr_plan make_plan(run *r, int max_batch)
+{
+    tr_plan p = {.max_batch = max_batch};
+    p.mem = tr_model_plan(&r->model, &tr_cpu_kernels, max_batch);
+    int adamw = !strcmp(tr_deck_str(r->d, "optim", "name"), "adamw");
+    p.optimizer = (adamw ? 2.0 : 1.0) * (double)p.mem.parameters;
+    p.data = r->lm ? 2.0 * (double)r->local_batch * r->model.targets_per_sample * sizeof(int32_t)
+                   : 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h *
+                         r->train.w * sizeof(float);
+    p.total = (double)p.mem.parameters + p.mem.gradients + p.mem.activations + p.mem.scratch +
+              p.optimizer + p.data;
+    return p;
+}
+
 static int check_memory(run *r, int max_batch)
 {
-    tr_model_memory mem = tr_model_plan(&r->model, &tr_cpu_kernels, max_batch);
-    int adamw = !strcmp(tr_deck_str(r->d, "optim", "name"), "adamw");
-    double optim = (adamw ? 2.0 : 1.0) * (double)mem.parameters;
-    double data = r->lm ? 2.0 * (double)r->local_batch * r->model.targets_per_sample *
-                              sizeof(int32_t)
-                        : 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h *
-                              r->train.w * sizeof(float);
-    double need = (double)mem.parameters + mem.gradients + mem.activations + mem.scratch +
-                  optim + data;
+    tr_plan p = make_plan(r, max_batch);
+    tr_model_memory mem = p.mem;
+    double optim = p.optimizer, need = p.total;
     size_t avail = tr_mem_available();
     int ranks = r->w->local_size > 0 ? r->w->local_size : 1;
     double share = (double)avail / ranks;
@@ -259,16 +268,20 @@ static int check_memory(run *r, int max_batch)
     return TR_EXIT_OSERR;
 }
 
+/* setup's answer when it has printed a plan instead of preparing a run */
+#define PLAN_DONE (-1)
+
 static int setup(run *r)
 {
     int rc = check_layout(r);
     rc = tr_comm_agree(r->w, rc, r->err);
     if (rc)
         return rc;
-    tr_comm_make_grid(r->w, r->w->size / ((int)tr_deck_int(r->d, "parallel", "tp") *
-                                          (int)tr_deck_int(r->d, "parallel", "pp")),
-                      (int)tr_deck_int(r->d, "parallel", "tp"),
-                      (int)tr_deck_int(r->d, "parallel", "pp"));
+    int tp = (int)tr_deck_int(r->d, "parallel", "tp"), pp = (int)tr_deck_int(r->d, "parallel", "pp");
+    if (r->rt->plan_ranks) /* one process standing for rank 0 of the planned layout */
+        r->w->dp = r->w->size / (tp * pp), r->w->tp = tp, r->w->pp = pp, r->w->dp_rank = 0;
+    else
+        tr_comm_make_grid(r->w, r->w->size / (tp * pp), tp, pp);
 
     r->err[0] = '\0';
     uint64_t seed = (uint64_t)tr_deck_int(r->d, "train", "seed");
@@ -305,7 +318,7 @@ static int setup(run *r)
     if (rc)
         return rc;
 
-    rc = open_run_dir(r);
+    rc = r->rt->plan_ranks ? 0 : open_run_dir(r); /* a plan writes nothing */
     rc = tr_comm_agree(r->w, rc, r->err);
     if (rc)
         return rc;
@@ -330,6 +343,12 @@ static int setup(run *r)
     if (r->lm && r->eval_local_batch > r->micro_batch)
         r->eval_local_batch = r->micro_batch; /* sequences are large: eval as trained */
     long max_batch = r->micro_batch > r->eval_local_batch ? r->micro_batch : r->eval_local_batch;
+    if (r->rt->plan_ranks) {
+        tr_plan p = make_plan(r, (int)max_batch);
+        tr_plan_print(&p, r->d, &r->model, r->w, r->global_batch, r->local_batch, r->micro,
+                      r->rt->plan_device_memory, stdout);
+        return PLAN_DONE;
+    }
     rc = tr_comm_agree(r->w, check_memory(r, (int)max_batch), r->err);
     if (rc)
         return rc;
@@ -462,12 +481,20 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
     if (!r)
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     r->d = d, r->w = w, r->rt = rt;
+    tr_world planned; /* trainer --plan: this process stands for rank 0 of the layout */
+    if (rt->plan_ranks) {
+        planned = *w;
+        planned.size = rt->plan_ranks;
+        planned.local_size = rt->plan_ranks_per_node ? rt->plan_ranks_per_node : rt->plan_ranks;
+        planned.dp_group = w->world;
+        r->w = &planned;
+    }
     tr_signals_install();
     int rc = setup(r);
     if (rc) {
         teardown(r);
         free(r);
-        return rc;
+        return rc == PLAN_DONE ? 0 : rc;
     }
     tr_progress prog;
     tr_progress_init(&prog, tr_deck_str(d, "run", "progress"), r->total_steps);

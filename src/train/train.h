@@ -9,9 +9,15 @@ typedef struct tr_runtime {
     int threads;           /* OpenMP threads of this rank */
     const char *blas_core; /* OpenBLAS kernel in use */
     double start_time;     /* tr_wtime() at start-up */
+    /* trainer --plan: the layout to plan for, instead of training (plan_ranks > 0) */
+    int plan_ranks, plan_ranks_per_node;
+    double plan_device_memory; /* bytes; 0 = not given */
 } tr_runtime;
 
-/* Runs the deck on the world; collective. Returns the exit code every rank shares. */
+/* Runs the deck on the world; collective. Returns the exit code every rank shares.
+ * With rt->plan_ranks set (one process, trainer --plan) it checks the deck, data and
+ * layout for that many ranks exactly as a run would, prints the plan (plan.c) and
+ * returns without allocating the model. */
 int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt);
 
 #endif

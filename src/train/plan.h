@@ -1,0 +1,27 @@
+/* plan.h: what a run will need per rank, before it allocates anything: the memory
+ * check of every run (exit 71 when it cannot fit) and `trainer --plan`. */
+#ifndef TR_PLAN_H
+#define TR_PLAN_H
+
+#include "comm/comm.h"
+#include "core/deck.h"
+#include "models/model.h"
+
+#include <stdio.h>
+
+typedef struct tr_plan {
+    tr_model_memory mem; /* parameters, gradients, activations, scratch (bytes) */
+    double optimizer;    /* optimizer state bytes */
+    double data;         /* batch buffers bytes */
+    double total;        /* all of the above */
+    int max_batch;       /* the largest batch activations are sized for */
+} tr_plan;
+
+/* Prints the plan of rank 0 of the layout w describes: memory by purpose, model
+ * FLOPs per step, communication per step per group, and whether it fits
+ * device_memory bytes per rank (0: the node's available memory / ranks per node). */
+void tr_plan_print(const tr_plan *p, const tr_deck *d, const tr_model *m, const tr_world *w,
+                   long global_batch, long local_batch, long micro, double device_memory,
+                   FILE *out);
+
+#endif

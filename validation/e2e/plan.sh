@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# plan.sh: trainer --plan prints a layout's per-rank memory, FLOPs and communication
+# without training; its memory total is within 20 % of the peak resident memory that
+# the same run then measures (GPT-2 124M at context 64, batch 4, AdamW: the model's
+# 2 GB dominate the libraries' own); a device too small gets a warning; an
+# impossible layout or a bad option gets the usual error and exit 64.
+source "$(dirname "$0")/../lib.sh"
+args=(inputs/gpt2_124m.in model.seq_len=64 train.batch_size=4 data.format=random_tokens
+  train.steps=2 data.val_limit=0 checkpoint.at_end=false sample.length=0
+  system.peak_gflops=100 run.progress=off run.dir="$WORK/run")
+"$TRAINER" --plan "${args[@]}" >"$WORK/plan" 2>"$WORK/err"
+check "--plan exit code: $? $(cat "$WORK/err")" [ $? = 0 ]
+for what in "parameters" "gradients" "optimizer state" "activations" "communication" "total" \
+  "compute per step" "fits:"; do
+  check "plan shows $what" grep -q "$what" "$WORK/plan"
+done
+check "a plan trains nothing" [ ! -e "$WORK/run" ]
+planned=$("$PYTHON" -c "
+import re, sys
+m = re.search(r'total +([0-9.]+) (B|KiB|MiB|GiB)', open('$WORK/plan').read())
+print(int(float(m.group(1)) * {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}[m.group(2)]))")
+/usr/bin/time -f "%M" -o "$WORK/rss" "$TRAINER" "${args[@]}" >"$WORK/out" 2>"$WORK/err"
+check "the planned run: exit $? $(tail -2 "$WORK/err")" grep -q "^done" "$WORK/out"
+rss=$(($(tail -1 "$WORK/rss") * 1024))
+echo "planned $planned bytes, measured peak resident $rss bytes"
+# (not under AddressSanitizer, whose redzones and quarantine are memory of its own)
+if ldd "$TRAINER" | grep -q libasan; then
+  echo "sanitizer build: the resident-memory comparison is not meaningful, skipped"
+else
+  check "planned memory $planned within 20% of the measured peak $rss" "$PYTHON" -c "
+import sys; p, m = $planned, $rss; sys.exit(0 if abs(p - m) <= 0.2 * m else 1)"
+fi
+
+"$TRAINER" --plan inputs/gpt_brown.in --ranks 4 --device-memory 200MiB >"$WORK/plan4" 2>&1
+check "4 ranks: dp all-reduce volume" grep -q "dp group (4 ranks): all-reduce of" "$WORK/plan4"
+check "a device too small: warning" grep -q "warning: does not fit" "$WORK/plan4"
+"$TRAINER" --plan inputs/gpt_brown.in --ranks 3 >"$WORK/out" 2>"$WORK/err"
+check "impossible layout: exit 64" [ $? = 64 ]
+check "impossible layout: message" grep -q "not divisible by the 3 data-parallel ranks" "$WORK/err"
+"$TRAINER" --plan inputs/gpt_brown.in --device-memory lots >"$WORK/out" 2>"$WORK/err"
+check "bad --device-memory: exit 64" [ $? = 64 ]
+check "bad --device-memory: message" grep -q "is not a size like 80GiB" "$WORK/err"
+finish
