@@ -30,6 +30,9 @@ typedef struct tr_world {
     int dp, tp, pp;
     int dp_rank, tp_rank, pp_rank;
     tr_group *world, *dp_group, *tp_group, *pp_group;
+    /* pp > 1: the first and the last stage of one pipeline (same dp and tp
+     * coordinates), which both hold the tied token embedding; NULL elsewhere */
+    tr_group *emb_group;
 } tr_world;
 
 /* MPI_Init and the node-local split; installs the abort hook of error.h. */
@@ -59,6 +62,20 @@ void tr_iallreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dt
                    tr_redop op, tr_group *g, tr_request *req);
 int tr_test(tr_request *req); /* 1 when complete */
 void tr_wait(tr_request *req);
+/* In place on root: the sum (op) over the group lands in root's buf; the other
+ * ranks' buf is left as it was. */
+void tr_ireduce(void *buf, size_t count, tr_dtype dtype, tr_redop op, int root, tr_group *g,
+                tr_request *req);
+/* In place: rank r of the group contributes buf[displs[r], displs[r] + counts[r]) and
+ * every rank ends with all of buf. */
+void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dtype dtype,
+                   tr_group *g);
+/* Point-to-point between the ranks of a group (pipeline stages): tag keeps the
+ * streams of one pair apart (activations, gradients). */
+void tr_send(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g);
+void tr_isend(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g,
+              tr_request *req);
+void tr_recv(void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g);
 void tr_bcast(void *buf, size_t count, tr_dtype dtype, int root, tr_group *g);
 void tr_barrier(tr_group *g);
 double tr_wtime(void);

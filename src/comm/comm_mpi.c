@@ -114,6 +114,7 @@ void tr_comm_finalize(tr_world *w)
     free_group(&w->dp_group, w);
     free_group(&w->tp_group, w);
     free_group(&w->pp_group, w);
+    free_group(&w->emb_group, w);
     MPI_Finalize();
 }
 
@@ -144,6 +145,8 @@ static tr_group *split(int color, int key, const char *what)
     tr_group *g = tr_alloc(sizeof *g, what);
     MPI_Comm c;
     MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
+    if (c == MPI_COMM_NULL) /* MPI_UNDEFINED: not a member */
+        return g;
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     group_from(g, c);
     return g;
@@ -159,6 +162,15 @@ void tr_comm_make_grid(tr_world *w, int dp, int tp, int pp)
     w->tp_group = split(w->dp_rank * pp + w->pp_rank, w->tp_rank, "tp group");
     w->pp_group = split(w->dp_rank * tp + w->tp_rank, w->pp_rank, "pp group");
     w->dp_group = split(w->pp_rank * tp + w->tp_rank, w->dp_rank, "dp group");
+    if (pp > 1) { /* every rank takes part in the split; middle stages get no group */
+        int ends = w->pp_rank == 0 || w->pp_rank == pp - 1;
+        tr_group *g = split(ends ? w->dp_rank * tp + w->tp_rank : MPI_UNDEFINED, w->pp_rank,
+                            "embedding group");
+        if (ends)
+            w->emb_group = g;
+        else
+            tr_free(g);
+    }
 }
 
 int tr_comm_agree(const tr_world *w, int code, const char *message)
@@ -222,6 +234,58 @@ void tr_wait(tr_request *req)
         return;
     MPI_CHECK(MPI_Wait((MPI_Request *)req->storage, MPI_STATUS_IGNORE));
     req->active = 0;
+}
+
+void tr_ireduce(void *buf, size_t count, tr_dtype dtype, tr_redop op, int root, tr_group *g,
+                tr_request *req)
+{
+    if (count > CHUNK)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: non-blocking reduce of %zu elements; use buckets",
+                 count);
+    MPI_Request *r = (MPI_Request *)req->storage;
+    const void *s = g->rank == root ? MPI_IN_PLACE : buf;
+    MPI_CHECK(MPI_Ireduce(s, buf, (int)count, mpi_type(dtype), mpi_op(op), root, g->comm, r));
+    req->active = 1;
+}
+
+void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dtype dtype,
+                   tr_group *g)
+{
+    int *c = tr_alloc(2 * (size_t)g->size * sizeof *c, "all-gather counts");
+    for (int r = 0; r < g->size; r++) {
+        if (counts[r] > INT_MAX || displs[r] > INT_MAX)
+            tr_fatal(TR_EXIT_SOFTWARE, "bug: all-gather of %zu elements at %zu exceeds MPI's "
+                     "int counts", counts[r], displs[r]);
+        c[r] = (int)counts[r];
+        c[g->size + r] = (int)displs[r];
+    }
+    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, c + g->size,
+                             mpi_type(dtype), g->comm));
+    tr_free(c);
+}
+
+void tr_send(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g)
+{
+    if (count > INT_MAX)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: send of %zu elements", count);
+    MPI_CHECK(MPI_Send(buf, (int)count, mpi_type(dtype), peer, tag, g->comm));
+}
+
+void tr_isend(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g,
+              tr_request *req)
+{
+    if (count > INT_MAX)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: send of %zu elements", count);
+    MPI_CHECK(MPI_Isend(buf, (int)count, mpi_type(dtype), peer, tag, g->comm,
+                        (MPI_Request *)req->storage));
+    req->active = 1;
+}
+
+void tr_recv(void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g)
+{
+    if (count > INT_MAX)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: receive of %zu elements", count);
+    MPI_CHECK(MPI_Recv(buf, (int)count, mpi_type(dtype), peer, tag, g->comm, MPI_STATUS_IGNORE));
 }
 
 void tr_bcast(void *buf, size_t count, tr_dtype dtype, int root, tr_group *g)

@@ -37,6 +37,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("train", "epochs", TR_KEY_INT, "1", 0, 1000000, 0, "passes over the training set (used when steps = 0)"),
     K("train", "steps", TR_KEY_INT, "0", 0, BIG, 0, "optimizer steps to run; 0 = epochs x (samples / batch_size)"),
     K("train", "batch_size", TR_KEY_INT, "128", 1, 1 << 24, 0, "global batch: samples per optimizer step over all ranks"),
+    K("train", "recompute", TR_KEY_CHOICE, "none", 0, 0, "none|block", "gpt: activation recomputation; block = keep only each block's input and recompute the block in backward (less memory, about a third more compute)"),
     K("train", "micro_batches", TR_KEY_INT, "1", 1, 65536, 0, "split each rank's batch into this many micro-batches and accumulate gradients"),
     K("train", "eval_every", TR_KEY_INT, "0", 0, BIG, 0, "evaluate on the test split every N steps (0 = only at the end)"),
     K("train", "eval_batch_size", TR_KEY_INT, "1000", 1, 1 << 24, 0, "samples per evaluation batch over all ranks"),
@@ -55,8 +56,10 @@ const tr_key_spec tr_deck_keys[] = {
     K("optim", "clip_grad_norm", TR_KEY_FLOAT, "0", 0, 1e12, 0, "clip gradients to this global L2 norm (0 = off)"),
 
     K("parallel", "dp", TR_KEY_INT, "0", 0, 1 << 24, 0, "data-parallel ranks; 0 = all ranks / (tp x pp)"),
-    K("parallel", "tp", TR_KEY_INT, "1", 1, 1 << 16, 0, "tensor-parallel ranks (models that support it)"),
-    K("parallel", "pp", TR_KEY_INT, "1", 1, 1 << 16, 0, "pipeline-parallel stages (models that support it)"),
+    K("parallel", "tp", TR_KEY_INT, "1", 1, 1 << 16, 0, "gpt: tensor-parallel ranks (Megatron-style: heads, MLP columns and the vocabulary split; must divide n_head); consecutive ranks"),
+    K("parallel", "pp", TR_KEY_INT, "1", 1, 1 << 16, 0, "gpt: pipeline stages (blocks split by cost; embedding on the first, head on the last; at most n_layer)"),
+    K("parallel", "schedule", TR_KEY_CHOICE, "1f1b", 0, 0, "1f1b|gpipe", "pipeline schedule over [train] micro_batches: 1f1b keeps at most pp micro-batches of activations per stage, gpipe all of them"),
+    K("parallel", "zero", TR_KEY_INT, "0", 0, 2, 0, "sharded optimizer over the data-parallel ranks: 0 = off, 1 = optimizer state sharded (gradients reduced to their owner, parameters all-gathered), 2 = also the accumulated gradients"),
     K("parallel", "bucket_kib", TR_KEY_INT, "256", 4, 1 << 20, 0, "gradient all-reduce bucket size in KiB; each bucket starts as soon as backward fills it"),
 
     K("checkpoint", "dir", TR_KEY_STRING, "", 0, 0, 0, "checkpoint directory; empty = <run dir>/checkpoints"),

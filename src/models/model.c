@@ -77,6 +77,8 @@ static void layout_params(tr_model *m)
             tr_param *t = &m->layers[i].params[p];
             t->offset = off;
             off += t->numel;
+            if (!m->split)
+                t->gindex = m->ntensors;
             size_t logical = 1;
             for (int d = 0; d < t->ndim; d++)
                 logical *= (size_t)t->dims[d];
@@ -139,35 +141,47 @@ void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch)
     buffers(m, k, max_batch, 1);
 }
 
+/* The logical (unsharded) element index of local element j of p, or -1 for padding. */
+long tr_param_global_index(const tr_param *p, size_t j)
+{
+    size_t logical = 1;
+    for (int d = 0; d < p->ndim; d++)
+        logical *= (size_t)p->dims[d];
+    if (!p->nblocks)
+        return j < logical ? (long)j : -1;
+    long width = p->ndim > 1 ? (long)(logical / (size_t)p->dims[0]) : 1;
+    for (int b = 0; b < p->nblocks; b++) {
+        const tr_shard_block *k = &p->block[b];
+        size_t n = (size_t)k->rows * (size_t)k->cols;
+        if (j < n)
+            return (k->row0 + (long)(j / (size_t)k->cols)) * width + k->col0 +
+                   (long)(j % (size_t)k->cols);
+        j -= n;
+    }
+    return -1;
+}
+
 void tr_model_init_params(tr_model *m, uint64_t seed)
 {
     for (int t = 0; t < m->ntensors; t++) {
         tr_param *p = m->tensors[t];
-        if (p->init == TR_INIT_ZEROS) {
-            memset(p->value, 0, p->numel * sizeof(float));
-            continue;
+        /* each element depends only on (seed, tensor, logical index): any thread may
+         * draw it, and every layout draws the same values for the same element */
+        uint64_t stream = TR_STREAM_INIT + (uint64_t)p->gindex;
+        float bound = p->init == TR_INIT_FANIN_UNIFORM ? 1.0f / sqrtf((float)p->fan_in) : 0;
+#pragma omp parallel for schedule(static) if (p->numel > 65536)
+        for (size_t j = 0; j < p->numel; j++) {
+            long g = tr_param_global_index(p, j);
+            float v = 0.0f; /* padding beyond the logical shape is zero and stays zero */
+            if (g >= 0 && p->init == TR_INIT_ONES)
+                v = 1.0f;
+            else if (g >= 0 && p->init == TR_INIT_NORMAL)
+                v = p->init_std * tr_rng_normal(seed, stream, (uint64_t)g);
+            else if (g >= 0 && p->init == TR_INIT_FANIN_UNIFORM)
+                /* PyTorch's default for Linear and Conv2d: U(-1/sqrt(fan_in), +) */
+                v = bound * (2.0f * tr_rng_uniform(seed, stream, (uint64_t)g) - 1.0f);
+            p->value[j] = v;
         }
-        size_t logical = 1;
-        for (int d = 0; d < p->ndim; d++)
-            logical *= (size_t)p->dims[d];
-        uint64_t stream = TR_STREAM_INIT + (uint64_t)t;
-        /* each element depends only on (seed, tensor, index): any thread may draw it */
-        if (p->init == TR_INIT_ONES) {
-            for (size_t j = 0; j < logical; j++)
-                p->value[j] = 1.0f;
-        } else if (p->init == TR_INIT_NORMAL) {
-#pragma omp parallel for schedule(static) if (logical > 65536)
-            for (size_t j = 0; j < logical; j++)
-                p->value[j] = p->init_std * tr_rng_normal(seed, stream, j);
-        } else {
-            /* PyTorch's default for Linear and Conv2d: U(-1/sqrt(fan_in), +) */
-            float bound = 1.0f / sqrtf((float)p->fan_in);
-#pragma omp parallel for schedule(static) if (logical > 65536)
-            for (size_t j = 0; j < logical; j++)
-                p->value[j] = bound * (2.0f * tr_rng_uniform(seed, stream, j) - 1.0f);
-        }
-        /* padding beyond the logical shape is zero and stays zero */
-        memset(p->value + logical, 0, (p->numel - logical) * sizeof(float));
     }
 }
 

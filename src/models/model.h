@@ -73,6 +73,7 @@ struct tr_model {
     int input_tokens;
     int targets_per_sample;
     const tr_model_hooks *hooks; /* NULL: a chain of layers */
+    int split; /* the builder set each tensor's gindex and shard (tp/pp layouts) */
     void *impl;                  /* the hooks' state */
 };
 
@@ -100,6 +101,9 @@ void *tr_model_buffer(int alloc, size_t bytes, const char *what, size_t *sum);
 tr_model_memory tr_model_plan(tr_model *m, const tr_kernels *k, int max_batch);
 /* Lays out the flat buffers and allocates everything for batches up to max_batch. */
 void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch);
+/* The logical element index of p's local element j (shards map through their
+ * blocks), or -1 for padding. */
+long tr_param_global_index(const tr_param *p, size_t j);
 /* Counter-based initialisation: tensor i's element j depends only on (seed, i, j). */
 void tr_model_init_params(tr_model *m, uint64_t seed);
 void tr_model_free(tr_model *m);

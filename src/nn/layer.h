@@ -29,6 +29,14 @@ enum {
 #define TR_MAX_DIMS 4
 #define TR_LAYER_MAX_PARAMS 2
 
+/* A rectangle of a logical tensor viewed as a matrix [dims[0], rest] (a 1-D tensor
+ * is [n, 1]): rows [row0, row0 + rows) x columns [col0, col0 + cols). */
+typedef struct tr_shard_block {
+    long row0, col0, rows, cols;
+} tr_shard_block;
+
+#define TR_SHARD_MAX_BLOCKS 3
+
 /* One parameter tensor: its logical shape and its views in the flat buffers. */
 typedef struct tr_param {
     char name[32]; /* "weight", "bias" */
@@ -42,6 +50,17 @@ typedef struct tr_param {
     int fan_in;
     float init_std; /* TR_INIT_NORMAL */
     int decay;  /* 1 when weight decay applies (weight matrices, not biases) */
+    /* Tensor and pipeline parallelism: which part of the logical tensor this rank
+     * holds. nblocks = 0: all of it, in row-major order. Otherwise the local data is
+     * the blocks one after another, each row-major (a column-parallel QKV holds three
+     * bands of rows, a row-parallel projection one band of columns); local elements
+     * after the blocks are padding. */
+    int nblocks;
+    tr_shard_block block[TR_SHARD_MAX_BLOCKS];
+    int tp_replica; /* every tensor-parallel rank holds the same values (LayerNorms) */
+    int tied_copy;  /* a copy of a tensor another pipeline stage owns (the head's wte) */
+    int gindex;     /* index in the whole model's tensor order (the init stream); set
+                       by models that split (tr_model.split), else the local order */
     size_t offset; /* in the flat buffers, set by the model */
     float *value;  /* views set by the model */
     float *grad;

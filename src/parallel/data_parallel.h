@@ -31,6 +31,15 @@ typedef struct tr_dp {
     double comm_wait_s;    /* time blocked in tr_dp_finish, for the summary */
 } tr_dp;
 
+/* The flat range [lo, hi) of count elements that data-parallel rank `rank` of
+ * `size` owns under ZeRO (its optimizer state, and its gradients to reduce),
+ * balanced to within one element. */
+static inline void tr_dp_slice(size_t count, int size, int rank, size_t *lo, size_t *hi)
+{
+    *lo = count * (size_t)rank / (size_t)size;
+    *hi = count * (size_t)(rank + 1) / (size_t)size;
+}
+
 void tr_dp_init(tr_dp *dp, tr_group *group, float *grads, size_t count, size_t bucket_floats);
 void tr_dp_free(tr_dp *dp);
 /* Before the backward of the step's last micro-batch. */
