@@ -207,4 +207,10 @@ const tr_kernels tr_cpu_kernels = {
     .attention_backward = tr_cpu_attention_backward,
     .xent_padded_forward = tr_cpu_xent_padded_forward,
     .xent_padded_backward = tr_cpu_xent_padded_backward,
+    .embedding_shard_forward = tr_cpu_embedding_shard_forward,
+    .embedding_shard_backward = tr_cpu_embedding_shard_backward,
+    .xent_shard_max = tr_cpu_xent_shard_max,
+    .xent_shard_sums = tr_cpu_xent_shard_sums,
+    .xent_shard_finish = tr_cpu_xent_shard_finish,
+    .xent_shard_backward = tr_cpu_xent_shard_backward,
 };

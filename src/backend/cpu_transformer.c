@@ -39,39 +39,15 @@ static void check_tokens(const int *tok, size_t n, int V, const char *what)
 void tr_cpu_embedding_forward(float *out, const int *tok, const float *wte, const float *wpe,
                               int B, int T, int C, int V)
 {
-    size_t BT = (size_t)B * T;
-    check_tokens(tok, BT, V, "embedding_forward");
-#pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS)
-    for (size_t r = 0; r < BT; r++) {
-        const float *e = wte + (size_t)tok[r] * C;
-        const float *p = wpe + (r % (size_t)T) * C;
-        float *o = out + r * C;
-        for (int c = 0; c < C; c++)
-            o[c] = e[c] + p[c];
-    }
+    check_tokens(tok, (size_t)B * T, V, "embedding_forward");
+    tr_cpu_embedding_shard_forward(out, tok, wte, wpe, B, T, C, 0, V);
 }
 
 void tr_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tok,
                                int B, int T, int C, int V)
 {
-    size_t BT = (size_t)B * T;
-    check_tokens(tok, BT, V, "embedding_backward");
-    /* Two rows may hold the same token, and every batch row has the same positions:
-     * a row-parallel loop would race on dwte and dwpe, so split the channels. */
-    int nb = nblocks(C);
-#pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS && nb > 1)
-    for (int blk = 0; blk < nb; blk++) {
-        int c0 = blk * CH_BLOCK, c1 = c0 + CH_BLOCK < C ? c0 + CH_BLOCK : C;
-        for (size_t r = 0; r < BT; r++) {
-            const float *d = dout + r * C;
-            float *gt = dwte + (size_t)tok[r] * C;
-            float *gp = dwpe + (r % (size_t)T) * C;
-            for (int c = c0; c < c1; c++) {
-                gt[c] += d[c];
-                gp[c] += d[c];
-            }
-        }
-    }
+    check_tokens(tok, (size_t)B * T, V, "embedding_backward");
+    tr_cpu_embedding_shard_backward(dwte, dwpe, dout, tok, B, T, C, 0, V);
 }
 
 /* ---- layernorm ------------------------------------------------------------------ */

@@ -96,6 +96,19 @@ typedef struct tr_kernels {
                                   const int *targets, int B, int T, int V, int Vp);
     void (*xent_padded_backward)(float *dlogits, const float *probs, const int *targets,
                                  float scale, int B, int T, int V, int Vp);
+    /* The vocabulary split over tensor-parallel ranks (transformer_kernels.h). */
+    void (*embedding_shard_forward)(float *out, const int *tok, const float *wte,
+                                    const float *wpe, int B, int T, int C, int v0, int Vl);
+    void (*embedding_shard_backward)(float *dwte, float *dwpe, const float *dout,
+                                     const int *tok, int B, int T, int C, int v0, int Vl);
+    void (*xent_shard_max)(float *rowmax, const float *logits, size_t BT, int Vl, int nreal);
+    void (*xent_shard_sums)(double *sums, float *probs, const float *logits,
+                            const float *rowmax, const int *targets, size_t BT, int Vl,
+                            int v0, int nreal);
+    double (*xent_shard_finish)(float *probs, float *losses, const double *sums, size_t BT,
+                                int Vl, int nreal);
+    void (*xent_shard_backward)(float *dlogits, const float *probs, const int *targets,
+                                float scale, size_t BT, int Vl, int v0, int nreal);
 } tr_kernels;
 
 /* The CPU backend: CBLAS for GEMMs, OpenMP for the rest. */

@@ -74,4 +74,29 @@ double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logi
 void tr_cpu_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
                                  float scale, int B, int T, int V, int Vp);
 
+/* ---- the vocabulary split over tensor-parallel ranks (cpu_vocab_parallel.c) --------
+ * This rank holds vocabulary rows [v0, v0 + Vl); the first nreal of them are real.
+ * Embedding: out [B,T,C] = wte[tok - v0] for the tokens held (zero rows for the
+ * others) + wpe[t] when wpe is not NULL; the sum over the ranks is the lookup.
+ * Backward accumulates into the held rows of dwte, and into dwpe when not NULL.
+ * Cross-entropy over logits [BT,Vl] in four steps, the caller summing over the ranks
+ * in between: shard_max -> rowmax [BT] (take the MAX over ranks); shard_sums ->
+ * probs = exp(logits - rowmax) unnormalised (may be in place) and sums [BT,2] =
+ * (sum of exp, target logit - rowmax or 0 where another rank holds the target)
+ * (take the SUM over ranks); shard_finish -> normalised probs and losses [BT],
+ * returns their sum in row order; shard_backward -> dlogits (=), as
+ * xent_padded_backward on the held columns. */
+void tr_cpu_embedding_shard_forward(float *out, const int *tok, const float *wte,
+                                    const float *wpe, int B, int T, int C, int v0, int Vl);
+void tr_cpu_embedding_shard_backward(float *dwte, float *dwpe, const float *dout,
+                                     const int *tok, int B, int T, int C, int v0, int Vl);
+void tr_cpu_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal);
+void tr_cpu_xent_shard_sums(double *sums, float *probs, const float *logits,
+                            const float *rowmax, const int *targets, size_t BT, int Vl,
+                            int v0, int nreal);
+double tr_cpu_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
+                                int Vl, int nreal);
+void tr_cpu_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
+                                float scale, size_t BT, int Vl, int v0, int nreal);
+
 #endif

@@ -6,8 +6,10 @@
 
 #include <stdio.h>
 
-static int build_cnn(tr_model *m, const tr_deck *d, tr_shape input, char *err, size_t errlen)
+static int build_cnn(tr_model *m, const tr_deck *d, tr_shape input,
+                     const tr_model_layout *layout, char *err, size_t errlen)
 {
+    (void)layout; /* data parallel only: the trainer refuses tp and pp for it */
     if (input.h != 28 || input.w != 28) {
         snprintf(err, errlen,
                  "model cnn expects 28x28 images (MNIST layout), the data has %dx%dx%d", input.c,

@@ -16,9 +16,19 @@
  * padded rows are zero, their logits are excluded from the softmax, they get no
  * gradient, so they never change and checkpoints store only the V real rows.
  *
- * Shaped for tensor and pipeline parallelism later: each block is a unit that a
- * pipeline stage can own, c_attn and c_fc are the column-parallel linears and the
- * two c_proj the row-parallel ones. */
+ * Layouts (tr_model_layout). Pipeline: a rank builds only its stage's blocks, the
+ * first stage the embeddings, the last ln_f and a copy of wte for the tied head
+ * (the trainer sums the two copies' gradients, so they stay equal). Tensor
+ * parallel, Megatron-style: c_attn and c_fc are column-parallel (a rank holds the
+ * rows of its heads of q, k and v, and its band of the MLP's hidden units), the two
+ * c_proj row-parallel (the matching columns; their outputs are summed over the tp
+ * ranks, the bias added once); the embedding and the head are split over the
+ * vocabulary, and the cross-entropy reduces row statistics instead of gathering
+ * logits. LayerNorms, wpe and the row-parallel biases are replicated: their inputs
+ * and gradients are the same on every tp rank, so they stay equal without talking.
+ * Each tensor records which rectangles of the logical tensor it holds (tr_param
+ * blocks) and its index in the whole model, so initialisation and checkpoints see
+ * the logical tensors whatever the layout. */
 #include "gpt.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -30,31 +40,44 @@
 
 enum { LN1, QKV, PROJ, LN2, FC, FCPROJ, PER_BLOCK };
 
+/* One block's activations for one slot (pointers into buffers of max_batch rows). */
 typedef struct block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* [B,T,C], [B,T], [B,T] */
-    float *qkv;                       /* [B,T,3C] */
-    float *atty;                      /* [B,T,C] attention output before c_proj */
-    float *att;                       /* [B,NH,T,T] probabilities */
+    float *qkv;                       /* [B,T,3Cl]: this rank's heads of q, k, v */
+    float *atty;                      /* [B,T,Cl] attention output before c_proj */
+    float *att;                       /* [B,NHl,T,T] probabilities */
     float *res2;                      /* [B,T,C] stream after the attention half */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu; /* [B,T,4C] */
+    float *fch, *fch_gelu; /* [B,T,Fl] */
     float *res3;           /* [B,T,C] stream after the block */
 } block_acts;
 
 typedef struct gpt {
     tr_gpt_config cfg;
-    int wte, wpe, lnf, block0; /* layer indices */
-    block_acts *blk;           /* [L] */
-    float *encoded;            /* [B,T,C] embeddings: the stream into block 0 */
-    float *lnf_out, *lnf_mean, *lnf_rstd;
-    float *logits;   /* [B,T,Vp]; softmax probabilities in place after forward */
-    float *losses;   /* [B,T] */
+    /* this rank's share: heads NHl of width Cl = C/tp, MLP units Fl = 4C/tp,
+     * vocabulary rows [v0, v0 + Vl) of which nreal are real */
+    int tp, tp_rank, Cl, NHl, Fl, Vl, v0, nreal;
+    int first, last;   /* the stage holds the embeddings / the head */
+    int l0, nl;        /* blocks [l0, l0 + nl) */
+    int slots, recompute;
+    int wte, wpe, lnf, head_wte, block0; /* layer indices, -1 where absent */
+    block_acts *blk;   /* [nl * slots]; with recompute only res3 is kept */
+    block_acts work;   /* recompute: one block's activations, rebuilt in backward */
+    float **encoded;   /* [slots] of [B,T,C]: the stream into the stage's first block */
+    float **lnf_out, **lnf_mean, **lnf_rstd;
+    float **logits;    /* [slots] of [B,T,Vl]; probabilities in place after the loss */
+    float *losses;     /* [B,T] */
+    float *rowmax;     /* [B,T]  vocab-parallel cross-entropy */
+    double *xsums;     /* [B,T,2] */
     /* backward scratch */
     float *dres, *dtmp, *dln; /* [B,T,C] */
-    float *dqkv;              /* [B,T,3C] */
-    float *datt;              /* [B,NH,T,T] */
-    float *dfch;              /* [B,T,4C] */
+    float *dqkv;              /* [B,T,3Cl] */
+    float *datt;              /* [B,NHl,T,T] */
+    float *dfch;              /* [B,T,Fl] */
     float *proj_out;          /* [B,T,C]: c_proj outputs before the residual add */
+    /* every buffer, for freeing */
+    float **bufs;
+    int nbufs, capbufs;
 } gpt;
 
 static tr_layer params_layer(const char *name, int nparams)
@@ -83,21 +106,73 @@ static tr_param tensor(const char *name, int d0, int d1, int init, float std, in
     return p;
 }
 
-/* LayerNorm: gain 1, bias 0, no decay */
-static tr_layer layernorm_params(const char *name, int C)
+/* Restricts p to the given rectangles of its logical matrix view. */
+static void shard(tr_param *p, int nblocks, const tr_shard_block *b)
+{
+    p->nblocks = nblocks;
+    p->numel = 0;
+    for (int i = 0; i < nblocks; i++) {
+        p->block[i] = b[i];
+        p->numel += (size_t)b[i].rows * (size_t)b[i].cols;
+    }
+}
+
+/* Column-parallel: the rows of this rank's band in each of `parts` equal parts (q,
+ * k and v of c_attn: 3 parts; c_fc: 1). */
+static void shard_rows(tr_param *p, int parts, int tp, int rank)
+{
+    tr_shard_block b[TR_SHARD_MAX_BLOCKS];
+    long part = p->dims[0] / parts, band = part / tp;
+    long cols = p->ndim > 1 ? p->dims[1] : 1;
+    for (int i = 0; i < parts; i++)
+        b[i] = (tr_shard_block){i * part + rank * band, 0, band, cols};
+    shard(p, parts, b);
+}
+
+/* Row-parallel: this rank's band of columns (of the input features). */
+static void shard_cols(tr_param *p, int tp, int rank)
+{
+    long band = p->dims[1] / tp;
+    tr_shard_block b = {0, rank * band, p->dims[0], band};
+    shard(p, 1, &b);
+}
+
+/* LayerNorm: gain 1, bias 0, no decay; replicated over tp */
+static tr_layer layernorm_params(const char *name, int C, int gindex)
 {
     tr_layer l = params_layer(name, 2);
     l.params[0] = tensor("weight", C, 0, TR_INIT_ONES, 0, 0);
     l.params[1] = tensor("bias", C, 0, TR_INIT_ZEROS, 0, 0);
+    for (int i = 0; i < 2; i++) {
+        l.params[i].tp_replica = 1;
+        l.params[i].gindex = gindex + i;
+    }
     return l;
 }
 
 /* Linear: weight N(0, std^2) with decay, bias 0 without */
-static tr_layer linear_params(const char *name, int in, int out, float std)
+static tr_layer linear_params(const char *name, int in, int out, float std, int gindex)
 {
     tr_layer l = params_layer(name, 2);
     l.params[0] = tensor("weight", out, in, TR_INIT_NORMAL, std, 1);
     l.params[1] = tensor("bias", out, 0, TR_INIT_ZEROS, 0, 0);
+    l.params[0].gindex = gindex;
+    l.params[1].gindex = gindex + 1;
+    return l;
+}
+
+/* The token embedding, this rank's vocabulary rows (also the head's copy). */
+static tr_layer wte_params(const gpt *g, int copy)
+{
+    const tr_gpt_config *c = &g->cfg;
+    tr_layer l = params_layer("wte", 1);
+    tr_param *p = &l.params[0];
+    *p = tensor("weight", c->V, c->C, TR_INIT_NORMAL, 0.02f, 1);
+    tr_shard_block b = {g->v0, 0, g->nreal, c->C};
+    shard(p, 1, &b);
+    p->numel = (size_t)g->Vl * c->C; /* padded rows: zero, never stored */
+    p->tied_copy = copy;
+    p->gindex = 0;
     return l;
 }
 
@@ -107,7 +182,8 @@ static const tr_param *P(const tr_model *m, int layer, int i)
 {
     return &m->layers[layer].params[i];
 }
-static int blk_layer(const gpt *g, int l, int part) { return g->block0 + l * PER_BLOCK + part; }
+/* local block i (0 <= i < nl) */
+static int blk_layer(const gpt *g, int i, int part) { return g->block0 + i * PER_BLOCK + part; }
 
 int tr_gpt_check_config(const tr_gpt_config *c, char *err, size_t errlen)
 {
@@ -116,86 +192,196 @@ int tr_gpt_check_config(const tr_gpt_config *c, char *err, size_t errlen)
                  "among the divisors of n_embd", c->C, c->NH);
         return TR_EXIT_USAGE;
     }
+    int tp = c->layout.tp > 1 ? c->layout.tp : 1, pp = c->layout.pp > 1 ? c->layout.pp : 1;
+    if (c->NH % tp) {
+        snprintf(err, errlen, "[parallel] tp = %d does not divide [model] n_head = %d: tensor "
+                 "parallelism splits the heads; pick tp among the divisors of n_head", tp,
+                 c->NH);
+        return TR_EXIT_USAGE;
+    }
+    if (pp > c->L) {
+        snprintf(err, errlen, "[parallel] pp = %d stages is more than the %d blocks ([model] "
+                 "n_layer): every stage needs at least one block; use pp <= %d", pp, c->L, c->L);
+        return TR_EXIT_USAGE;
+    }
     return 0;
+}
+
+/* Relative costs, in FLOPs per token of a training step. */
+static double block_cost(const tr_gpt_config *c)
+{
+    return 6.0 * 12.0 * c->C * c->C + 12.0 * c->C * c->T;
+}
+static double head_cost(const tr_gpt_config *c) { return 6.0 * (double)c->C * c->V; }
+
+void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, int *count)
+{
+    /* the contiguous split minimising the most expensive stage: dynamic programming
+     * over (stages, blocks); L <= 48 and pp <= L keep it tiny */
+    int L = c->L;
+    double bc = block_cost(c), hc = head_cost(c);
+    double best[65][49];
+    int cut[65][49];
+    /* best[s][n]: the cost of the worst of stages 0..s-1 holding blocks 0..n-1 */
+    for (int s = 0; s <= pp; s++)
+        for (int n = 0; n <= L; n++)
+            best[s][n] = INFINITY, cut[s][n] = 0;
+    best[0][0] = 0;
+    for (int s = 1; s <= pp; s++)
+        for (int n = s; n <= L - (pp - s); n++)
+            for (int k = s - 1; k < n; k++) { /* stage s-1 holds blocks k..n-1 */
+                double cost = (n - k) * bc + (s == pp ? hc : 0);
+                double worst = fmax(best[s - 1][k], cost);
+                if (worst < best[s][n]) {
+                    best[s][n] = worst;
+                    cut[s][n] = k;
+                }
+            }
+    int hi = L;
+    for (int s = pp; s > stage + 1; s--)
+        hi = cut[s][hi];
+    *first = cut[stage + 1][hi];
+    *count = hi - *first;
 }
 
 static void build_layers(tr_model *m, gpt *g)
 {
     const tr_gpt_config *c = &g->cfg;
-    int C = c->C;
+    int C = c->C, L = c->L, tp = g->tp, r = g->tp_rank;
     float std = 0.02f;
     /* GPT-2: the projections into the residual stream are scaled by 1/sqrt(2 L), as
      * 2 L of them add up on it */
-    float proj_std = std / sqrtf(2.0f * (float)c->L);
-    g->wte = m->nlayers;
-    tr_layer wte = params_layer("wte", 1);
-    wte.params[0] = tensor("weight", c->V, C, TR_INIT_NORMAL, std, 1);
-    wte.params[0].numel = (size_t)c->Vp * C; /* padded rows: zero, never stored */
-    tr_model_add(m, wte);
-    g->wpe = m->nlayers;
-    tr_layer wpe = params_layer("wpe", 1);
-    wpe.params[0] = tensor("weight", c->T, C, TR_INIT_NORMAL, std, 1);
-    tr_model_add(m, wpe);
+    float proj_std = std / sqrtf(2.0f * (float)L);
+    g->wte = g->wpe = g->lnf = g->head_wte = -1;
+    if (g->first) {
+        g->wte = m->nlayers;
+        tr_model_add(m, wte_params(g, 0));
+        g->wpe = m->nlayers;
+        tr_layer wpe = params_layer("wpe", 1);
+        wpe.params[0] = tensor("weight", c->T, C, TR_INIT_NORMAL, std, 1);
+        wpe.params[0].tp_replica = 1;
+        wpe.params[0].gindex = 1;
+        tr_model_add(m, wpe);
+    }
     g->block0 = m->nlayers;
     char name[32];
-    for (int l = 0; l < c->L; l++) {
+    for (int l = g->l0; l < g->l0 + g->nl; l++) {
+        int gi = 2 + 12 * l; /* the tensor index in the whole model */
         snprintf(name, sizeof name, "h.%d/ln_1", l);
-        tr_model_add(m, layernorm_params(name, C));
+        tr_model_add(m, layernorm_params(name, C, gi));
         snprintf(name, sizeof name, "h.%d/attn/c_attn", l);
-        tr_model_add(m, linear_params(name, C, 3 * C, std));
+        tr_layer qkv = linear_params(name, C, 3 * C, std, gi + 2);
         snprintf(name, sizeof name, "h.%d/attn/c_proj", l);
-        tr_model_add(m, linear_params(name, C, C, proj_std));
-        snprintf(name, sizeof name, "h.%d/ln_2", l);
-        tr_model_add(m, layernorm_params(name, C));
+        tr_layer proj = linear_params(name, C, C, proj_std, gi + 4);
         snprintf(name, sizeof name, "h.%d/mlp/c_fc", l);
-        tr_model_add(m, linear_params(name, C, 4 * C, std));
+        tr_layer fc = linear_params(name, C, 4 * C, std, gi + 8);
         snprintf(name, sizeof name, "h.%d/mlp/c_proj", l);
-        tr_model_add(m, linear_params(name, 4 * C, C, proj_std));
+        tr_layer fcp = linear_params(name, 4 * C, C, proj_std, gi + 10);
+        proj.params[1].tp_replica = fcp.params[1].tp_replica = 1;
+        if (tp > 1) {
+            shard_rows(&qkv.params[0], 3, tp, r);
+            shard_rows(&qkv.params[1], 3, tp, r);
+            shard_cols(&proj.params[0], tp, r);
+            shard_rows(&fc.params[0], 1, tp, r);
+            shard_rows(&fc.params[1], 1, tp, r);
+            shard_cols(&fcp.params[0], tp, r);
+        }
+        tr_model_add(m, qkv);
+        tr_model_add(m, proj);
+        snprintf(name, sizeof name, "h.%d/ln_2", l);
+        tr_model_add(m, layernorm_params(name, C, gi + 6));
+        tr_model_add(m, fc);
+        tr_model_add(m, fcp);
     }
-    g->lnf = m->nlayers;
-    tr_model_add(m, layernorm_params("ln_f", C));
+    if (g->last) {
+        g->lnf = m->nlayers;
+        tr_model_add(m, layernorm_params("ln_f", C, 2 + 12 * L));
+        /* the head's copy of wte sits at the top of the flat buffer, where backward
+         * completes gradients first */
+        if (!g->first) {
+            g->head_wte = m->nlayers;
+            tr_model_add(m, wte_params(g, 1));
+        } else {
+            g->head_wte = g->wte;
+        }
+    }
+    /* the whole model's parameter count, whatever this rank holds */
+    m->nparams_logical = (size_t)c->V * C + (size_t)c->T * C + 2 * (size_t)C +
+                         (size_t)L * (12 * (size_t)C * C + 13 * (size_t)C);
 }
 
 /* ---- buffers ------------------------------------------------------------------- */
+
+static float *buf(gpt *g, int alloc, size_t n, size_t *sum, const char *what)
+{
+    float *p = tr_model_buffer(alloc, n * sizeof(float), what, sum);
+    if (!p)
+        return NULL;
+    if (g->nbufs == g->capbufs) {
+        g->capbufs = g->capbufs ? 2 * g->capbufs : 64;
+        g->bufs = realloc(g->bufs, (size_t)g->capbufs * sizeof *g->bufs);
+        if (!g->bufs)
+            tr_fatal(TR_EXIT_OSERR, "out of memory");
+    }
+    return g->bufs[g->nbufs++] = p;
+}
+
+/* One block's activations for max_batch rows; with `only_res3` just its output. */
+static void block_buffers(gpt *g, block_acts *b, size_t BT, size_t att, int alloc, int only_res3,
+                          size_t *a)
+{
+    size_t C = (size_t)g->cfg.C;
+    b->res3 = buf(g, alloc, BT * C, a, "activations");
+    if (only_res3)
+        return;
+    b->ln1 = buf(g, alloc, BT * C, a, "activations");
+    b->ln1_mean = buf(g, alloc, BT, a, "activations");
+    b->ln1_rstd = buf(g, alloc, BT, a, "activations");
+    b->qkv = buf(g, alloc, BT * 3 * (size_t)g->Cl, a, "activations");
+    b->atty = buf(g, alloc, BT * (size_t)g->Cl, a, "activations");
+    b->att = buf(g, alloc, att, a, "attention probabilities");
+    b->res2 = buf(g, alloc, BT * C, a, "activations");
+    b->ln2 = buf(g, alloc, BT * C, a, "activations");
+    b->ln2_mean = buf(g, alloc, BT, a, "activations");
+    b->ln2_rstd = buf(g, alloc, BT, a, "activations");
+    b->fch = buf(g, alloc, BT * (size_t)g->Fl, a, "activations");
+    b->fch_gelu = buf(g, alloc, BT * (size_t)g->Fl, a, "activations");
+}
 
 static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *mem)
 {
     gpt *g = G(m);
     const tr_gpt_config *c = &g->cfg;
     size_t BT = (size_t)max_batch * c->T, C = (size_t)c->C;
-    size_t att = (size_t)max_batch * c->NH * c->T * c->T;
+    size_t att = (size_t)max_batch * g->NHl * c->T * c->T;
     size_t *a = &mem->activations, *s = &mem->scratch;
-#define BUF(n, sum, what) (float *)tr_model_buffer(alloc, (n) * sizeof(float), what, sum)
-    g->encoded = BUF(BT * C, a, "activations");
-    for (int l = 0; l < c->L; l++) {
-        block_acts *b = &g->blk[l];
-        b->ln1 = BUF(BT * C, a, "activations");
-        b->ln1_mean = BUF(BT, a, "activations");
-        b->ln1_rstd = BUF(BT, a, "activations");
-        b->qkv = BUF(BT * 3 * C, a, "activations");
-        b->atty = BUF(BT * C, a, "activations");
-        b->att = BUF(att, a, "attention probabilities");
-        b->res2 = BUF(BT * C, a, "activations");
-        b->ln2 = BUF(BT * C, a, "activations");
-        b->ln2_mean = BUF(BT, a, "activations");
-        b->ln2_rstd = BUF(BT, a, "activations");
-        b->fch = BUF(BT * 4 * C, a, "activations");
-        b->fch_gelu = BUF(BT * 4 * C, a, "activations");
-        b->res3 = BUF(BT * C, a, "activations");
+    int S = g->slots;
+    for (int i = 0; i < g->nl * S; i++)
+        block_buffers(g, &g->blk[i], BT, att, alloc, g->recompute, a);
+    if (g->recompute) /* one block's worth, rebuilt for each block in backward */
+        block_buffers(g, &g->work, BT, att, alloc, 0, s);
+    for (int i = 0; i < S; i++) {
+        g->encoded[i] = buf(g, alloc, BT * C, a, "activations");
+        if (!g->last)
+            continue;
+        g->lnf_out[i] = buf(g, alloc, BT * C, a, "activations");
+        g->lnf_mean[i] = buf(g, alloc, BT, a, "activations");
+        g->lnf_rstd[i] = buf(g, alloc, BT, a, "activations");
+        g->logits[i] = buf(g, alloc, BT * (size_t)g->Vl, a, "logits");
     }
-    g->lnf_out = BUF(BT * C, a, "activations");
-    g->lnf_mean = BUF(BT, a, "activations");
-    g->lnf_rstd = BUF(BT, a, "activations");
-    g->logits = BUF(BT * (size_t)c->Vp, a, "logits");
-    g->losses = BUF(BT, a, "losses");
-    g->dres = BUF(BT * C, s, "activation gradients");
-    g->dtmp = BUF(BT * C, s, "activation gradients");
-    g->dln = BUF(BT * C, s, "activation gradients");
-    g->dqkv = BUF(BT * 3 * C, s, "activation gradients");
-    g->datt = BUF(att, s, "activation gradients");
-    g->dfch = BUF(BT * 4 * C, s, "activation gradients");
-    g->proj_out = BUF(BT * C, s, "activations");
-#undef BUF
+    if (g->last) {
+        g->losses = buf(g, alloc, BT, a, "losses");
+        g->rowmax = buf(g, alloc, BT, s, "cross-entropy statistics");
+        g->xsums = (double *)buf(g, alloc, 2 * BT * sizeof(double) / sizeof(float), s,
+                                 "cross-entropy statistics");
+    }
+    g->dres = buf(g, alloc, BT * C, s, "activation gradients");
+    g->dtmp = buf(g, alloc, BT * C, s, "activation gradients");
+    g->dln = buf(g, alloc, BT * C, s, "activation gradients");
+    g->dqkv = buf(g, alloc, BT * 3 * (size_t)g->Cl, s, "activation gradients");
+    g->datt = buf(g, alloc, att, s, "activation gradients");
+    g->dfch = buf(g, alloc, BT * (size_t)g->Fl, s, "activation gradients");
+    g->proj_out = buf(g, alloc, BT * C, s, "activations");
 }
 
 static void gpt_free(tr_model *m)
@@ -203,146 +389,314 @@ static void gpt_free(tr_model *m)
     gpt *g = G(m);
     if (!g)
         return;
-    for (int l = 0; g->blk && l < g->cfg.L; l++) {
-        block_acts *b = &g->blk[l];
-        float *bufs[] = {b->ln1, b->ln1_mean, b->ln1_rstd, b->qkv,      b->atty, b->att, b->res2,
-                         b->ln2, b->ln2_mean, b->ln2_rstd, b->fch, b->fch_gelu, b->res3};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-            tr_free(bufs[i]);
-    }
-    float *bufs[] = {g->encoded, g->lnf_out, g->lnf_mean, g->lnf_rstd, g->logits, g->losses,
-                     g->dres,    g->dtmp,    g->dln,      g->dqkv,     g->datt,   g->dfch,
-                     g->proj_out};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        tr_free(bufs[i]);
+    for (int i = 0; i < g->nbufs; i++)
+        tr_free(g->bufs[i]);
+    free(g->bufs);
     free(g->blk);
+    free(g->encoded);
+    free(g->lnf_out);
+    free(g->lnf_mean);
+    free(g->lnf_rstd);
+    free(g->logits);
     free(g);
     m->impl = NULL;
 }
 
+/* ---- tensor-parallel collectives ----------------------------------------------- */
+
+/* Sums partial results over the tensor-parallel ranks (row-parallel outputs, the
+ * input gradients of column-parallel layers, vocabulary-split embeddings). */
+static void tp_sum(const gpt *g, float *x, size_t n)
+{
+    if (g->tp > 1)
+        tr_allreduce(x, x, n, TR_F32, TR_SUM, g->cfg.layout.tp_group);
+}
+
 /* ---- forward ------------------------------------------------------------------- */
 
-/* Runs the network on tok [B,T] up to the logits [B,T,Vp]; T <= seq_len. */
-static void forward_logits(tr_model *m, const int32_t *tok, int B, int T)
+/* Local block i on x_in [B,T,C] into a (a->res3 is its output). */
+static void block_forward(tr_model *m, int i, const block_acts *b, const float *x, int B, int T)
 {
     gpt *g = G(m);
     const tr_kernels *k = m->k;
-    const tr_gpt_config *c = &g->cfg;
-    int C = c->C, BT = B * T;
+    int C = g->cfg.C, BT = B * T, Cl = g->Cl, Fl = g->Fl;
     size_t n = (size_t)BT * C;
-    k->embedding_forward(g->encoded, tok, P(m, g->wte, 0)->value, P(m, g->wpe, 0)->value, B, T,
-                         C, c->V);
-    const float *x = g->encoded;
-    for (int l = 0; l < c->L; l++) {
-        block_acts *b = &g->blk[l];
-        const tr_layer *lay = &m->layers[blk_layer(g, l, 0)];
-        const tr_param *ln1 = lay[LN1].params, *qkv = lay[QKV].params, *proj = lay[PROJ].params;
-        const tr_param *ln2 = lay[LN2].params, *fc = lay[FC].params, *fcp = lay[FCPROJ].params;
-        k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, ln1[0].value, ln1[1].value, B,
-                             T, C);
-        k->linear_forward(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * C);
-        k->attention_forward(b->atty, b->att, b->qkv, B, T, C, c->NH);
-        k->linear_forward(g->proj_out, b->atty, proj[0].value, proj[1].value, BT, C, C);
-        k->residual_forward(b->res2, x, g->proj_out, n);
-        k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value,
-                             ln2[1].value, B, T, C);
-        k->linear_forward(b->fch, b->ln2, fc[0].value, fc[1].value, BT, C, 4 * C);
-        k->gelu_forward(b->fch_gelu, b->fch, (size_t)BT * 4 * C);
-        k->linear_forward(g->proj_out, b->fch_gelu, fcp[0].value, fcp[1].value, BT, 4 * C, C);
-        k->residual_forward(b->res3, b->res2, g->proj_out, n);
-        x = b->res3;
-    }
-    const tr_param *lnf = m->layers[g->lnf].params;
-    k->layernorm_forward(g->lnf_out, g->lnf_mean, g->lnf_rstd, x, lnf[0].value, lnf[1].value, B,
-                         T, C);
-    /* tied head: logits = ln_f(x) wte^T over the padded rows (zero rows: zero logits,
-     * which the padded cross-entropy ignores) */
-    k->linear_forward(g->logits, g->lnf_out, P(m, g->wte, 0)->value, NULL, BT, C, c->Vp);
+    const tr_layer *lay = &m->layers[blk_layer(g, i, 0)];
+    const tr_param *ln1 = lay[LN1].params, *qkv = lay[QKV].params, *proj = lay[PROJ].params;
+    const tr_param *ln2 = lay[LN2].params, *fc = lay[FC].params, *fcp = lay[FCPROJ].params;
+    /* the row-parallel biases are added once, by tp rank 0, before the sum */
+    int bias_here = g->tp_rank == 0;
+    k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, ln1[0].value, ln1[1].value, B, T,
+                         C);
+    k->linear_forward(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * Cl);
+    k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, g->NHl);
+    k->linear_forward(g->proj_out, b->atty, proj[0].value, bias_here ? proj[1].value : NULL, BT,
+                      Cl, C);
+    tp_sum(g, g->proj_out, n);
+    k->residual_forward(b->res2, x, g->proj_out, n);
+    k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value, ln2[1].value,
+                         B, T, C);
+    k->linear_forward(b->fch, b->ln2, fc[0].value, fc[1].value, BT, C, Fl);
+    k->gelu_forward(b->fch_gelu, b->fch, (size_t)BT * Fl);
+    k->linear_forward(g->proj_out, b->fch_gelu, fcp[0].value, bias_here ? fcp[1].value : NULL,
+                      BT, Fl, C);
+    tp_sum(g, g->proj_out, n);
+    k->residual_forward(b->res3, b->res2, g->proj_out, n);
 }
 
-static double gpt_forward(tr_model *m, const void *x, const int32_t *y, int B, long *correct)
+/* Where block i of slot s keeps its activations for the forward pass. */
+static block_acts acts_for(const gpt *g, int i, int s)
+{
+    block_acts b = g->recompute ? g->work : g->blk[i * g->slots + s];
+    b.res3 = g->blk[i * g->slots + s].res3;
+    return b;
+}
+
+static const float *block_input(const gpt *g, int i, int s)
+{
+    return i ? g->blk[(i - 1) * g->slots + s].res3 : g->encoded[s];
+}
+
+static void check_slot(const tr_model *m, int slot, int B, int T)
+{
+    const gpt *g = G(m);
+    if (slot < 0 || slot >= g->slots || B > m->max_batch || T > g->cfg.T || T < 1)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: slot %d of %d, batch %d of %d, T %d of %d", slot,
+                 g->slots, B, m->max_batch, T, g->cfg.T);
+}
+
+void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int T)
 {
     gpt *g = G(m);
+    const tr_kernels *k = m->k;
+    int C = g->cfg.C, BT = B * T;
+    check_slot(m, slot, B, T);
+    if (g->first) {
+        if (g->tp == 1) {
+            k->embedding_forward(g->encoded[slot], tok, P(m, g->wte, 0)->value,
+                                 P(m, g->wpe, 0)->value, B, T, C, g->cfg.V);
+        } else {
+            /* each rank looks up the tokens it holds; wpe is added once */
+            k->embedding_shard_forward(g->encoded[slot], tok, P(m, g->wte, 0)->value,
+                                       g->tp_rank == 0 ? P(m, g->wpe, 0)->value : NULL, B, T,
+                                       C, g->v0, g->Vl);
+            tp_sum(g, g->encoded[slot], (size_t)BT * C);
+        }
+    }
+    for (int i = 0; i < g->nl; i++) {
+        block_acts b = acts_for(g, i, slot);
+        block_forward(m, i, &b, block_input(g, i, slot), B, T);
+    }
+    if (!g->last)
+        return;
+    const float *x = g->nl ? g->blk[(g->nl - 1) * g->slots + slot].res3 : g->encoded[slot];
+    const tr_param *lnf = m->layers[g->lnf].params;
+    k->layernorm_forward(g->lnf_out[slot], g->lnf_mean[slot], g->lnf_rstd[slot], x, lnf[0].value,
+                         lnf[1].value, B, T, C);
+    /* tied head: logits = ln_f(x) wte^T over this rank's rows (padded rows are zero:
+     * zero logits, which the cross-entropy ignores) */
+    k->linear_forward(g->logits[slot], g->lnf_out[slot], P(m, g->head_wte, 0)->value, NULL, BT,
+                      C, g->Vl);
+}
+
+/* Next-token accuracy: the argmax over the real vocabulary of each row. */
+static long count_correct(gpt *g, int slot, const int32_t *y, size_t BT)
+{
     const tr_gpt_config *c = &g->cfg;
-    forward_logits(m, x, B, c->T);
-    double loss = m->k->xent_padded_forward(g->logits, g->losses, g->logits, y, B, c->T, c->V,
-                                            c->Vp);
-    if (correct) { /* next-token accuracy: the argmax of the probabilities */
-        long ok = 0;
-        size_t BT = (size_t)B * c->T;
+    long ok = 0;
+    const float *pr = g->logits[slot];
+    if (g->tp == 1) {
 #pragma omp parallel for reduction(+ : ok) schedule(static)
         for (size_t r = 0; r < BT; r++) {
-            const float *p = g->logits + r * c->Vp;
+            const float *p = pr + r * g->Vl;
             int best = 0;
             for (int j = 1; j < c->V; j++)
                 if (p[j] > p[best])
                     best = j;
             ok += best == y[r];
         }
-        *correct = ok;
+        return ok;
     }
-    return loss;
+    /* split vocabulary: each rank's best (value, lowest index), then the best of
+     * those */
+    int32_t *idx = calloc(BT, sizeof *idx);
+    float *val = calloc(2 * BT, sizeof *val);
+    if (!idx || !val)
+        tr_fatal(TR_EXIT_OSERR, "out of memory");
+    for (size_t r = 0; r < BT; r++) {
+        const float *p = pr + r * g->Vl;
+        int best = 0;
+        for (int j = 1; j < g->nreal; j++)
+            if (p[j] > p[best])
+                best = j;
+        val[r] = g->nreal ? p[best] : -1.0f;
+        idx[r] = g->v0 + best;
+    }
+    tr_allreduce(val, val + BT, BT, TR_F32, TR_MAX, g->cfg.layout.tp_group);
+    for (size_t r = 0; r < BT; r++)
+        if (val[r] != val[BT + r] || !g->nreal)
+            idx[r] = INT32_MAX;
+    tr_allreduce(idx, idx, BT, TR_I32, TR_MIN, g->cfg.layout.tp_group);
+    for (size_t r = 0; r < BT; r++)
+        ok += idx[r] == y[r];
+    free(idx);
+    free(val);
+    return ok;
 }
 
-/* ---- backward ------------------------------------------------------------------ */
-
-static void gpt_backward(tr_model *m, const void *xv, const int32_t *y, int B, float loss_scale,
-                         tr_grads_ready_fn ready, void *ctx)
+double tr_gpt_stage_loss(tr_model *m, int slot, const int32_t *y, int B, long *correct)
 {
     gpt *g = G(m);
     const tr_kernels *k = m->k;
     const tr_gpt_config *c = &g->cfg;
-    const int32_t *tok = xv;
-    int C = c->C, T = c->T, BT = B * T;
+    size_t BT = (size_t)B * c->T;
+    float *lg = g->logits[slot];
+    if (correct) /* before the softmax overwrites the logits: same argmax anyway */
+        *correct = count_correct(g, slot, y, BT);
+    if (g->tp == 1)
+        return k->xent_padded_forward(lg, g->losses, lg, y, B, c->T, c->V, g->Vl);
+    for (size_t r = 0; r < BT; r++)
+        if (y[r] < 0 || y[r] >= c->V)
+            tr_fatal(TR_EXIT_SOFTWARE, "cross-entropy: target %d at %zu is outside [0, %d)",
+                     y[r], r, c->V);
+    k->xent_shard_max(g->rowmax, lg, BT, g->Vl, g->nreal);
+    tr_allreduce(g->rowmax, g->rowmax, BT, TR_F32, TR_MAX, c->layout.tp_group);
+    k->xent_shard_sums(g->xsums, lg, lg, g->rowmax, y, BT, g->Vl, g->v0, g->nreal);
+    tr_allreduce(g->xsums, g->xsums, 2 * BT, TR_F64, TR_SUM, c->layout.tp_group);
+    return k->xent_shard_finish(lg, g->losses, g->xsums, BT, g->Vl, g->nreal);
+}
+
+static double gpt_forward(tr_model *m, const void *x, const int32_t *y, int B, long *correct)
+{
+    tr_gpt_stage_forward(m, 0, x, B, G(m)->cfg.T);
+    return tr_gpt_stage_loss(m, 0, y, B, correct);
+}
+
+/* ---- backward ------------------------------------------------------------------ */
+
+/* Local block i of slot s: g->dres holds the gradient of its output and gets the
+ * gradient of its input. */
+static void block_backward(tr_model *m, int i, int s, int B, int T)
+{
+    gpt *g = G(m);
+    const tr_kernels *k = m->k;
+    int C = g->cfg.C, BT = B * T, Cl = g->Cl, Fl = g->Fl;
     size_t n = (size_t)BT * C;
-    const tr_param *wte = P(m, g->wte, 0);
-    /* dlogits in place of the probabilities */
-    k->xent_padded_backward(g->logits, g->logits, y, loss_scale, B, T, c->V, c->Vp);
-    k->linear_backward(g->dln, wte->grad, NULL, g->logits, g->lnf_out, wte->value, BT, C, c->Vp);
-    const tr_param *lnf = m->layers[g->lnf].params;
-    const float *x_last = c->L ? g->blk[c->L - 1].res3 : g->encoded;
-    k->layernorm_backward(g->dres, lnf[0].grad, lnf[1].grad, g->dln, x_last, lnf[0].value,
-                          g->lnf_mean, g->lnf_rstd, B, T, C);
-    if (ready)
-        ready(ctx, lnf[0].offset);
-    /* g->dres is the gradient of the residual stream, walking down */
-    for (int l = c->L - 1; l >= 0; l--) {
-        block_acts *b = &g->blk[l];
-        const tr_layer *lay = &m->layers[blk_layer(g, l, 0)];
-        const tr_param *ln1 = lay[LN1].params, *qkv = lay[QKV].params, *proj = lay[PROJ].params;
-        const tr_param *ln2 = lay[LN2].params, *fc = lay[FC].params, *fcp = lay[FCPROJ].params;
-        const float *x_in = l ? g->blk[l - 1].res3 : g->encoded;
-        /* MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
-        k->linear_backward(g->dfch, fcp[0].grad, fcp[1].grad, g->dres, b->fch_gelu,
-                           fcp[0].value, BT, 4 * C, C);
-        k->gelu_backward(g->dfch, b->fch, g->dfch, (size_t)BT * 4 * C);
-        k->linear_backward(g->dln, fc[0].grad, fc[1].grad, g->dfch, b->ln2, fc[0].value, BT, C,
-                           4 * C);
-        k->layernorm_backward(g->dtmp, ln2[0].grad, ln2[1].grad, g->dln, b->res2, ln2[0].value,
-                              b->ln2_mean, b->ln2_rstd, B, T, C);
-        k->residual_forward(g->dres, g->dres, g->dtmp, n);
-        /* attention half: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))) */
-        k->linear_backward(g->dln, proj[0].grad, proj[1].grad, g->dres, b->atty, proj[0].value,
-                           BT, C, C);
-        k->attention_backward(g->dqkv, g->datt, g->dln, b->qkv, b->att, B, T, C, c->NH);
-        k->linear_backward(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b->ln1, qkv[0].value, BT,
-                           C, 3 * C);
-        k->layernorm_backward(g->dtmp, ln1[0].grad, ln1[1].grad, g->dln, x_in, ln1[0].value,
-                              b->ln1_mean, b->ln1_rstd, B, T, C);
-        k->residual_forward(g->dres, g->dres, g->dtmp, n);
-        if (ready)
-            ready(ctx, ln1[0].offset);
+    const tr_layer *lay = &m->layers[blk_layer(g, i, 0)];
+    const tr_param *ln1 = lay[LN1].params, *qkv = lay[QKV].params, *proj = lay[PROJ].params;
+    const tr_param *ln2 = lay[LN2].params, *fc = lay[FC].params, *fcp = lay[FCPROJ].params;
+    const float *x_in = block_input(g, i, s);
+    block_acts b;
+    if (g->recompute) { /* rebuild the block's activations from its input */
+        b = g->work;
+        block_forward(m, i, &b, x_in, B, T);
+    } else {
+        b = g->blk[i * g->slots + s];
     }
-    k->embedding_backward(wte->grad, P(m, g->wpe, 0)->grad, g->dres, tok, B, T, C, c->V);
-    if (ready)
-        ready(ctx, 0);
+    /* MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
+    k->linear_backward(g->dfch, fcp[0].grad, fcp[1].grad, g->dres, b.fch_gelu, fcp[0].value, BT,
+                       Fl, C);
+    k->gelu_backward(g->dfch, b.fch, g->dfch, (size_t)BT * Fl);
+    k->linear_backward(g->dln, fc[0].grad, fc[1].grad, g->dfch, b.ln2, fc[0].value, BT, C, Fl);
+    tp_sum(g, g->dln, n);
+    k->layernorm_backward(g->dtmp, ln2[0].grad, ln2[1].grad, g->dln, b.res2, ln2[0].value,
+                          b.ln2_mean, b.ln2_rstd, B, T, C);
+    k->residual_forward(g->dres, g->dres, g->dtmp, n);
+    /* attention half: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))) */
+    k->linear_backward(g->dln, proj[0].grad, proj[1].grad, g->dres, b.atty, proj[0].value, BT,
+                       Cl, C);
+    k->attention_backward(g->dqkv, g->datt, g->dln, b.qkv, b.att, B, T, Cl, g->NHl);
+    k->linear_backward(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1, qkv[0].value, BT, C,
+                       3 * Cl);
+    tp_sum(g, g->dln, n);
+    k->layernorm_backward(g->dtmp, ln1[0].grad, ln1[1].grad, g->dln, x_in, ln1[0].value,
+                          b.ln1_mean, b.ln1_rstd, B, T, C);
+    k->residual_forward(g->dres, g->dres, g->dtmp, n);
+}
+
+void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int32_t *y, int B,
+                           float loss_scale, tr_grads_ready_fn ready, void *ctx)
+{
+    gpt *g = G(m);
+    const tr_kernels *k = m->k;
+    const tr_gpt_config *c = &g->cfg;
+    int C = c->C, T = c->T, BT = B * T;
+    check_slot(m, slot, B, T);
+    if (g->last) {
+        const tr_param *wte = P(m, g->head_wte, 0);
+        float *lg = g->logits[slot]; /* dlogits in place of the probabilities */
+        if (g->tp == 1)
+            k->xent_padded_backward(lg, lg, y, loss_scale, B, T, c->V, g->Vl);
+        else
+            k->xent_shard_backward(lg, lg, y, loss_scale, (size_t)BT, g->Vl, g->v0, g->nreal);
+        k->linear_backward(g->dln, wte->grad, NULL, lg, g->lnf_out[slot], wte->value, BT, C,
+                           g->Vl);
+        tp_sum(g, g->dln, (size_t)BT * C);
+        const tr_param *lnf = m->layers[g->lnf].params;
+        const float *x_last =
+            g->nl ? g->blk[(g->nl - 1) * g->slots + slot].res3 : g->encoded[slot];
+        k->layernorm_backward(g->dres, lnf[0].grad, lnf[1].grad, g->dln, x_last, lnf[0].value,
+                              g->lnf_mean[slot], g->lnf_rstd[slot], B, T, C);
+        if (ready)
+            ready(ctx, lnf[0].offset);
+    }
+    /* g->dres is the gradient of the residual stream, walking down */
+    for (int i = g->nl - 1; i >= 0; i--) {
+        block_backward(m, i, slot, B, T);
+        if (ready)
+            ready(ctx, m->layers[blk_layer(g, i, LN1)].params[0].offset);
+    }
+    if (g->first) {
+        const tr_param *wte = P(m, g->wte, 0), *wpe = P(m, g->wpe, 0);
+        if (g->tp == 1)
+            k->embedding_backward(wte->grad, wpe->grad, g->dres, tok, B, T, C, c->V);
+        else
+            k->embedding_shard_backward(wte->grad, wpe->grad, g->dres, tok, B, T, C, g->v0,
+                                        g->Vl);
+        if (ready)
+            ready(ctx, 0);
+    }
+}
+
+static void gpt_backward(tr_model *m, const void *xv, const int32_t *y, int B, float loss_scale,
+                         tr_grads_ready_fn ready, void *ctx)
+{
+    tr_gpt_stage_backward(m, 0, xv, y, B, loss_scale, ready, ctx);
+}
+
+float *tr_gpt_stage_input(tr_model *m, int slot) { return G(m)->encoded[slot]; }
+float *tr_gpt_stage_output(tr_model *m, int slot)
+{
+    gpt *g = G(m);
+    return g->blk[(g->nl - 1) * g->slots + slot].res3;
+}
+float *tr_gpt_stage_grad(tr_model *m) { return G(m)->dres; }
+
+const float *tr_gpt_stage_logits(tr_model *m, int row, int *v0, int *Vl)
+{
+    gpt *g = G(m);
+    *v0 = g->v0;
+    *Vl = g->Vl;
+    return g->logits[0] + (size_t)row * g->Vl;
+}
+
+void tr_gpt_tied_range(const tr_model *m, size_t *lo, size_t *hi)
+{
+    const gpt *g = G(m);
+    int l = g->first ? g->wte : g->head_wte;
+    *lo = *hi = 0;
+    if (l >= 0) {
+        *lo = m->layers[l].params[0].offset;
+        *hi = *lo + m->layers[l].params[0].numel;
+    }
 }
 
 /* Model FLOPs per sample (sequence) of a training step, PaLM's convention (Chowdhery
  * et al. 2022, appendix B): 6 N per token for the N weights of the matrix products
  * (the tied head V x C included, embeddings lookups and biases not) plus 12 L C T per
  * token for attention's two T x T products, forward and backward, without halving
- * for the causal mask. Recomputation is not counted: it is model FLOPs. */
+ * for the causal mask. Recomputation is not counted: it is model FLOPs. The whole
+ * model's, whatever part of it this rank holds. */
 static double gpt_train_flops(const tr_model *m)
 {
     const tr_gpt_config *c = &G(m)->cfg;
@@ -373,12 +727,32 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
     if (!g)
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     g->cfg = *cfg;
-    g->cfg.Vp = (cfg->V + cfg->vocab_pad - 1) / cfg->vocab_pad * cfg->vocab_pad;
-    g->blk = calloc((size_t)cfg->L, sizeof *g->blk);
-    if (!g->blk)
+    tr_model_layout *lo = &g->cfg.layout;
+    lo->tp = lo->tp > 1 ? lo->tp : 1;
+    lo->pp = lo->pp > 1 ? lo->pp : 1;
+    lo->slots = lo->slots > 1 ? lo->slots : 1;
+    g->tp = lo->tp, g->tp_rank = lo->tp_rank;
+    g->slots = lo->slots, g->recompute = lo->recompute;
+    /* the vocabulary split evenly: pad to a multiple of vocab_pad x tp */
+    int pad = cfg->vocab_pad * g->tp;
+    g->cfg.Vp = (cfg->V + pad - 1) / pad * pad;
+    g->Cl = cfg->C / g->tp, g->NHl = cfg->NH / g->tp, g->Fl = 4 * cfg->C / g->tp;
+    g->Vl = g->cfg.Vp / g->tp, g->v0 = g->tp_rank * g->Vl;
+    g->nreal = cfg->V - g->v0 < 0 ? 0 : (cfg->V - g->v0 < g->Vl ? cfg->V - g->v0 : g->Vl);
+    g->first = lo->pp_rank == 0, g->last = lo->pp_rank == lo->pp - 1;
+    tr_gpt_stage_blocks(&g->cfg, lo->pp, lo->pp_rank, &g->l0, &g->nl);
+    g->blk = calloc((size_t)g->nl * g->slots + 1, sizeof *g->blk);
+    size_t S = (size_t)g->slots;
+    g->encoded = calloc(S, sizeof(float *));
+    g->lnf_out = calloc(S, sizeof(float *));
+    g->lnf_mean = calloc(S, sizeof(float *));
+    g->lnf_rstd = calloc(S, sizeof(float *));
+    g->logits = calloc(S, sizeof(float *));
+    if (!g->blk || !g->encoded || !g->lnf_out || !g->lnf_mean || !g->lnf_rstd || !g->logits)
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     m->impl = g;
     m->hooks = &gpt_hooks;
+    m->split = 1;
     m->input_tokens = 1;
     m->targets_per_sample = cfg->T;
     m->input = (tr_shape){cfg->T, 1, 1};
@@ -387,8 +761,8 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
     return 0;
 }
 
-static int build_from_deck(tr_model *m, const tr_deck *d, tr_shape input, char *err,
-                           size_t errlen)
+static int build_from_deck(tr_model *m, const tr_deck *d, tr_shape input,
+                           const tr_model_layout *layout, char *err, size_t errlen)
 {
     (void)input;
     tr_gpt_config c = {
@@ -398,6 +772,7 @@ static int build_from_deck(tr_model *m, const tr_deck *d, tr_shape input, char *
         .T = (int)tr_deck_int(d, "model", "seq_len"),
         .V = (int)tr_deck_int(d, "model", "vocab_size"),
         .vocab_pad = (int)tr_deck_int(d, "model", "vocab_pad"),
+        .layout = *layout,
     };
     return tr_gpt_build(m, &c, err, errlen);
 }
@@ -410,32 +785,26 @@ const tr_model_def tr_model_gpt = {
 
 /* ---- generation ---------------------------------------------------------------- */
 
-/* The next token after ctx[0..n) (n <= seq_len): greedy for top_k = 1, else drawn
- * from the top_k most likely at the given temperature with the counter-based RNG. */
-static int next_token(tr_model *m, const int32_t *ctx, int n, int top_k, float temperature,
-                      uint64_t seed, uint64_t draw)
+int tr_gpt_pick_token(const float *lg, int V, int top_k, float temperature, uint64_t seed,
+                      uint64_t draw)
 {
-    gpt *g = G(m);
-    const tr_gpt_config *c = &g->cfg;
-    forward_logits(m, ctx, 1, n);
-    const float *lg = g->logits + (size_t)(n - 1) * c->Vp;
     if (top_k <= 1) {
         int best = 0;
-        for (int j = 1; j < c->V; j++)
+        for (int j = 1; j < V; j++)
             if (lg[j] > lg[best])
                 best = j;
         return best;
     }
-    if (top_k > c->V)
-        top_k = c->V;
+    if (top_k > V)
+        top_k = V;
     /* selection of the k largest by repeated scans: k is small */
-    int *top = malloc((size_t)top_k * sizeof *top);
-    double *w = malloc((size_t)top_k * sizeof *w);
+    int *top = calloc((size_t)top_k, sizeof *top);
+    double *w = calloc((size_t)top_k, sizeof *w);
     if (!top || !w)
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     for (int i = 0; i < top_k; i++) {
         int best = -1;
-        for (int j = 0; j < c->V; j++) {
+        for (int j = 0; j < V; j++) {
             int taken = 0;
             for (int q = 0; q < i && !taken; q++)
                 taken = top[q] == j;
@@ -464,12 +833,18 @@ static int next_token(tr_model *m, const int32_t *ctx, int n, int top_k, float t
 int tr_gpt_generate(tr_model *m, int32_t *tokens, int n_prompt, int n_total, int top_k,
                     float temperature, uint64_t seed)
 {
-    const tr_gpt_config *c = &G(m)->cfg;
+    gpt *g = G(m);
+    const tr_gpt_config *c = &g->cfg;
     if (m->max_batch < 1)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: generation before the model is allocated");
+    if (g->tp > 1 || c->layout.pp > 1)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: tr_gpt_generate on a rank that holds part of the "
+                 "model; the trainer generates through its stages");
     for (int n = n_prompt; n < n_total; n++) {
         int ctx = n < c->T ? n : c->T; /* the newest seq_len tokens */
-        tokens[n] = next_token(m, tokens + n - ctx, ctx, top_k, temperature, seed, (uint64_t)n);
+        tr_gpt_stage_forward(m, 0, tokens + n - ctx, 1, ctx);
+        const float *lg = g->logits[0] + (size_t)(ctx - 1) * g->Vl;
+        tokens[n] = tr_gpt_pick_token(lg, c->V, top_k, temperature, seed, (uint64_t)n);
     }
     return n_total;
 }

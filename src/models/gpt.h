@@ -6,11 +6,13 @@
 
 #include <stdint.h>
 
+
 typedef struct tr_gpt_config {
     int L, NH, C, T; /* blocks, heads, width, context length */
     int V;           /* vocabulary */
     int vocab_pad;   /* rows padded to a multiple of this */
-    int Vp;          /* padded vocabulary, set by tr_gpt_build */
+    int Vp;          /* padded vocabulary (a multiple of vocab_pad x tp), set by tr_gpt_build */
+    tr_model_layout layout; /* this rank's share; zero: the whole model */
 } tr_gpt_config;
 
 /* Checks what the deck's ranges cannot (heads dividing the width). */
@@ -20,6 +22,40 @@ int tr_gpt_check_config(const tr_gpt_config *c, char *err, size_t errlen);
 int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen);
 /* The configuration of a GPT model, NULL for any other model. */
 const tr_gpt_config *tr_gpt_config_of(const tr_model *m);
+
+/* The blocks of stage `stage` of pp: [*first, *first + *count), contiguous, at least one
+ * each, balanced by cost (a block's FLOPs; the first stage also pays the embedding,
+ * the last the head's logits). Every rank computes the same split. */
+void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, int *count);
+
+/* ---- pipeline stages ------------------------------------------------------------
+ * Every layout runs the model as stages (pp = 1: one stage, the whole model). A
+ * stage keeps the activations of layout.slots micro-batches, slot s holding one
+ * micro-batch of up to the allocated batch. Forward of slot s: the first stage reads
+ * tokens, the others the activation received into tr_gpt_stage_input(m, s); a stage
+ * that is not the last leaves its output in tr_gpt_stage_output(m, s). The last
+ * stage computes the loss with tr_gpt_stage_loss. Backward of slot s: the last stage
+ * starts from the loss, the others from the gradient received into
+ * tr_gpt_stage_grad(m); afterwards a stage that is not the first leaves the gradient
+ * of its input in tr_gpt_stage_grad(m). T <= seq_len (generation uses shorter). */
+void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int T);
+double tr_gpt_stage_loss(tr_model *m, int slot, const int32_t *y, int B, long *correct);
+void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int32_t *y, int B,
+                           float loss_scale, tr_grads_ready_fn ready, void *ctx);
+float *tr_gpt_stage_input(tr_model *m, int slot);  /* [B,T,C] */
+float *tr_gpt_stage_output(tr_model *m, int slot); /* [B,T,C] */
+float *tr_gpt_stage_grad(tr_model *m);             /* [B,T,C] */
+/* Last stage: the logits of row `row` of slot 0 after a forward, this rank's
+ * vocabulary shard [v0, v0 + Vl) (*v0, *Vl set). */
+const float *tr_gpt_stage_logits(tr_model *m, int row, int *v0, int *Vl);
+/* The flat range of the tied token embedding on this stage ([0, 0) if none): its
+ * gradient is summed between the first and the last stage. */
+void tr_gpt_tied_range(const tr_model *m, size_t *lo, size_t *hi);
+
+/* Picks the next token from the full logits row lg[0..V): greedy for top_k <= 1,
+ * else top-k at the temperature with the counter-based RNG (seed, draw). */
+int tr_gpt_pick_token(const float *lg, int V, int top_k, float temperature, uint64_t seed,
+                      uint64_t draw);
 
 /* Continues tokens[0..n_prompt) (n_prompt >= 1) up to n_total tokens in place,
  * each from the newest seq_len tokens: greedy for top_k = 1, else top-k sampling

@@ -5,8 +5,10 @@
 
 #include <stdio.h>
 
-static int build_mlp(tr_model *m, const tr_deck *d, tr_shape input, char *err, size_t errlen)
+static int build_mlp(tr_model *m, const tr_deck *d, tr_shape input,
+                     const tr_model_layout *layout, char *err, size_t errlen)
 {
+    (void)layout; /* data parallel only: the trainer refuses tp and pp for it */
     int hidden[16];
     int n = tr_deck_intlist(d, "model", "hidden", hidden, 16);
     if (n > 8) {

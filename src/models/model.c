@@ -26,8 +26,8 @@ void tr_model_add(tr_model *m, tr_layer layer)
     m->layers[m->nlayers++] = layer;
 }
 
-int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape input, char *err,
-                   size_t errlen)
+int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape input,
+                   const tr_model_layout *layout, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
     const tr_model_def *def = tr_model_find(name);
@@ -38,7 +38,8 @@ int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape inp
     m->name = def->name;
     m->input = input;
     m->targets_per_sample = 1;
-    int rc = def->build(m, d, input, err, errlen);
+    static const tr_model_layout whole = {0};
+    int rc = def->build(m, d, input, layout ? layout : &whole, err, errlen);
     if (rc) {
         if (m->hooks && m->hooks->free)
             m->hooks->free(m);

@@ -13,6 +13,7 @@
 #define TR_MODEL_H
 
 #include "backend/kernels.h"
+#include "comm/comm.h"
 #include "core/deck.h"
 #include "nn/layer.h"
 
@@ -23,6 +24,18 @@
 #define TR_MODEL_MAX_TENSORS (TR_MODEL_MAX_LAYERS * TR_LAYER_MAX_PARAMS)
 
 typedef struct tr_model tr_model;
+
+/* Where a rank sits in a tensor x pipeline layout, and how it keeps activations; the
+ * model's code is the same for every layout, its builder takes its share. All zero
+ * (or NULL) is one rank holding the whole model. Models that cannot split (mlp, cnn)
+ * ignore it; the trainer refuses tp/pp for them. */
+typedef struct tr_model_layout {
+    int tp, tp_rank;    /* tensor-parallel ranks and this rank's index */
+    int pp, pp_rank;    /* pipeline stages and this rank's stage */
+    tr_group *tp_group; /* the tensor-parallel collectives (tp > 1) */
+    int slots;          /* micro-batches whose activations a stage keeps at once */
+    int recompute;      /* 1: keep only block inputs, recompute blocks in backward */
+} tr_model_layout;
 
 /* Bytes of a model's buffers by purpose (the memory plan). */
 typedef struct tr_model_memory {
@@ -81,7 +94,8 @@ typedef struct tr_model_def {
     const char *name;
     const char *summary;
     /* Adds the layers for the deck's settings; returns 0 or TR_EXIT_USAGE with err. */
-    int (*build)(tr_model *m, const tr_deck *d, tr_shape input, char *err, size_t errlen);
+    int (*build)(tr_model *m, const tr_deck *d, tr_shape input, const tr_model_layout *layout,
+                 char *err, size_t errlen);
 } tr_model_def;
 
 /* The compiled-in models, NULL-terminated (trainer --list-models). */
@@ -93,7 +107,7 @@ void tr_model_add(tr_model *m, tr_layer layer);
 
 /* Builds the named model for inputs of the given shape. No allocation yet. */
 int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape input,
-                   char *err, size_t errlen);
+                   const tr_model_layout *layout, char *err, size_t errlen);
 /* Bytes tr_model_allocate would take, by purpose. */
 /* Bytes for one buffer: adds to *sum and allocates when alloc is set (NULL when
  * not), so a plan and an allocation are one walk and cannot drift apart. */

@@ -1,25 +1,42 @@
-/* data_parallel.c: bucketed, overlapped gradient all-reduce. */
+/* data_parallel.c: bucketed, overlapped gradient reduction over the dp group. */
 #include "data_parallel.h"
 #include "core/error.h"
 
-void tr_dp_init(tr_dp *dp, tr_group *group, float *grads, size_t count, size_t bucket_floats)
+#include <string.h>
+
+void tr_dp_init(tr_dp *dp, tr_group *group, float *grads, size_t count, size_t bucket_floats,
+                int zero)
 {
+    memset(dp, 0, sizeof *dp);
     dp->group = group;
     dp->size = tr_group_size(group);
+    dp->rank = tr_group_rank(group);
     dp->grads = grads;
     dp->count = count;
-    dp->comm_wait_s = 0;
+    dp->zero = dp->size > 1 ? zero : 0;
+    tr_dp_slice(count, dp->size, dp->rank, &dp->lo, &dp->hi);
     if (bucket_floats == 0)
-        bucket_floats = count;
-    dp->nbuckets = (int)((count + bucket_floats - 1) / bucket_floats);
-    dp->buckets = tr_alloc((size_t)dp->nbuckets * sizeof *dp->buckets, "gradient buckets");
-    /* bucket 0 is the top of the buffer: the first one backward completes */
-    for (int b = 0; b < dp->nbuckets; b++) {
-        size_t hi = count - (size_t)b * bucket_floats;
-        dp->buckets[b].hi = hi;
-        dp->buckets[b].lo = hi > bucket_floats ? hi - bucket_floats : 0;
+        bucket_floats = count ? count : 1;
+    /* buckets from the top of the buffer down (the order backward completes them);
+     * under ZeRO none straddles two ranks' slices, so each has one owner */
+    int cap = (int)((count + bucket_floats - 1) / bucket_floats) + dp->size + 1;
+    dp->buckets = tr_alloc((size_t)cap * sizeof *dp->buckets, "gradient buckets");
+    size_t hi = count;
+    int owner = dp->size - 1;
+    while (hi > 0) {
+        size_t lo = hi > bucket_floats ? hi - bucket_floats : 0;
+        size_t olo = 0, ohi = 0;
+        if (dp->zero) {
+            while (tr_dp_slice(count, dp->size, owner, &olo, &ohi), olo >= hi && owner > 0)
+                owner--;
+            if (lo < olo)
+                lo = olo;
+        }
+        tr_dp_bucket *b = &dp->buckets[dp->nbuckets++];
+        memset(b, 0, sizeof *b);
+        b->lo = lo, b->hi = hi, b->owner = dp->zero ? owner : -1;
+        hi = lo;
     }
-    dp->next = dp->nbuckets;
 }
 
 void tr_dp_free(tr_dp *dp)
@@ -28,9 +45,14 @@ void tr_dp_free(tr_dp *dp)
     dp->buckets = NULL;
 }
 
+void tr_dp_hold(tr_dp *dp, size_t lo, size_t hi)
+{
+    dp->hold_lo = lo;
+    dp->hold_hi = hi;
+}
+
 void tr_dp_begin(tr_dp *dp)
 {
-    dp->next = 0;
     for (int b = 0; b < dp->nbuckets; b++)
         dp->buckets[b].started = 0;
 }
@@ -38,8 +60,16 @@ void tr_dp_begin(tr_dp *dp)
 static void start(tr_dp *dp, tr_dp_bucket *b)
 {
     float *p = dp->grads + b->lo;
-    tr_iallreduce(p, p, b->hi - b->lo, TR_F32, TR_SUM, dp->group, &b->req);
+    if (dp->zero)
+        tr_ireduce(p, b->hi - b->lo, TR_F32, TR_SUM, b->owner, dp->group, &b->req);
+    else
+        tr_iallreduce(p, p, b->hi - b->lo, TR_F32, TR_SUM, dp->group, &b->req);
     b->started = 1;
+}
+
+static int held(const tr_dp *dp, const tr_dp_bucket *b)
+{
+    return b->lo < dp->hold_hi && dp->hold_lo < b->hi;
 }
 
 void tr_dp_grads_ready(void *ctx, size_t lo)
@@ -47,21 +77,55 @@ void tr_dp_grads_ready(void *ctx, size_t lo)
     tr_dp *dp = ctx;
     if (dp->size == 1)
         return;
-    while (dp->next < dp->nbuckets && dp->buckets[dp->next].lo >= lo)
-        start(dp, &dp->buckets[dp->next++]);
+    /* every rank of the group starts the same buckets in the same order: their
+     * layouts are the same and backward reports the same offsets */
+    for (int i = 0; i < dp->nbuckets; i++) {
+        tr_dp_bucket *b = &dp->buckets[i];
+        if (!b->started && b->lo >= lo && !held(dp, b))
+            start(dp, b);
+    }
     /* MPI moves non-blocking collectives only inside MPI calls: poke the open ones */
-    for (int b = 0; b < dp->next; b++)
-        tr_test(&dp->buckets[b].req);
+    for (int i = 0; i < dp->nbuckets; i++)
+        if (dp->buckets[i].started)
+            tr_test(&dp->buckets[i].req);
 }
 
 void tr_dp_finish(tr_dp *dp)
 {
     if (dp->size == 1)
         return;
-    while (dp->next < dp->nbuckets)
-        start(dp, &dp->buckets[dp->next++]);
+    for (int i = 0; i < dp->nbuckets; i++)
+        if (!dp->buckets[i].started)
+            start(dp, &dp->buckets[i]);
     double t0 = tr_wtime();
-    for (int b = 0; b < dp->nbuckets; b++)
-        tr_wait(&dp->buckets[b].req);
+    for (int i = 0; i < dp->nbuckets; i++)
+        tr_wait(&dp->buckets[i].req);
     dp->comm_wait_s += tr_wtime() - t0;
+    if (dp->zero == 2) {
+        /* what this rank sent is now its owner's: only the owned slice accumulates */
+        memset(dp->grads, 0, dp->lo * sizeof(float));
+        memset(dp->grads + dp->hi, 0, (dp->count - dp->hi) * sizeof(float));
+    }
+}
+
+void tr_dp_gather_params(tr_dp *dp, float *params)
+{
+    if (!dp->zero)
+        return;
+    size_t counts[1024], displs[1024], *c = counts, *d = displs;
+    if (dp->size > 1024) {
+        c = tr_alloc(2 * (size_t)dp->size * sizeof *c, "all-gather counts");
+        d = c + dp->size;
+    }
+    for (int r = 0; r < dp->size; r++) {
+        size_t lo, hi;
+        tr_dp_slice(dp->count, dp->size, r, &lo, &hi);
+        c[r] = hi - lo;
+        d[r] = lo;
+    }
+    double t0 = tr_wtime();
+    tr_allgatherv(params, c, d, TR_F32, dp->group);
+    dp->comm_wait_s += tr_wtime() - t0;
+    if (c != counts)
+        tr_free(c);
 }

@@ -16,19 +16,26 @@
 
 typedef struct tr_dp_bucket {
     size_t lo, hi; /* flat offsets [lo, hi) */
+    int owner;     /* ZeRO: the dp rank that owns the range; -1 without */
     int started;
     tr_request req;
 } tr_dp_bucket;
 
 typedef struct tr_dp {
     tr_group *group;
-    int size;
+    int size, rank;
     float *grads;
     size_t count;
+    /* ZeRO (parallel.zero): 0 all-reduce; 1 reduce each bucket to the rank owning it
+     * (its optimizer state lives there), parameters all-gathered after the update;
+     * 2 as 1, once per micro-batch, each rank then keeping only its own slice's
+     * accumulated gradients (the rest of the buffer is zeroed: backward's workspace) */
+    int zero;
+    size_t lo, hi; /* this rank's slice (all of it without ZeRO) */
     int nbuckets;
     tr_dp_bucket *buckets; /* ordered from the top of the buffer down */
-    int next;              /* first bucket not yet started */
-    double comm_wait_s;    /* time blocked in tr_dp_finish, for the summary */
+    size_t hold_lo, hold_hi; /* buckets touching this range wait for tr_dp_finish */
+    double comm_wait_s;      /* time blocked in tr_dp_finish and the gather */
 } tr_dp;
 
 /* The flat range [lo, hi) of count elements that data-parallel rank `rank` of
@@ -40,13 +47,22 @@ static inline void tr_dp_slice(size_t count, int size, int rank, size_t *lo, siz
     *hi = count * (size_t)(rank + 1) / (size_t)size;
 }
 
-void tr_dp_init(tr_dp *dp, tr_group *group, float *grads, size_t count, size_t bucket_floats);
+void tr_dp_init(tr_dp *dp, tr_group *group, float *grads, size_t count, size_t bucket_floats,
+                int zero);
 void tr_dp_free(tr_dp *dp);
-/* Before the backward of the step's last micro-batch. */
+/* Buckets touching [lo, hi) do not start during backward but in tr_dp_finish (the
+ * tied embedding: its two copies' gradients are summed between the pipeline's ends
+ * first). */
+void tr_dp_hold(tr_dp *dp, size_t lo, size_t hi);
+/* Before the backward whose buckets the callbacks will start. */
 void tr_dp_begin(tr_dp *dp);
 /* Callback for tr_model_backward: every offset >= lo is complete. */
 void tr_dp_grads_ready(void *dp, size_t lo);
-/* Starts what is left and waits for all buckets: gradients are then the global sum. */
+/* Starts what is left and waits for all buckets: gradients are then the global sum
+ * (under ZeRO: in the owner's slice only). */
 void tr_dp_finish(tr_dp *dp);
+/* ZeRO: every rank updated its own slice of params; after this all ranks hold all of
+ * them. Nothing without ZeRO. */
+void tr_dp_gather_params(tr_dp *dp, float *params);
 
 #endif

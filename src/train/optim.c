@@ -5,7 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, long total_steps)
+void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, size_t lo, size_t hi,
+                   long total_steps)
 {
     memset(o, 0, sizeof *o);
     o->kind = strcmp(tr_deck_str(d, "optim", "name"), "adamw") ? TR_OPT_SGD : TR_OPT_ADAMW;
@@ -22,9 +23,12 @@ void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, long total_steps
     o->clip_norm = (float)tr_deck_float(d, "optim", "clip_grad_norm");
     o->total_steps = total_steps;
     o->count = count;
-    o->m = tr_alloc(count * sizeof(float), "optimizer state (first moment / momentum)");
+    o->lo = lo;
+    o->hi = hi;
+    size_t n = hi - lo;
+    o->m = tr_alloc(n * sizeof(float), "optimizer state (first moment / momentum)");
     if (o->kind == TR_OPT_ADAMW)
-        o->v = tr_alloc(count * sizeof(float), "optimizer state (second moment)");
+        o->v = tr_alloc(n * sizeof(float), "optimizer state (second moment)");
 }
 
 void tr_optim_free(tr_optim *o)
@@ -36,9 +40,9 @@ void tr_optim_free(tr_optim *o)
 
 void tr_optim_reset(tr_optim *o)
 {
-    memset(o->m, 0, o->count * sizeof(float));
+    memset(o->m, 0, (o->hi - o->lo) * sizeof(float));
     if (o->v)
-        memset(o->v, 0, o->count * sizeof(float));
+        memset(o->v, 0, (o->hi - o->lo) * sizeof(float));
 }
 
 float tr_optim_lr(const tr_optim *o, long step)
@@ -63,17 +67,51 @@ double tr_optim_clip(const tr_optim *o, const tr_kernels *k, float *grads, size_
     return norm;
 }
 
+/* The part [*a, *b) of tensor p (local elements) inside the flat range [lo, hi);
+ * returns 0 when there is none. */
+static int overlap(const tr_param *p, size_t lo, size_t hi, size_t *a, size_t *b)
+{
+    size_t s = p->offset > lo ? p->offset : lo;
+    size_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    if (s >= e)
+        return 0;
+    *a = s - p->offset;
+    *b = e - p->offset;
+    return 1;
+}
+
+double tr_optim_clip_sharded(const tr_optim *o, tr_model *m, size_t lo, size_t hi, int tp_rank,
+                             tr_group *world)
+{
+    double sq = 0;
+    for (int t = 0; t < m->ntensors; t++) {
+        const tr_param *p = m->tensors[t];
+        size_t a, b;
+        if (p->tied_copy || (p->tp_replica && tp_rank != 0) || !overlap(p, lo, hi, &a, &b))
+            continue;
+        sq += m->k->sum_squares(p->grad + a, b - a);
+    }
+    tr_allreduce(&sq, &sq, 1, TR_F64, TR_SUM, world);
+    double norm = sqrt(sq);
+    if (o->clip_norm > 0 && norm > o->clip_norm) /* the slice updated here */
+        m->k->scale(m->grads + o->lo, o->hi - o->lo, (float)(o->clip_norm / (norm + 1e-6)));
+    return norm;
+}
+
 void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr)
 {
     for (int t = 0; t < m->ntensors; t++) {
         tr_param *p = m->tensors[t];
-        size_t off = p->offset;
+        size_t a, b;
+        if (!overlap(p, o->lo, o->hi, &a, &b))
+            continue;
+        size_t off = p->offset + a - o->lo, n = b - a;
         if (o->kind == TR_OPT_SGD) {
-            m->k->sgd_update(p->value, o->m + off, p->grad, p->numel, lr, o->momentum,
+            m->k->sgd_update(p->value + a, o->m + off, p->grad + a, n, lr, o->momentum,
                              o->weight_decay);
         } else {
             /* decoupled decay on weight matrices only, not on biases */
-            m->k->adamw_update(p->value, o->m + off, o->v + off, p->grad, p->numel, lr,
+            m->k->adamw_update(p->value + a, o->m + off, o->v + off, p->grad + a, n, lr,
                                o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f,
                                step + 1);
         }

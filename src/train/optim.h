@@ -17,12 +17,17 @@ typedef struct tr_optim {
     long warmup_steps, total_steps;
     float min_lr;
     float clip_norm; /* 0: off */
-    /* state, flat like the parameters: sgd uses m (momentum buffer), adamw m and v */
+    /* state, flat like the parameters: sgd uses m (momentum buffer), adamw m and v.
+     * Under ZeRO a rank holds the state of its slice [lo, hi) of the flat buffer
+     * only: m[i - lo] belongs to flat element i. Without ZeRO lo = 0, hi = count. */
     float *m, *v;
     size_t count;
+    size_t lo, hi;
 } tr_optim;
 
-void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, long total_steps);
+/* State for the flat range [lo, hi) of count parameters (all of them: 0, count). */
+void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, size_t lo, size_t hi,
+                   long total_steps);
 void tr_optim_free(tr_optim *o);
 /* Zeroes the state, as before the first step. */
 void tr_optim_reset(tr_optim *o);
@@ -30,7 +35,13 @@ void tr_optim_reset(tr_optim *o);
 float tr_optim_lr(const tr_optim *o, long step);
 /* Clips in place when clipping is on; returns the norm before clipping. */
 double tr_optim_clip(const tr_optim *o, const tr_kernels *k, float *grads, size_t count);
-/* One update of every tensor at 0-based step with learning rate lr. */
+/* The gradient norm of the logical model when ranks hold parts of it: this rank adds
+ * the squares of its flat range [lo, hi) of each tensor it answers for (tensors
+ * replicated over tp on tp rank 0 only, the head's tied copy never), summed over
+ * world. Clips the optimizer's slice [o->lo, o->hi) when clipping is on. */
+double tr_optim_clip_sharded(const tr_optim *o, tr_model *m, size_t lo, size_t hi, int tp_rank,
+                             tr_group *world);
+/* One update of every tensor (its part in [o->lo, o->hi)) at 0-based step with learning rate lr. */
 void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr);
 
 #endif

@@ -10,6 +10,7 @@
 #include "models/model.h"
 #include "optim.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline.h"
 #include "train.h"
 #include "train_checkpoint.h"
 
@@ -34,12 +35,22 @@ typedef struct run {
     FILE *metrics;
     double peak_gflops; /* per rank, for MFU */
     struct tr_bpe *bpe;  /* rank 0, when [sample] length > 0: the prompt's tokenizer */
+    /* the language model's pipeline (every layout; pp = 1 is one stage) */
+    tr_pipe_schedule schedule;
+    tr_pipe_op *ops; /* this stage's order of a step's passes */
+    int nops, slots;
+    tr_request *fwd_req; /* [slots]: activations on their way to the next stage */
+    int sharded; /* tp, pp or ZeRO: norms and losses are put together from parts */
     char err[4096];
 } run;
 
 /* Sets r->err to "FILE:LINE: message" about one deck key; returns TR_EXIT_USAGE. */
 int tr_run_key_error(run *r, const char *section, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* The global batch's loss sum and correct count from every rank's part (only the
+ * pipelines' last stages hold losses). Collective over the world. */
+void tr_run_sum_loss(const run *r, double sums[2]);
 
 /* ---- train_lm.c ---- */
 /* Opens the token data for the built model and checks the layout against it. */
@@ -52,5 +63,18 @@ double tr_lm_unigram_baseline(run *r, double val_loss);
 /* Rank 0: prints [sample] length tokens generated after the prompt (nothing when 0). */
 void tr_lm_sample(run *r);
 void tr_lm_free(run *r);
+
+/* ---- train_pipeline.c ---- */
+/* A step's forward and backward of every micro-batch of x/y in the schedule's order;
+ * the last backward starts the dp buckets. The loss sum and correct count are this
+ * rank's (non-zero on the last stage only). */
+void tr_pipeline_step(run *r, const int32_t *x, const int32_t *y, float scale, double *loss_sum,
+                      long *correct);
+/* Forward only of B samples (evaluation): the loss sum on the last stage, else 0. */
+double tr_pipeline_forward(run *r, const int32_t *x, const int32_t *y, int B, long *correct);
+/* Generation through the stages, every rank of the pipeline taking part; tok[0 ..
+ * n_prompt) must be the same on all of them. */
+void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total, int top_k,
+                          float temperature, uint64_t seed);
 
 #endif

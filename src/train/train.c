@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/sysmem.h"
 #include "metrics.h"
+#include "models/gpt.h"
 #include "plan.h"
 #include "progress.h"
 #include "run.h"
@@ -38,11 +39,7 @@ static int check_layout(run *r)
     int tp = (int)tr_deck_int(r->d, "parallel", "tp");
     int pp = (int)tr_deck_int(r->d, "parallel", "pp");
     const char *model = tr_deck_str(r->d, "model", "name");
-    if ((tp != 1 || pp != 1) && !strcmp(model, "gpt"))
-        return tr_run_key_error(r, "parallel", tp != 1 ? "tp" : "pp",
-                                "tensor and pipeline parallelism are not built yet: the gpt "
-                                "model trains data-parallel; set [parallel] tp = 1 and pp = 1");
-    if (tp != 1 || pp != 1)
+    if ((tp != 1 || pp != 1) && strcmp(model, "gpt"))
         return tr_run_key_error(r, "parallel", tp != 1 ? "tp" : "pp",
                          "model %s trains data-parallel only: set [parallel] tp = 1 and pp = 1 "
                          "(tensor and pipeline parallelism are for the gpt model)",
@@ -268,6 +265,25 @@ static int check_memory(run *r, int max_batch)
     return TR_EXIT_OSERR;
 }
 
+/* This rank's share of the model and how its stage keeps activations. */
+static tr_model_layout model_layout(run *r)
+{
+    const tr_world *w = r->w;
+    r->schedule = strcmp(tr_deck_str(r->d, "parallel", "schedule"), "gpipe") ? TR_SCHED_1F1B
+                                                                             : TR_SCHED_GPIPE;
+    r->slots = tr_pipeline_slots(r->schedule, w->pp, w->pp_rank, (int)r->micro);
+    tr_model_layout lay = {
+        .tp = w->tp,
+        .tp_rank = w->tp_rank,
+        .pp = w->pp,
+        .pp_rank = w->pp_rank,
+        .tp_group = w->tp_group,
+        .slots = r->slots,
+        .recompute = !strcmp(tr_deck_str(r->d, "train", "recompute"), "block"),
+    };
+    return lay;
+}
+
 /* setup's answer when it has printed a plan instead of preparing a run */
 #define PLAN_DONE (-1)
 
@@ -295,8 +311,13 @@ static int setup(run *r)
                               r->lm ? "tokens (or random_tokens for a benchmark)" : "idx");
     } else if (r->lm) {
         char msg[1024];
-        if (tr_model_build(&r->model, model, r->d, (tr_shape){1, 1, 1}, msg, sizeof msg))
-            rc = tr_run_key_error(r, "model", "n_head", "%s", msg);
+        tr_model_layout lay = model_layout(r);
+        if (tr_model_build(&r->model, model, r->d, (tr_shape){1, 1, 1}, &lay, msg, sizeof msg))
+            rc = tr_run_key_error(r, strstr(msg, "[parallel]") ? "parallel" : "model",
+                                  strstr(msg, "[parallel] tp") ? "tp"
+                                  : strstr(msg, "[parallel] pp") ? "pp"
+                                                                 : "n_head",
+                                  "%s", msg);
         if (!rc)
             rc = tr_lm_setup_data(r, seed);
     } else {
@@ -310,8 +331,8 @@ static int setup(run *r)
     if (!rc && !r->lm) {
         char msg[1024];
         tr_shape input = {r->train.c, r->train.h, r->train.w};
-        if (tr_model_build(&r->model, tr_deck_str(r->d, "model", "name"), r->d, input, msg,
-                           sizeof msg))
+        if (tr_model_build(&r->model, tr_deck_str(r->d, "model", "name"), r->d, input, NULL,
+                           msg, sizeof msg))
             rc = tr_run_key_error(r, "model", "name", "%s", msg);
     }
     rc = tr_comm_agree(r->w, rc, r->err);
@@ -354,7 +375,12 @@ static int setup(run *r)
         return rc;
     tr_model_allocate(&r->model, &tr_cpu_kernels, (int)max_batch);
     tr_model_init_params(&r->model, seed);
-    tr_optim_init(&r->opt, r->d, r->model.nparams, r->total_steps);
+    int zero = (int)tr_deck_int(r->d, "parallel", "zero");
+    size_t olo = 0, ohi = r->model.nparams; /* ZeRO: this rank's slice of the state */
+    if (zero)
+        tr_dp_slice(r->model.nparams, r->w->dp, r->w->dp_rank, &olo, &ohi);
+    tr_optim_init(&r->opt, r->d, r->model.nparams, olo, ohi, r->total_steps);
+    r->sharded = r->w->tp > 1 || r->w->pp > 1 || (zero && r->w->dp > 1);
     rc = resume(r, seed);
     if (!rc)
         rc = open_metrics(r);
@@ -362,7 +388,17 @@ static int setup(run *r)
     if (rc)
         return rc;
     size_t bucket = (size_t)tr_deck_int(r->d, "parallel", "bucket_kib") * 1024 / sizeof(float);
-    tr_dp_init(&r->dp, r->w->dp_group, r->model.grads, r->model.nparams, bucket);
+    tr_dp_init(&r->dp, r->w->dp_group, r->model.grads, r->model.nparams, bucket, zero);
+    if (r->lm) {
+        size_t lo, hi;
+        tr_gpt_tied_range(&r->model, &lo, &hi);
+        if (r->w->emb_group) /* the tied embedding's copies are summed first */
+            tr_dp_hold(&r->dp, lo, hi);
+        r->ops = tr_alloc(2 * (size_t)r->micro * sizeof *r->ops, "pipeline schedule");
+        r->nops = tr_pipeline_ops(r->schedule, r->w->pp, r->w->pp_rank, (int)r->micro, r->ops);
+        r->fwd_req = tr_alloc((size_t)r->slots * sizeof *r->fwd_req, "pipeline requests");
+        memset(r->fwd_req, 0, (size_t)r->slots * sizeof *r->fwd_req);
+    }
     r->peak_gflops = tr_deck_float(r->d, "system", "peak_gflops");
     if (r->peak_gflops <= 0) {
         /* every rank measures its own share of the node at once, as it will train */
@@ -383,6 +419,8 @@ static void teardown(run *r)
         fclose(r->metrics);
     tr_train_ckpt_free(&r->ckpt);
     tr_dp_free(&r->dp);
+    tr_free(r->ops);
+    tr_free(r->fwd_req);
     tr_optim_free(&r->opt);
     tr_model_free(&r->model);
     if (r->lm) {
@@ -418,22 +456,46 @@ static void train_step(run *r, long step, double *loss_sum, long *correct, doubl
     float scale = (float)(1.0 / ((double)r->global_batch * (double)tps));
     *loss_sum = 0;
     *correct = 0;
-    for (long k = 0; k < r->micro; k++) {
-        const void *xk = (const char *)x + (size_t)k * r->micro_batch * in * in_bytes;
-        const int32_t *yk = y + (size_t)k * r->micro_batch * tps;
-        long ok = 0;
-        *loss_sum += tr_model_forward(m, xk, yk, (int)r->micro_batch, &ok);
-        *correct += ok;
-        int last = k == r->micro - 1;
-        if (last)
-            tr_dp_begin(&r->dp);
-        tr_model_backward(m, xk, yk, (int)r->micro_batch, scale, last ? tr_dp_grads_ready : NULL,
-                          &r->dp);
+    if (r->lm) {
+        tr_pipeline_step(r, x, y, scale, loss_sum, correct);
+    } else {
+        for (long k = 0; k < r->micro; k++) {
+            const void *xk = (const char *)x + (size_t)k * r->micro_batch * in * in_bytes;
+            const int32_t *yk = y + (size_t)k * r->micro_batch * tps;
+            long ok = 0;
+            *loss_sum += tr_model_forward(m, xk, yk, (int)r->micro_batch, &ok);
+            *correct += ok;
+            int last = k == r->micro - 1;
+            if (last)
+                tr_dp_begin(&r->dp);
+            tr_model_backward(m, xk, yk, (int)r->micro_batch, scale,
+                              last ? tr_dp_grads_ready : NULL, &r->dp);
+        }
+    }
+    if (r->w->emb_group) { /* the two copies of the tied embedding: one gradient */
+        size_t lo, hi;
+        tr_gpt_tied_range(m, &lo, &hi);
+        tr_allreduce(m->grads + lo, m->grads + lo, hi - lo, TR_F32, TR_SUM, r->w->emb_group);
     }
     tr_dp_finish(&r->dp);
-    *gnorm = tr_optim_clip(&r->opt, m->k, m->grads, m->nparams);
+    if (r->sharded)
+        *gnorm = tr_optim_clip_sharded(&r->opt, m, r->dp.lo, r->dp.hi, r->w->tp_rank,
+                                       r->w->world);
+    else
+        *gnorm = tr_optim_clip(&r->opt, m->k, m->grads, m->nparams);
     *lr = tr_optim_lr(&r->opt, step);
     tr_optim_step(&r->opt, m, step, *lr);
+    tr_dp_gather_params(&r->dp, m->params);
+}
+
+/* The global batch's loss sum and correct count from this rank's: the last stage's
+ * tp rank 0 of every pipeline answers (all tp ranks have the same), summed. */
+void tr_run_sum_loss(const run *r, double sums[2])
+{
+    const tr_world *w = r->w;
+    if (w->pp_rank != w->pp - 1 || w->tp_rank != 0)
+        sums[0] = sums[1] = 0;
+    tr_allreduce(sums, sums, 2, TR_F64, TR_SUM, w->world);
 }
 
 /* Model FLOPs utilisation at a rate of samples/s over the whole job: achieved
@@ -536,7 +598,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
                                    : r->global_batch / (t_first > 0 ? t_first : 1e-9);
         /* the global batch's loss, for the progress line and metrics.csv: two doubles */
         double sums[2] = {loss_sum, (double)correct};
-        tr_allreduce(sums, sums, 2, TR_F64, TR_SUM, w->dp_group);
+        tr_run_sum_loss(r, sums);
         last_loss = sums[0] / targets_per_step;
         if (done % log_every == 0 || done == r->total_steps) {
             tr_metrics_row row = {done, epoch, "train", last_loss, sums[1] / targets_per_step,

@@ -76,10 +76,10 @@ void tr_lm_evaluate(run *r, double *loss, double *acc)
         for (int i = 0; i < B; i++)
             tr_token_data_val_window(td, s + i, x + (size_t)i * T, y + (size_t)i * T);
         long correct = 0;
-        sums[0] += tr_model_forward(&r->model, x, y, B, &correct);
+        sums[0] += tr_pipeline_forward(r, x, y, B, &correct);
         sums[1] += (double)correct;
     }
-    tr_allreduce(sums, sums, 2, TR_F64, TR_SUM, r->w->dp_group);
+    tr_run_sum_loss(r, sums);
     double n = (double)td->val_windows * T;
     *loss = sums[0] / n;
     *acc = sums[1] / n;
@@ -96,57 +96,80 @@ double tr_lm_unigram_baseline(run *r, double val_loss)
     return uni;
 }
 
-void tr_lm_sample(run *r)
+/* Rank 0: the prompt's tokens (an end-of-text token for an empty prompt); *n = 0
+ * when there is nothing to continue. */
+static uint32_t *encode_prompt(run *r, size_t *n)
 {
-    long length = tr_deck_int(r->d, "sample", "length");
-    if (r->w->rank != 0 || length == 0 || !r->bpe)
-        return;
     const char *prompt = tr_deck_str(r->d, "sample", "prompt");
     uint32_t *ids = NULL;
-    size_t n = 0;
-    if (tr_bpe_encode(r->bpe, prompt, strlen(prompt), &ids, &n))
+    *n = 0;
+    if (tr_bpe_encode(r->bpe, prompt, strlen(prompt), &ids, n))
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     uint32_t eot;
-    if (n == 0 && tr_bpe_eot(r->bpe, &eot) == 0) { /* no prompt: start a document */
+    if (*n == 0 && tr_bpe_eot(r->bpe, &eot) == 0) { /* no prompt: start a document */
         free(ids);
         ids = malloc(sizeof *ids);
         if (!ids)
             tr_fatal(TR_EXIT_OSERR, "out of memory");
         ids[0] = eot;
-        n = 1;
+        *n = 1;
     }
-    if (n == 0) {
+    if (*n == 0)
         printf("sample: skipped: an empty prompt and a tokenizer without an end-of-text token "
                "give nothing to continue; set [sample] prompt\n");
+    return ids;
+}
+
+void tr_lm_sample(run *r)
+{
+    long length = tr_deck_int(r->d, "sample", "length");
+    /* a model split over ranks generates through all of them; a whole one on rank 0 */
+    int split = r->w->tp > 1 || r->w->pp > 1;
+    if (length == 0 || (!split && r->w->rank != 0))
+        return;
+    size_t n = 0;
+    uint32_t *ids = r->w->rank == 0 && r->bpe ? encode_prompt(r, &n) : NULL;
+    int64_t n64 = (int64_t)n;
+    if (split)
+        tr_bcast(&n64, 1, TR_I64, 0, r->w->world);
+    n = (size_t)n64;
+    if (n == 0) {
         free(ids);
         return;
     }
     size_t total = n + (size_t)length;
     int32_t *tok = tr_alloc(total * sizeof *tok, "sample tokens");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; ids && i < n; i++)
         tok[i] = (int32_t)ids[i];
+    if (split)
+        tr_bcast(tok, n, TR_I32, 0, r->w->world);
     int top_k = (int)tr_deck_int(r->d, "sample", "top_k");
+    float temperature = (float)tr_deck_float(r->d, "sample", "temperature");
+    uint64_t seed = (uint64_t)tr_deck_int(r->d, "train", "seed");
     double t0 = tr_wtime();
-    tr_gpt_generate(&r->model, tok, (int)n, (int)total, top_k,
-                    (float)tr_deck_float(r->d, "sample", "temperature"),
-                    (uint64_t)tr_deck_int(r->d, "train", "seed"));
-    double dt = tr_wtime() - t0;
-    uint32_t *out = malloc(total * sizeof *out);
-    if (!out)
-        tr_fatal(TR_EXIT_OSERR, "out of memory");
-    for (size_t i = 0; i < total; i++)
-        out[i] = (uint32_t)tok[i];
-    char *text = NULL;
-    size_t len = 0;
-    int rc = tr_bpe_decode(r->bpe, out, total, &text, &len);
-    if (rc == 0)
-        printf("sample (%s, %ld tokens in %.1f s):\n%s\n",
-               top_k == 1 ? "greedy" : "top-k", length, dt, text);
+    if (split)
+        tr_pipeline_generate(r, tok, (int)n, (int)total, top_k, temperature, seed);
     else
-        printf("sample: the model produced a token outside the tokenizer's vocabulary\n");
-    fflush(stdout);
-    free(text);
-    free(out);
+        tr_gpt_generate(&r->model, tok, (int)n, (int)total, top_k, temperature, seed);
+    double dt = tr_wtime() - t0;
+    if (r->w->rank == 0) {
+        uint32_t *out = malloc(total * sizeof *out);
+        if (!out)
+            tr_fatal(TR_EXIT_OSERR, "out of memory");
+        for (size_t i = 0; i < total; i++)
+            out[i] = (uint32_t)tok[i];
+        char *text = NULL;
+        size_t len = 0;
+        int rc = tr_bpe_decode(r->bpe, out, total, &text, &len);
+        if (rc == 0)
+            printf("sample (%s, %ld tokens in %.1f s):\n%s\n",
+                   top_k == 1 ? "greedy" : "top-k", length, dt, text);
+        else
+            printf("sample: the model produced a token outside the tokenizer's vocabulary\n");
+        fflush(stdout);
+        free(text);
+        free(out);
+    }
     free(ids);
     tr_free(tok);
 }

@@ -1,0 +1,126 @@
+/* cpu_vocab_parallel.c: the token embedding and the softmax cross-entropy when the
+ * vocabulary is split over tensor-parallel ranks (Megatron's vocab-parallel layers).
+ *
+ * A rank holds rows [v0, v0 + Vl) of the padded vocabulary, of which the first
+ * nreal are real tokens (the rest pad the split). The embedding looks up only the
+ * tokens it holds and writes zero rows for the others, so a sum over the ranks is
+ * the full lookup. The cross-entropy never gathers logits: each rank reduces its
+ * columns to a row maximum, then to a sum of exponentials and the target's logit,
+ * and the caller sums those over the ranks between the calls (the comm layer, not
+ * the kernels, talks to other ranks). Determinism as in cpu_transformer.c. */
+#include "backend/transformer_kernels.h"
+#include "backend/scalar_math.h"
+#include "core/error.h"
+
+#include <math.h>
+
+#define PAR_MIN_ELEMS ((size_t)1 << 15)
+#define CH_BLOCK 32
+
+void tr_cpu_embedding_shard_forward(float *out, const int *tok, const float *wte,
+                                    const float *wpe, int B, int T, int C, int v0, int Vl)
+{
+    size_t BT = (size_t)B * T;
+#pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS)
+    for (size_t r = 0; r < BT; r++) {
+        long j = (long)tok[r] - v0;
+        const float *e = j >= 0 && j < Vl ? wte + (size_t)j * C : NULL;
+        const float *p = wpe ? wpe + (r % (size_t)T) * C : NULL;
+        float *o = out + r * C;
+        for (int c = 0; c < C; c++)
+            o[c] = (e ? e[c] : 0.0f) + (p ? p[c] : 0.0f);
+    }
+}
+
+void tr_cpu_embedding_shard_backward(float *dwte, float *dwpe, const float *dout,
+                                     const int *tok, int B, int T, int C, int v0, int Vl)
+{
+    size_t BT = (size_t)B * T;
+    /* two rows may hold the same token and every batch row has the same positions:
+     * split the channels, each thread adding rows in row order */
+    int nb = (C + CH_BLOCK - 1) / CH_BLOCK;
+#pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS && nb > 1)
+    for (int blk = 0; blk < nb; blk++) {
+        int c0 = blk * CH_BLOCK, c1 = c0 + CH_BLOCK < C ? c0 + CH_BLOCK : C;
+        for (size_t r = 0; r < BT; r++) {
+            const float *d = dout + r * C;
+            long j = (long)tok[r] - v0;
+            if (j >= 0 && j < Vl) {
+                float *gt = dwte + (size_t)j * C;
+                for (int c = c0; c < c1; c++)
+                    gt[c] += d[c];
+            }
+            if (dwpe) {
+                float *gp = dwpe + (r % (size_t)T) * C;
+                for (int c = c0; c < c1; c++)
+                    gp[c] += d[c];
+            }
+        }
+    }
+}
+
+void tr_cpu_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal)
+{
+#pragma omp parallel for schedule(static) if (BT * (size_t)Vl > PAR_MIN_ELEMS)
+    for (size_t r = 0; r < BT; r++) {
+        const float *x = logits + r * Vl;
+        float mx = -INFINITY;
+        for (int j = 0; j < nreal; j++)
+            mx = x[j] > mx ? x[j] : mx;
+        rowmax[r] = mx;
+    }
+}
+
+void tr_cpu_xent_shard_sums(double *sums, float *probs, const float *logits,
+                            const float *rowmax, const int *targets, size_t BT, int Vl,
+                            int v0, int nreal)
+{
+#pragma omp parallel for schedule(static) if (BT * (size_t)Vl > PAR_MIN_ELEMS)
+    for (size_t r = 0; r < BT; r++) {
+        const float *x = logits + r * Vl;
+        float *p = probs + r * Vl; /* may be x: x[j] is read before p[j] is written */
+        float mx = rowmax[r];
+        long t = (long)targets[r] - v0;
+        sums[2 * r + 1] = t >= 0 && t < nreal ? (double)x[t] - mx : 0.0;
+        for (int j = 0; j < nreal; j++)
+            p[j] = tr_expf(x[j] - mx);
+        double s = 0.0;
+        for (int j = 0; j < nreal; j++)
+            s += p[j];
+        sums[2 * r] = s;
+    }
+}
+
+double tr_cpu_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
+                                int Vl, int nreal)
+{
+#pragma omp parallel for schedule(static) if (BT * (size_t)Vl > PAR_MIN_ELEMS)
+    for (size_t r = 0; r < BT; r++) {
+        float *p = probs + r * Vl;
+        float inv = (float)(1.0 / sums[2 * r]);
+        for (int j = 0; j < nreal; j++)
+            p[j] *= inv;
+        for (int j = nreal; j < Vl; j++)
+            p[j] = 0.0f;
+        losses[r] = (float)(log(sums[2 * r]) - sums[2 * r + 1]);
+    }
+    double total = 0.0; /* serial, in row order */
+    for (size_t r = 0; r < BT; r++)
+        total += losses[r];
+    return total;
+}
+
+void tr_cpu_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
+                                float scale, size_t BT, int Vl, int v0, int nreal)
+{
+#pragma omp parallel for schedule(static) if (BT * (size_t)Vl > PAR_MIN_ELEMS)
+    for (size_t r = 0; r < BT; r++) {
+        const float *p = probs + r * Vl;
+        float *d = dlogits + r * Vl;
+        long t = (long)targets[r] - v0;
+        for (int j = 0; j < nreal; j++)
+            d[j] = scale * (p[j] - (j == t ? 1.0f : 0.0f));
+        for (int j = nreal; j < Vl; j++)
+            d[j] = 0.0f;
+    }
+}

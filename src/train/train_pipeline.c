@@ -1,0 +1,125 @@
+/* train_pipeline.c: the language model's passes through the pipeline stages: a
+ * training step's micro-batches in the schedule's order, an evaluation forward, and
+ * generation. pp = 1 is the same code with no messages.
+ *
+ * Messages: activations go to the next stage with non-blocking sends (a slot's
+ * output stays untouched until that slot comes round again, by which time the next
+ * stage has long received it: it has sent that micro-batch's gradient back), and
+ * gradients go back with blocking sends. Every receive is blocking. Because no
+ * rank ever blocks in a send of an activation, and the schedules run each direction
+ * in the same micro-batch order on every stage, every receive is eventually matched:
+ * no (pp, micro_batches) deadlocks. */
+#include "core/error.h"
+#include "models/gpt.h"
+#include "run.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { TAG_ACTIVATION = 1, TAG_GRADIENT = 2 };
+
+static size_t stream_floats(const run *r, int B, int T)
+{
+    return (size_t)B * T * (size_t)tr_gpt_config_of(&r->model)->C;
+}
+
+void tr_pipeline_step(run *r, const int32_t *x, const int32_t *y, float scale, double *loss_sum,
+                      long *correct)
+{
+    tr_model *m = &r->model;
+    const tr_world *w = r->w;
+    int first = w->pp_rank == 0, last = w->pp_rank == w->pp - 1;
+    int B = (int)r->micro_batch, T = m->targets_per_sample;
+    size_t n = stream_floats(r, B, T);
+    *loss_sum = 0;
+    *correct = 0;
+    for (int i = 0; i < r->nops; i++) {
+        tr_pipe_op op = r->ops[i];
+        int s = op.micro % r->slots;
+        const int32_t *xk = x + (size_t)op.micro * B * T, *yk = y + (size_t)op.micro * B * T;
+        if (!op.backward) {
+            tr_wait(&r->fwd_req[s]); /* the slot's previous output has left */
+            if (!first)
+                tr_recv(tr_gpt_stage_input(m, s), n, TR_F32, w->pp_rank - 1, TAG_ACTIVATION,
+                        w->pp_group);
+            tr_gpt_stage_forward(m, s, xk, B, T);
+            if (last) {
+                long ok = 0;
+                *loss_sum += tr_gpt_stage_loss(m, s, yk, B, &ok);
+                *correct += ok;
+            } else {
+                tr_isend(tr_gpt_stage_output(m, s), n, TR_F32, w->pp_rank + 1, TAG_ACTIVATION,
+                         w->pp_group, &r->fwd_req[s]);
+            }
+            continue;
+        }
+        /* the step's last backward overlaps the data-parallel reduction */
+        int final = i == r->nops - 1;
+        if (final)
+            tr_dp_begin(&r->dp);
+        if (!last)
+            tr_recv(tr_gpt_stage_grad(m), n, TR_F32, w->pp_rank + 1, TAG_GRADIENT, w->pp_group);
+        tr_gpt_stage_backward(m, s, xk, yk, B, scale, final ? tr_dp_grads_ready : NULL, &r->dp);
+        if (!first)
+            tr_send(tr_gpt_stage_grad(m), n, TR_F32, w->pp_rank - 1, TAG_GRADIENT, w->pp_group);
+    }
+    for (int s = 0; s < r->slots; s++)
+        tr_wait(&r->fwd_req[s]);
+}
+
+double tr_pipeline_forward(run *r, const int32_t *x, const int32_t *y, int B, long *correct)
+{
+    tr_model *m = &r->model;
+    const tr_world *w = r->w;
+    int T = m->targets_per_sample;
+    size_t n = stream_floats(r, B, T);
+    if (correct)
+        *correct = 0;
+    if (w->pp_rank > 0)
+        tr_recv(tr_gpt_stage_input(m, 0), n, TR_F32, w->pp_rank - 1, TAG_ACTIVATION,
+                w->pp_group);
+    tr_gpt_stage_forward(m, 0, x, B, T);
+    if (w->pp_rank < w->pp - 1) {
+        tr_send(tr_gpt_stage_output(m, 0), n, TR_F32, w->pp_rank + 1, TAG_ACTIVATION,
+                w->pp_group);
+        return 0;
+    }
+    return tr_gpt_stage_loss(m, 0, y, B, correct);
+}
+
+void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total, int top_k,
+                          float temperature, uint64_t seed)
+{
+    tr_model *m = &r->model;
+    const tr_world *w = r->w;
+    const tr_gpt_config *c = tr_gpt_config_of(m);
+    int first = w->pp_rank == 0, last = w->pp_rank == w->pp - 1;
+    float *full = last ? tr_alloc((size_t)c->Vp * sizeof *full, "sample logits") : NULL;
+    size_t *counts = tr_alloc(2 * (size_t)w->tp * sizeof *counts, "sample gather");
+    for (int n = n_prompt; n < n_total; n++) {
+        int ctx = n < c->T ? n : c->T; /* the newest seq_len tokens */
+        size_t nf = stream_floats(r, 1, ctx);
+        if (!first)
+            tr_recv(tr_gpt_stage_input(m, 0), nf, TR_F32, w->pp_rank - 1, TAG_ACTIVATION,
+                    w->pp_group);
+        tr_gpt_stage_forward(m, 0, tok + n - ctx, 1, ctx);
+        int32_t next = 0;
+        if (!last) {
+            tr_send(tr_gpt_stage_output(m, 0), nf, TR_F32, w->pp_rank + 1, TAG_ACTIVATION,
+                    w->pp_group);
+        } else { /* the full row of logits from the vocabulary shards */
+            int v0, Vl;
+            const float *lg = tr_gpt_stage_logits(m, ctx - 1, &v0, &Vl);
+            memcpy(full + v0, lg, (size_t)Vl * sizeof *full);
+            for (int q = 0; q < w->tp; q++)
+                counts[q] = (size_t)Vl, counts[w->tp + q] = (size_t)q * Vl;
+            if (w->tp > 1)
+                tr_allgatherv(full, counts, counts + w->tp, TR_F32, w->tp_group);
+            next = tr_gpt_pick_token(full, c->V, top_k, temperature, seed, (uint64_t)n);
+        }
+        tr_bcast(&next, 1, TR_I32, w->pp - 1, w->pp_group);
+        tok[n] = next;
+    }
+    tr_free(counts);
+    tr_free(full);
+}
