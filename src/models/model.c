@@ -72,7 +72,8 @@ static void layout_params(tr_model *m)
 {
     size_t off = 0;
     m->ntensors = 0;
-    m->nparams_logical = 0;
+    if (!m->split) /* a split model's builder counted the whole model */
+        m->nparams_logical = 0;
     for (int i = 0; i < m->nlayers; i++)
         for (int p = 0; p < m->layers[i].nparams; p++) {
             tr_param *t = &m->layers[i].params[p];
@@ -83,7 +84,8 @@ static void layout_params(tr_model *m)
             size_t logical = 1;
             for (int d = 0; d < t->ndim; d++)
                 logical *= (size_t)t->dims[d];
-            m->nparams_logical += logical;
+            if (!m->split)
+                m->nparams_logical += logical;
             m->tensors[m->ntensors++] = t;
         }
     m->nparams = off;

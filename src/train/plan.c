@@ -1,46 +1,129 @@
 /* plan.c: trainer --plan's report (plan.h). */
 #include "plan.h"
 #include "core/sysmem.h"
+#include "models/gpt.h"
 
 #include <string.h>
 
 static const char *B(char *buf, size_t len, double bytes) { return tr_bytes_str(buf, len, bytes); }
 
-void tr_plan_print(const tr_plan *p, const tr_deck *d, const tr_model *m, const tr_world *w,
-                   long global_batch, long local_batch, long micro, double device_memory,
-                   FILE *out)
+/* Bytes a rank sends in a ring all-reduce of `bytes` over n ranks. */
+static double allreduce_sent(double bytes, int n) { return n > 1 ? 2.0 * (n - 1) / n * bytes : 0; }
+
+static void print_memory(const tr_plan *p, const char *zero_note, int adamw, FILE *out)
 {
-    char a[32], b[32], c[32];
-    int adamw = !strcmp(tr_deck_str(d, "optim", "name"), "adamw");
-    fprintf(out, "plan: model %s, %zu parameters; %d ranks = dp %d x tp %d x pp %d, %d per node\n",
-            m->name, m->nparams_logical, w->size, w->dp, w->tp, w->pp, w->local_size);
-    fprintf(out, "batch: global %ld, %ld per data-parallel rank in %ld micro-batch%s of %ld\n",
-            global_batch, local_batch, micro, micro == 1 ? "" : "es", local_batch / micro);
-    fprintf(out, "memory per rank:\n");
+    char a[32];
     fprintf(out, "  parameters         %12s\n", B(a, sizeof a, (double)p->mem.parameters));
-    fprintf(out, "  gradients          %12s\n", B(a, sizeof a, (double)p->mem.gradients));
+    fprintf(out, "  gradients          %12s%s\n", B(a, sizeof a, (double)p->mem.gradients),
+            zero_note);
     fprintf(out, "  optimizer state    %12s  (%s)\n", B(a, sizeof a, p->optimizer),
             adamw ? "adamw: two moments" : "sgd: momentum");
     fprintf(out, "  activations        %12s  (batch %d)\n",
             B(a, sizeof a, (double)p->mem.activations), p->max_batch);
     fprintf(out, "  scratch            %12s\n", B(a, sizeof a, (double)p->mem.scratch));
     fprintf(out, "  data buffers       %12s\n", B(a, sizeof a, p->data));
-    fprintf(out, "  communication      %12s  (gradients are all-reduced in place)\n",
+    fprintf(out, "  communication      %12s  (collectives and messages work in place)\n",
             B(a, sizeof a, 0));
     fprintf(out, "  total              %12s\n", B(a, sizeof a, p->total));
+}
+
+/* Tensor-, pipeline- and embedding-group traffic of the GPT per step. */
+static void print_model_parallel_comm(const tr_model *m, const tr_world *w, const tr_deck *d,
+                                      long local_batch, long micro, FILE *out)
+{
+    const tr_gpt_config *c = tr_gpt_config_of(m);
+    if (!c)
+        return;
+    char a[32], b[32], e[32];
+    long mb = local_batch / micro;
+    double stream = (double)mb * c->T * c->C * sizeof(float); /* one micro-batch [B,T,C] */
+    int recompute = !strcmp(tr_deck_str(d, "train", "recompute"), "block");
+    if (w->tp > 1) {
+        /* per block: two all-reduces forward (after each row-parallel layer), two
+         * backward (before each column-parallel layer's input gradient leaves), two
+         * more when the block is recomputed; the embedding and the head one each */
+        int first, nl;
+        tr_gpt_stage_blocks(c, w->pp, 0, &first, &nl);
+        double per_micro = (double)nl * (4 + 2 * recompute) + 1 + (w->pp == 1);
+        double bytes = per_micro * micro * stream;
+        fprintf(out, "  tp group (%d ranks): %.0f all-reduces of %s per micro-batch (stage 0), "
+                "%s per step, each rank sending about %s\n",
+                w->tp, per_micro, B(a, sizeof a, stream), B(b, sizeof b, bytes),
+                B(e, sizeof e, allreduce_sent(bytes, w->tp)));
+    }
+    if (w->pp > 1) {
+        fprintf(out, "  pp group (%d stages): per micro-batch %s of activations forward and %s "
+                "of gradients back across each stage boundary; %s sent per step by a middle "
+                "stage\n",
+                w->pp, B(a, sizeof a, stream), B(b, sizeof b, stream),
+                B(e, sizeof e, 2.0 * micro * stream));
+        double tied = (double)c->Vp / w->tp * c->C * sizeof(float);
+        fprintf(out, "  embedding group (first and last stage): all-reduce of the tied wte's "
+                "gradient, %s per step\n", B(a, sizeof a, tied));
+    }
+}
+
+void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr_model *m,
+                   const tr_world *w, long global_batch, long local_batch, long micro,
+                   double device_memory, FILE *out)
+{
+    char a[32], b[32], c[32];
+    int adamw = !strcmp(tr_deck_str(d, "optim", "name"), "adamw");
+    int zero = (int)tr_deck_int(d, "parallel", "zero");
+    fprintf(out, "plan: model %s, %zu parameters; %d ranks = dp %d x tp %d x pp %d, %d per node\n",
+            m->name, m->nparams_logical, w->size, w->dp, w->tp, w->pp, w->local_size);
+    fprintf(out, "batch: global %ld, %ld per data-parallel rank in %ld micro-batch%s of %ld\n",
+            global_batch, local_batch, micro, micro == 1 ? "" : "es", local_batch / micro);
+    if (w->tp > 1 || w->pp > 1 || zero)
+        fprintf(out, "layout: zero %d, pipeline schedule %s, recompute %s\n", zero,
+                tr_deck_str(d, "parallel", "schedule"), tr_deck_str(d, "train", "recompute"));
+    const char *zero_note = zero == 2 && w->dp > 1
+                                ? "  (zero 2: the owned slice accumulates; the rest is backward's "
+                                  "workspace)"
+                                : "";
+    /* the stage that needs the most decides whether the layout fits */
+    int worst = 0;
+    for (int s = 1; s < nstages; s++)
+        if (plans[s].total > plans[worst].total)
+            worst = s;
+    if (nstages == 1) {
+        fprintf(out, "memory per rank:\n");
+    } else {
+        fprintf(out, "memory per rank by pipeline stage:\n");
+        for (int s = 0; s < nstages; s++) {
+            const tr_gpt_config *gc = tr_gpt_config_of(m);
+            int first = 0, nl = 0;
+            if (gc)
+                tr_gpt_stage_blocks(gc, w->pp, s, &first, &nl);
+            fprintf(out, "  stage %-3d blocks %3d-%-3d %12s%s%s\n", s, first, first + nl - 1,
+                    B(a, sizeof a, plans[s].total), s == 0 ? "  (+ embeddings)" : "",
+                    s == nstages - 1 ? "  (+ head)" : "");
+        }
+        fprintf(out, "stage %d, the largest:\n", worst);
+    }
+    print_memory(&plans[worst], zero_note, adamw, out);
+    const tr_plan *p = &plans[0];
     /* model FLOPs: per sample of a training step, times this rank's samples */
     double flops = tr_model_train_flops(m) * (double)local_batch;
+    int mp = w->tp * w->pp;
     fprintf(out, "compute per step: %.3g GFLOP per rank, %.3g GFLOP in all (model FLOPs)\n",
-            flops / 1e9, flops * w->dp / 1e9);
-    /* a ring (or Rabenseifner) all-reduce sends and receives 2 (n - 1) / n of the data */
-    double grad = (double)p->mem.gradients;
-    if (w->dp > 1)
+            flops / mp / 1e9, flops * w->dp / 1e9);
+    fprintf(out, "communication per step:\n");
+    double grad = (double)p->mem.gradients, par = (double)p->mem.parameters;
+    if (w->dp > 1 && zero)
         fprintf(out,
-                "communication per step: dp group (%d ranks): all-reduce of %s of gradients, "
-                "each rank sending about %s\n",
-                w->dp, B(a, sizeof a, grad), B(b, sizeof b, 2.0 * (w->dp - 1) / w->dp * grad));
+                "  dp group (%d ranks): gradients (%s) reduced to the rank owning each slice, "
+                "then parameters all-gathered; each rank sending about %s\n",
+                w->dp, B(a, sizeof a, grad),
+                B(b, sizeof b, (w->dp - 1.0) / w->dp * (grad + par)));
+    else if (w->dp > 1)
+        fprintf(out,
+                "  dp group (%d ranks): all-reduce of %s of gradients, each rank sending about "
+                "%s\n",
+                w->dp, B(a, sizeof a, grad), B(b, sizeof b, allreduce_sent(grad, w->dp)));
     else
-        fprintf(out, "communication per step: none (one data-parallel rank)\n");
+        fprintf(out, "  dp group: none (one data-parallel rank)\n");
+    print_model_parallel_comm(m, w, d, local_batch, micro, out);
     double cap = device_memory;
     const char *what = "--device-memory";
     if (cap <= 0) {
@@ -50,12 +133,14 @@ void tr_plan_print(const tr_plan *p, const tr_deck *d, const tr_model *m, const 
     }
     if (cap <= 0)
         return;
-    if (p->total > cap)
+    double need = plans[worst].total;
+    if (need > cap)
         fprintf(out,
                 "warning: does not fit: %s per rank needed, %s per rank (%s); raise "
-                "[train] micro_batches, lower batch_size, or use more ranks\n",
-                B(a, sizeof a, p->total), B(b, sizeof b, cap), what);
+                "[train] micro_batches, lower batch_size, use more ranks, tp or pp, "
+                "parallel.zero = 1, or train.recompute = block\n",
+                B(a, sizeof a, need), B(b, sizeof b, cap), what);
     else
-        fprintf(out, "fits: %s of %s per rank (%s), %.0f%%\n", B(a, sizeof a, p->total),
-                B(c, sizeof c, cap), what, 100.0 * p->total / cap);
+        fprintf(out, "fits: %s of %s per rank (%s), %.0f%%\n", B(a, sizeof a, need),
+                B(c, sizeof c, cap), what, 100.0 * need / cap);
 }

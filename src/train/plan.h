@@ -17,11 +17,13 @@ typedef struct tr_plan {
     int max_batch;       /* the largest batch activations are sized for */
 } tr_plan;
 
-/* Prints the plan of rank 0 of the layout w describes: memory by purpose, model
- * FLOPs per step, communication per step per group, and whether it fits
- * device_memory bytes per rank (0: the node's available memory / ranks per node). */
-void tr_plan_print(const tr_plan *p, const tr_deck *d, const tr_model *m, const tr_world *w,
-                   long global_batch, long local_batch, long micro, double device_memory,
-                   FILE *out);
+/* Prints the plan of the layout w describes from each pipeline stage's plan
+ * (plans[0 .. w->pp), m being stage 0's model): memory per rank by purpose, model
+ * FLOPs per step, communication per step per group, and whether the largest stage
+ * fits device_memory bytes per rank (0: the node's available memory / ranks per
+ * node). */
+void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr_model *m,
+                   const tr_world *w, long global_batch, long local_batch, long micro,
+                   double device_memory, FILE *out);
 
 #endif

@@ -204,10 +204,63 @@ static void evaluate(run *r, double *loss, double *acc)
     *acc = sums[1] / (double)r->test.n;
 }
 
+/* "{0,1} {2,3} ..." : the groups of ranks that differ only in one coordinate (tp
+ * stride 1, pp stride tp, dp stride tp x pp), the first few of them. */
+static void print_groups(const tr_world *w, const char *what, int size, int stride)
+{
+    int ngroups = w->size / size, shown = ngroups < 4 ? ngroups : 4;
+    printf("  %s groups:", what);
+    for (int g = 0, found = 0; found < shown && g < w->size; g++) {
+        /* g is the lowest rank of its group when its own coordinate is 0 */
+        if ((g / stride) % size)
+            continue;
+        found++;
+        printf(" {");
+        for (int i = 0; i < size && i < 8; i++)
+            printf(i ? ",%d" : "%d", g + i * stride);
+        printf(size > 8 ? ",...}" : "}");
+    }
+    if (ngroups > shown)
+        printf(" ... (%d groups)", ngroups);
+    printf("\n");
+}
+
+static void print_layout(const run *r)
+{
+    const tr_world *w = r->w;
+    if (w->size == 1)
+        return;
+    printf("layout: %d ranks = dp %d x pp %d x tp %d (tp innermost, then pp, then dp); zero %ld",
+           w->size, w->dp, w->pp, w->tp, tr_deck_int(r->d, "parallel", "zero"));
+    if (r->lm)
+        printf(", recompute %s", tr_deck_str(r->d, "train", "recompute"));
+    if (w->pp > 1)
+        printf(", schedule %s over %ld micro-batches", tr_deck_str(r->d, "parallel", "schedule"),
+               r->micro);
+    printf("\n");
+    if (w->tp > 1)
+        print_groups(w, "tp", w->tp, 1);
+    if (w->pp > 1) {
+        print_groups(w, "pp", w->pp, w->tp);
+        const tr_gpt_config *c = tr_gpt_config_of(&r->model);
+        printf("  stages:");
+        for (int s = 0; s < w->pp && c; s++) {
+            int first, n;
+            tr_gpt_stage_blocks(c, w->pp, s, &first, &n);
+            printf("%s %d: blocks %d-%d%s%s", s ? "," : "", s, first, first + n - 1,
+                   s == 0 ? " + embeddings" : "", s == w->pp - 1 ? " + head" : "");
+        }
+        printf("\n");
+    }
+    if (w->dp > 1 && w->dp < w->size)
+        print_groups(w, "dp", w->dp, w->tp * w->pp);
+}
+
 static void print_banner(run *r)
 {
     if (r->w->rank)
         return;
+    print_layout(r);
     printf("model %s: %zu parameters, %d layers\n", r->model.name, r->model.nparams_logical,
            r->model.nlayers);
     if (r->lm)
@@ -228,13 +281,36 @@ static void print_banner(run *r)
 
 /* Refuses, with numbers, a run whose buffers cannot fit in this rank's share of the
  * node's memory, before anything is allocated. */
-static tr_plan make_plan(run *r, int max_batch)
+/* This rank's share of the model and how its stage keeps activations. */
+static tr_model_layout model_layout(run *r)
+{
+    const tr_world *w = r->w;
+    r->schedule = strcmp(tr_deck_str(r->d, "parallel", "schedule"), "gpipe") ? TR_SCHED_1F1B
+                                                                             : TR_SCHED_GPIPE;
+    r->slots = tr_pipeline_slots(r->schedule, w->pp, w->pp_rank, (int)r->micro);
+    tr_model_layout lay = {
+        .tp = w->tp,
+        .tp_rank = w->tp_rank,
+        .pp = w->pp,
+        .pp_rank = w->pp_rank,
+        .tp_group = w->tp_group,
+        .slots = r->slots,
+        .recompute = !strcmp(tr_deck_str(r->d, "train", "recompute"), "block"),
+    };
+    return lay;
+}
+
+static tr_plan make_plan(run *r, tr_model *m, int max_batch)
 {
     tr_plan p = {.max_batch = max_batch};
-    p.mem = tr_model_plan(&r->model, &tr_cpu_kernels, max_batch);
+    p.mem = tr_model_plan(m, &tr_cpu_kernels, max_batch);
     int adamw = !strcmp(tr_deck_str(r->d, "optim", "name"), "adamw");
-    p.optimizer = (adamw ? 2.0 : 1.0) * (double)p.mem.parameters;
-    p.data = r->lm ? 2.0 * (double)r->local_batch * r->model.targets_per_sample * sizeof(int32_t)
+    /* ZeRO: the state of this rank's slice only */
+    int zero = (int)tr_deck_int(r->d, "parallel", "zero"), dp = r->w->dp;
+    double slice = zero && dp > 1 ? (double)((m->nparams + (size_t)dp - 1) / (size_t)dp)
+                                  : (double)m->nparams;
+    p.optimizer = (adamw ? 2.0 : 1.0) * slice * sizeof(float);
+    p.data = r->lm ? 2.0 * (double)r->local_batch * m->targets_per_sample * sizeof(int32_t)
                    : 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h *
                          r->train.w * sizeof(float);
     p.total = (double)p.mem.parameters + p.mem.gradients + p.mem.activations + p.mem.scratch +
@@ -242,9 +318,36 @@ static tr_plan make_plan(run *r, int max_batch)
     return p;
 }
 
+/* trainer --plan: every pipeline stage's plan (tp rank 0 of each: the tp ranks hold
+ * equal shares), each from the model that stage would build. */
+static void print_plan(run *r, int max_batch)
+{
+    int pp = r->w->pp;
+    tr_plan *plans = tr_alloc((size_t)pp * sizeof *plans, "plan");
+    plans[0] = make_plan(r, &r->model, max_batch);
+    for (int s = 1; s < pp; s++) {
+        tr_world w = *r->w;
+        tr_world *saved = r->w;
+        w.pp_rank = s;
+        r->w = &w;
+        tr_model_layout lay = model_layout(r);
+        tr_model m;
+        char msg[1024];
+        if (tr_model_build(&m, r->model.name, r->d, (tr_shape){1, 1, 1}, &lay, msg, sizeof msg))
+            tr_fatal(TR_EXIT_SOFTWARE, "bug: stage %d of a checked layout: %s", s, msg);
+        plans[s] = make_plan(r, &m, max_batch);
+        tr_model_free(&m);
+        r->w = saved;
+    }
+    r->slots = tr_pipeline_slots(r->schedule, pp, 0, (int)r->micro);
+    tr_plan_print(plans, pp, r->d, &r->model, r->w, r->global_batch, r->local_batch, r->micro,
+                  r->rt->plan_device_memory, stdout);
+    tr_free(plans);
+}
+
 static int check_memory(run *r, int max_batch)
 {
-    tr_plan p = make_plan(r, max_batch);
+    tr_plan p = make_plan(r, &r->model, max_batch);
     tr_model_memory mem = p.mem;
     double optim = p.optimizer, need = p.total;
     size_t avail = tr_mem_available();
@@ -263,25 +366,6 @@ static int check_memory(run *r, int max_batch)
              tr_bytes_str(e, sizeof e, (double)(mem.activations + mem.scratch)), max_batch,
              tr_bytes_str(f, sizeof f, share), tr_bytes_str(g, sizeof g, (double)avail), ranks);
     return TR_EXIT_OSERR;
-}
-
-/* This rank's share of the model and how its stage keeps activations. */
-static tr_model_layout model_layout(run *r)
-{
-    const tr_world *w = r->w;
-    r->schedule = strcmp(tr_deck_str(r->d, "parallel", "schedule"), "gpipe") ? TR_SCHED_1F1B
-                                                                             : TR_SCHED_GPIPE;
-    r->slots = tr_pipeline_slots(r->schedule, w->pp, w->pp_rank, (int)r->micro);
-    tr_model_layout lay = {
-        .tp = w->tp,
-        .tp_rank = w->tp_rank,
-        .pp = w->pp,
-        .pp_rank = w->pp_rank,
-        .tp_group = w->tp_group,
-        .slots = r->slots,
-        .recompute = !strcmp(tr_deck_str(r->d, "train", "recompute"), "block"),
-    };
-    return lay;
 }
 
 /* setup's answer when it has printed a plan instead of preparing a run */
@@ -365,9 +449,7 @@ static int setup(run *r)
         r->eval_local_batch = r->micro_batch; /* sequences are large: eval as trained */
     long max_batch = r->micro_batch > r->eval_local_batch ? r->micro_batch : r->eval_local_batch;
     if (r->rt->plan_ranks) {
-        tr_plan p = make_plan(r, (int)max_batch);
-        tr_plan_print(&p, r->d, &r->model, r->w, r->global_batch, r->local_batch, r->micro,
-                      r->rt->plan_device_memory, stdout);
+        print_plan(r, (int)max_batch);
         return PLAN_DONE;
     }
     rc = tr_comm_agree(r->w, check_memory(r, (int)max_batch), r->err);
