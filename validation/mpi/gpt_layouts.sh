@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# gpt_layouts.sh: the same GPT run on any layout. A 4-block GPT (4 heads, so tp up
+# to 4) on the Brown bytes, fixed seed, unshuffled windows, global batch 8 in 4 or 8
+# micro-batches, AdamW with clipping, 20 steps: every layout below must give the
+# single-rank loss curve (each step's training loss and the final validation loss)
+# within a relative 2e-6. Only the fp32 summation order differs between layouts
+# (partial sums over tp ranks, gradient sums over dp ranks, norm sums by slice); the
+# differences measured here are about 1e-7 after 20 steps, so 2e-6 catches any real
+# error (a missed all-reduce, a wrong shard, a stale activation slot) by orders of
+# magnitude while never flaking. The learning rate is modest on purpose: at 3e-3 this
+# model hits a loss spike at step 15 (gradient norm 275), and a spike turns 1e-8
+# rounding differences into 1e-4 ones; any layout comparison needs a smooth curve.
+source "$(dirname "$0")/../lib.sh"
+BYTES=$SRC/data/brown/bytes
+[ -f "$BYTES.train.tok" ] || { echo "skipped: no Brown token files (run scripts/prepare_text.sh)"; exit 77; }
+printf '[model]\nname = gpt\n' >"$WORK/gpt.in"
+common=(model.n_layer=4 model.n_head=4 model.n_embd=64 model.seq_len=32 model.vocab_size=256
+  data.format=tokens data.tokenizer=bytes data.train_tokens="$BYTES.train.tok"
+  data.val_tokens="$BYTES.val.tok" data.val_limit=16 data.shuffle=false train.batch_size=8
+  train.micro_batches=4 train.steps=20 train.eval_every=0 train.log_every=1 optim.name=adamw
+  optim.lr=1e-3 optim.clip_grad_norm=1.0 optim.weight_decay=0.1 run.progress=off
+  checkpoint.at_end=false sample.length=0)
+RUN_TIMEOUT=180
+
+layout() { # layout NP NAME overrides...
+  local np=$1 name=$2; shift 2
+  run "$np" "$WORK/$name.out" "$WORK/$name.err" "$WORK/gpt.in" "${common[@]}" "$@" \
+    run.dir="$WORK/$name"
+  check "$name: exit $RC: $(tail -3 "$WORK/$name.err")" [ "$RC" = 0 ]
+}
+
+layout 1 single
+layout 2 dp2
+layout 2 tp2 parallel.tp=2
+layout 2 pp2 parallel.pp=2
+layout 4 tp2_pp2 parallel.tp=2 parallel.pp=2
+layout 8 dp2_tp2_pp2 parallel.tp=2 parallel.pp=2
+layout 4 tp4 parallel.tp=4
+layout 4 pp4_m4 parallel.pp=4
+layout 4 pp4_m8 parallel.pp=4 train.micro_batches=8
+layout 4 pp4_gpipe parallel.pp=4 parallel.schedule=gpipe
+layout 2 zero1 parallel.zero=1
+layout 4 zero2_dp4 parallel.zero=2 train.micro_batches=2
+layout 2 recompute train.recompute=block
+layout 8 dp2_tp2_pp2_zero1_recompute parallel.tp=2 parallel.pp=2 parallel.zero=1 \
+  train.recompute=block parallel.schedule=gpipe
+layout 8 dp2_pp4_zero2 parallel.pp=4 parallel.zero=2
+grep -q "tp groups: {0,1} {2,3} {4,5} {6,7}" "$WORK/dp2_tp2_pp2.out" ||
+  fail "the banner names the tp groups: $(grep -A4 '^layout' "$WORK/dp2_tp2_pp2.out")"
+grep -q "stages: 0: blocks 0-1 + embeddings, 1: blocks 2-3 + head" "$WORK/dp2_tp2_pp2.out" ||
+  fail "the banner names the stages: $(grep -A4 '^layout' "$WORK/dp2_tp2_pp2.out")"
+
+check "every layout's loss curve matches one rank's" "$PYTHON" - "$WORK" <<'PY'
+import csv, glob, os, sys
+work = sys.argv[1]
+def rows(name):
+    with open(os.path.join(work, name, "metrics.csv")) as f:
+        return [(r["phase"], int(r["step"]), float(r["loss"])) for r in csv.DictReader(f)]
+ref = rows("single")
+assert sum(1 for p, _, _ in ref if p == "train") >= 20, "fewer than 20 training steps"
+bad = 0
+for d in sorted(glob.glob(os.path.join(work, "*", "metrics.csv"))):
+    name = os.path.basename(os.path.dirname(d))
+    if name == "single":
+        continue
+    got = rows(name)
+    if [(p, s) for p, s, _ in got] != [(p, s) for p, s, _ in ref]:
+        print(f"{name}: rows differ from the single-rank run"); bad += 1; continue
+    worst = max(abs(a[2] - b[2]) / abs(a[2]) for a, b in zip(ref, got))
+    print(f"{name:32s} worst relative loss difference {worst:.2e} over {len(got)} rows")
+    bad += worst > 2e-6
+sys.exit(1 if bad else 0)
+PY
+finish
