@@ -83,6 +83,9 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             "  \"dp\": %d,\n"
             "  \"tp\": %d,\n"
             "  \"pp\": %d,\n"
+            "  \"zero\": %d,\n"
+            "  \"peak_rss_bytes\": %.0f,\n"
+            "  \"optimizer_state_bytes\": %.0f,\n"
             "  \"threads_per_rank\": %d,\n"
             "  \"blas_core\": \"%s\"\n"
             "}\n",
@@ -90,7 +93,8 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             s->global_batch, s->parameters, s->samples_per_second, s->gflops_per_second,
             s->peak_gflops, s->mfu, s->tokens_per_second, s->val_perplexity,
             s->unigram_perplexity, s->wall_seconds, s->train_seconds, s->comm_wait_seconds, s->ranks, s->dp, s->tp,
-            s->pp, s->threads_per_rank, s->blas_core);
+            s->pp, s->zero, s->peak_rss_bytes, s->optimizer_state_bytes, s->threads_per_rank,
+            s->blas_core);
     int bad = ferror(f);
     if (fclose(f) || bad)
         return errno ? errno : EIO;

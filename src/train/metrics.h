@@ -27,8 +27,10 @@ typedef struct tr_summary {
     double peak_gflops, mfu;                /* all ranks' peak; model FLOPs utilisation */
     double tokens_per_second;               /* language models (0 otherwise) */
     double val_perplexity, unigram_perplexity;
-    int ranks, dp, tp, pp, threads_per_rank;
+    int ranks, dp, tp, pp, threads_per_rank, zero;
     long global_batch;
+    double peak_rss_bytes;        /* the largest peak resident memory of any rank */
+    double optimizer_state_bytes; /* the largest optimizer state of any rank */
 } tr_summary;
 
 /* Writes DIR/summary.json; returns 0 or errno. */

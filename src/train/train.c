@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 /* "FILE:LINE: " prefix for a message about one deck key */
@@ -747,6 +748,12 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
     tr_progress_break(&prog);
     double wall = tr_wtime() - rt->start_time;
     double rate = samples_done / (t_train > 0 ? t_train : 1e-9);
+    /* memory as measured: the worst rank's peak resident set and optimizer state */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double mem[2] = {(double)ru.ru_maxrss * 1024.0,
+                     (double)(r->opt.hi - r->opt.lo) * sizeof(float) * (r->opt.v ? 2 : 1)};
+    tr_allreduce(mem, mem, 2, TR_F64, TR_MAX, w->world);
     if (w->rank == 0) {
         tr_summary s = {0};
         s.model = r->model.name;
@@ -770,6 +777,9 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         s.train_seconds = t_train + t_first;
         s.comm_wait_seconds = r->dp.comm_wait_s;
         s.ranks = w->size, s.dp = w->dp, s.tp = w->tp, s.pp = w->pp;
+        s.zero = (int)tr_deck_int(d, "parallel", "zero");
+        s.peak_rss_bytes = mem[0];
+        s.optimizer_state_bytes = mem[1];
         s.threads_per_rank = rt->threads;
         s.global_batch = r->global_batch;
         int e = tr_summary_write(r->dir, &s);

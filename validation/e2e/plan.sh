@@ -31,6 +31,28 @@ else
 import sys; p, m = $planned, $rss; sys.exit(0 if abs(p - m) <= 0.2 * m else 1)"
 fi
 
+# a tensor x pipeline layout: the largest stage's plan against the largest rank's
+# measured peak (GPT-2 124M at context 64 on tp 2 x pp 2, 2 micro-batches)
+lay=(parallel.tp=2 parallel.pp=2 train.micro_batches=2 run.dir="$WORK/run4")
+"$TRAINER" --plan --ranks 4 "${args[@]}" "${lay[@]}" >"$WORK/plan_tp_pp" 2>"$WORK/err"
+check "tp x pp plan: exit $? $(cat "$WORK/err")" grep -q "memory per rank by pipeline stage" \
+  "$WORK/plan_tp_pp"
+for what in "tp group (2 ranks)" "pp group (2 stages)" "embedding group" "stage 1 "; do
+  check "tp x pp plan shows $what" grep -q "$what" "$WORK/plan_tp_pp"
+done
+planned=$("$PYTHON" -c "
+import re
+m = re.search(r'total +([0-9.]+) (B|KiB|MiB|GiB)', open('$WORK/plan_tp_pp').read())
+print(int(float(m.group(1)) * {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}[m.group(2)]))")
+run 4 "$WORK/out" "$WORK/err" "${args[@]}" "${lay[@]}"
+check "the planned tp x pp run: exit $RC $(tail -2 "$WORK/err")" grep -q "^done" "$WORK/out"
+rss=$("$PYTHON" -c "import json; print(int(json.load(open('$WORK/run4/summary.json'))['peak_rss_bytes']))")
+echo "tp x pp: planned $planned bytes for the largest stage, measured peak resident $rss bytes"
+if ! ldd "$TRAINER" | grep -q libasan; then
+  check "tp x pp: planned $planned within 20% of the measured peak $rss" "$PYTHON" -c "
+import sys; p, m = $planned, $rss; sys.exit(0 if abs(p - m) <= 0.2 * m else 1)"
+fi
+
 "$TRAINER" --plan inputs/gpt_brown.in --ranks 4 --device-memory 200MiB >"$WORK/plan4" 2>&1
 check "4 ranks: dp all-reduce volume" grep -q "dp group (4 ranks): all-reduce of" "$WORK/plan4"
 check "a device too small: warning" grep -q "warning: does not fit" "$WORK/plan4"
