@@ -9,13 +9,14 @@
 # WHAT WORKS TODAY AND WHAT WAITS
 #   Works: the Slurm side, all of it: allocation, srun with PMIx, binding, the
 #   trainer's checks of the layout against the allocation, run directory by job id,
-#   the checkpoint on --signal, exit 75, requeue and exact resume. The test suite
+#   the checkpoint on --signal, exit 75, requeue and exact resume; and the layout:
+#   tensor and pipeline parallelism and ZeRO run on CPUs. The test suite
 #   (ctest -L slurm) runs this very script on a private Slurm, shrunk to one node on
-#   the CPU:  DEVICE=cpu TP=1 PP=1 sbatch --nodes=1 --ntasks-per-node=2 ... .
-#   Waits: the CUDA backend ([system] device = cuda is not accepted yet) and
-#   pipeline parallelism (the gpt model refuses pp > 1 for now). Until they land,
-#   this script as written stops at once with exit 64 and a message that says so;
-#   the job is not requeued. DEVICE=cpu TP=1 PP=1 runs it data-parallel on CPUs.
+#   the CPU as a 2-stage pipeline:  DEVICE=cpu PP=2 sbatch --nodes=1
+#   --ntasks-per-node=2 ... .
+#   Waits: the CUDA backend ([system] device = cuda is not accepted yet). Until it
+#   lands, this script as written stops at once with exit 64 and a message that says
+#   so; the job is not requeued. DEVICE=cpu runs it on CPUs.
 #
 # FOR YOUR CLUSTER, change:
 #   - partition and account: uncomment and fill in the two "##SBATCH" lines below;

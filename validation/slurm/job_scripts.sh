@@ -56,10 +56,11 @@ check "gpt2-124m: warned once that the job's 2 GPUs stay idle" \
 check "gpt2-124m: the deck's [run] dir is kept" [ -f "$WORK/runs/gpt2_124m/summary.json" ]
 
 # ---- the 512-GPU script, one node, CPU, a deck without [run] dir
-DEVICE=cpu TP=1 PP=1 DECK=$WORK/gpt.in OVERRIDES="train.batch_size=8 train.micro_batches=2
+DEVICE=cpu TP=1 PP=2 DECK=$WORK/gpt.in OVERRIDES="train.batch_size=8 train.micro_batches=4
   train.steps=30" \
   submit gpt-512 jobs/gpt_512gpu.sh --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0
 check "gpt-512: trained to the end" grep -q "^done: 30 steps" "$OUT"
+check "gpt-512: as a 2-stage pipeline" grep -q "^layout: 2 ranks = dp 1 x pp 2 x tp 1" "$OUT"
 check "gpt-512: run directory named after the job" grep -q "directory runs/gpt-$J\$" "$OUT"
 check "gpt-512: its checkpoint there" [ -f "$WORK/runs/gpt-$J/checkpoints/step_00000030.h5" ]
 check "gpt-512: the resolved deck says where [run] dir came from" \
