@@ -2,18 +2,36 @@
  *
  * Layout (format "trainer-checkpoint", version 1):
  *   /                    attributes: format, format_version, model, step, epoch,
- *                        seed, optimizer, written_ranks/dp/tp/pp, trainer_version
+ *                        seed, optimizer, written_ranks/dp/tp/pp/zero, trainer_version
  *   /deck                the resolved deck text (a string dataset)
  *   /model/<layer>/<p>   every parameter at its full logical shape (float32)
  *   /optimizer/<state>/<layer>/<p>   optimizer state shaped like its parameter
  * Every tensor dataset carries the attributes kind, layer and crc32 (zlib's CRC-32
- * of its little-endian float32 bytes in row-major order).
+ * of the whole logical tensor's little-endian float32 bytes in row-major order).
+ * The file does not depend on the layout that wrote it: any layout reads it.
  *
- * Writes are collective through MPI-IO: each rank writes only its hyperslab (a
- * band of rows) of each tensor, into DIR/step_NNNNNNNN.h5.tmp; the file is flushed,
- * synced and only then renamed into place, so a crash mid-write leaves the
- * previous checkpoint as the newest valid one. This module knows nothing of
- * models: the caller lists the tensors. */
+ * Who holds what: a rank describes, per tensor, which part of the logical tensor
+ * it holds (blocks of rows and columns under tensor parallelism, a slice of the
+ * flat buffer under ZeRO, all of it otherwise), which of those elements are in
+ * memory, and which of them it owns. The own ranges of all ranks cover every
+ * element exactly once (replicas split a tensor into bands, copies own nothing).
+ * Ranks may hold different tensors (pipeline stages): the file gets the union,
+ * each tensor described by the rank that owns its first element.
+ *
+ * Writes: the datasets are created collectively through HDF5 (allocated early, so
+ * each has a fixed place in the file); then each rank writes its own elements
+ * straight through MPI-IO, one contiguous run of the file at a time, into
+ * DIR/step_NNNNNNNN.h5.tmp; the file is synced and only then renamed into place,
+ * so a crash mid-write leaves the previous checkpoint as the newest valid one.
+ * A tensor's checksum is combined from the CRCs of every rank's runs (sent to one
+ * rank per tensor, which orders them by offset and checks that they tile the
+ * tensor exactly), so no rank touches more than it owns.
+ *
+ * Reads: each rank reads only the elements it keeps in memory, through HDF5
+ * hyperslab selections, and checksums the ones it owns; the run CRCs are combined
+ * as on write and compared with the file's. Every failure is agreed on: all ranks
+ * return the same code and the same message. This module knows nothing of models:
+ * the caller lists the tensors. */
 #ifndef TR_CHECKPOINT_H
 #define TR_CHECKPOINT_H
 
@@ -26,13 +44,32 @@
 #define TR_CKPT_VERSION 1
 #define TR_CKPT_MAX_DIMS 4
 
+/* A rectangle of a tensor viewed as a matrix [dims[0], product of the other dims]
+ * (a 1-D tensor is [n, 1]): rows [row0, row0 + rows) x columns [col0, col0 + cols). */
+typedef struct tr_ckpt_block {
+    uint64_t row0, col0, rows, cols;
+} tr_ckpt_block;
+
+#define TR_CKPT_MAX_BLOCKS 4
+
+/* One tensor as this rank sees it. Its local elements are numbered 0, 1, ... over
+ * the blocks one after another, each block row-major (nblocks = 0: the whole
+ * logical tensor, row-major); padding a rank keeps after them is not numbered. */
 typedef struct tr_ckpt_tensor {
     char path[160]; /* "/model/fc1/weight" */
     char kind[32];  /* "parameter", "momentum", "adam_m", "adam_v" */
     char layer[32];
     int ndim;
-    uint64_t dims[TR_CKPT_MAX_DIMS];
-    float *data; /* the full logical tensor, present on every rank (data parallel) */
+    uint64_t dims[TR_CKPT_MAX_DIMS]; /* the logical shape, as stored */
+    int nblocks;                     /* 0: the whole tensor */
+    tr_ckpt_block block[TR_CKPT_MAX_BLOCKS];
+    /* local elements [data_lo, data_hi) are in memory at data (data[0] is element
+     * data_lo): a read fills exactly these; may be empty (data unused) */
+    float *data;
+    uint64_t data_lo, data_hi;
+    /* local elements [own_lo, own_hi), within the data range, that this rank writes
+     * and checksums; over all ranks the own ranges partition the logical tensor */
+    uint64_t own_lo, own_hi;
 } tr_ckpt_tensor;
 
 typedef struct tr_ckpt_meta {
@@ -42,6 +79,7 @@ typedef struct tr_ckpt_meta {
     double epoch;
     uint64_t seed;
     int ranks, dp, tp, pp; /* the layout it was written at */
+    int zero;              /* ZeRO stage it was written at (0 in older files) */
     const char *deck_text; /* on write */
     int collective_io;     /* on write: MPI-IO collective buffering for tensor data */
 } tr_ckpt_meta;
@@ -54,15 +92,21 @@ typedef struct tr_ckpt_stats {
 /* DIR/step_NNNNNNNN.h5 */
 void tr_ckpt_path(char *buf, size_t len, const char *dir, long step);
 
-/* Collective over g. Returns 0, or TR_EXIT_IOERR with err set on every rank; a
- * failed write removes its temporary file and leaves older checkpoints alone. */
+/* Collective over g (every rank of the run, whatever tensors it holds). Returns 0,
+ * or TR_EXIT_IOERR with the same err on every rank (TR_EXIT_SOFTWARE when the
+ * ranks' descriptions do not fit together: a bug in the caller); a failed write
+ * removes its temporary file and leaves older checkpoints alone. meta->collective_io
+ * makes every rank issue the same number of collective MPI-IO writes (the most any
+ * rank needs; the others add empty ones). */
 int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n,
                   tr_group *g, tr_ckpt_stats *stats, char *err, size_t errlen);
 
 /* Collective over g. Checks format, version, model, optimizer, every tensor's
- * presence, shape and checksum, then fills the tensors. On failure returns
- * TR_EXIT_DATA (or TR_EXIT_NOINPUT when the file cannot be opened) with err
- * naming the file and the problem, and the tensors are unspecified. */
+ * presence, shape and checksum, and fills each tensor's data range (and nothing
+ * else: padding is left alone). On failure returns TR_EXIT_DATA (TR_EXIT_NOINPUT
+ * when the file cannot be opened, TR_EXIT_SOFTWARE when the descriptions do not
+ * fit together) with the same err on every rank, naming the file and the problem,
+ * and the tensors are unspecified. */
 int tr_ckpt_read(const char *path, tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n,
                  tr_group *g, char *err, size_t errlen);
 

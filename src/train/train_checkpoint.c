@@ -1,5 +1,6 @@
-/* train_checkpoint.c: maps the model and optimizer onto checkpoint tensors and
- * applies the deck's checkpoint policy. */
+/* train_checkpoint.c: maps the model and optimizer onto checkpoint tensors (what
+ * this rank holds of each, and which part of it it writes) and applies the deck's
+ * checkpoint policy. */
 #include "train_checkpoint.h"
 #include "core/error.h"
 
@@ -7,8 +8,77 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void add(tr_train_ckpt *c, const tr_layer *l, const tr_param *p, const char *state,
-                float *data)
+_Static_assert(TR_SHARD_MAX_BLOCKS <= TR_CKPT_MAX_BLOCKS,
+               "a checkpoint tensor must hold every shard block of a parameter");
+
+/* The local elements of p that belong to the logical tensor: its blocks, or all of
+ * it; padding after them is never stored. */
+static uint64_t block_elements(const tr_param *p)
+{
+    uint64_t n = 1;
+    if (!p->nblocks) {
+        for (int d = 0; d < p->ndim; d++)
+            n *= (uint64_t)p->dims[d];
+        return n;
+    }
+    n = 0;
+    for (int b = 0; b < p->nblocks; b++)
+        n += (uint64_t)p->block[b].rows * (uint64_t)p->block[b].cols;
+    return n;
+}
+
+/* Band i of n of [lo, hi): how replicas share the writing of identical values. */
+static void band(uint64_t lo, uint64_t hi, int i, int n, uint64_t *a, uint64_t *b)
+{
+    *a = lo + (hi - lo) * (uint64_t)i / (uint64_t)n;
+    *b = lo + (hi - lo) * (uint64_t)(i + 1) / (uint64_t)n;
+}
+
+/* Parameters, and optimizer state without ZeRO: every rank holds all of its part.
+ * The ranks holding the same values (the dp ranks, and the tp ranks too for a
+ * tp_replica tensor) each own a band; a tied copy owns nothing (its twin on the
+ * first stage is written), but is read like any other. */
+static void own_replicated(tr_ckpt_tensor *t, const tr_param *p, float *data, const tr_world *w)
+{
+    t->data = data;
+    t->data_lo = 0;
+    t->data_hi = block_elements(p);
+    int n = w->dp, i = w->dp_rank;
+    if (p->tp_replica)
+        n *= w->tp, i = i * w->tp + w->tp_rank;
+    if (p->tied_copy)
+        t->own_lo = t->own_hi = 0;
+    else
+        band(t->data_lo, t->data_hi, i, n, &t->own_lo, &t->own_hi);
+}
+
+/* Optimizer state under ZeRO: the rank holds the flat slice [o->lo, o->hi) of
+ * state, which covers part of p, all of it or none; the dp ranks partition the
+ * flat buffer, so each element's state is on one dp rank, and only the tp ranks of
+ * a replicated tensor hold the same values: they split it in bands. */
+static void own_sliced(tr_ckpt_tensor *t, const tr_param *p, float *state, const tr_optim *o,
+                       const tr_world *w)
+{
+    uint64_t first = p->offset, end = first + block_elements(p);
+    uint64_t lo = o->lo > first ? o->lo : first, hi = o->hi < end ? o->hi : end;
+    t->data = NULL;
+    t->data_lo = t->data_hi = t->own_lo = t->own_hi = 0;
+    if (lo >= hi)
+        return;
+    t->data = state + (lo - o->lo);
+    t->data_lo = lo - first;
+    t->data_hi = hi - first;
+    if (p->tied_copy)
+        t->own_lo = t->own_hi = t->data_lo;
+    else if (p->tp_replica)
+        band(t->data_lo, t->data_hi, w->tp_rank, w->tp, &t->own_lo, &t->own_hi);
+    else
+        t->own_lo = t->data_lo, t->own_hi = t->data_hi;
+}
+
+/* The tensor's name and logical shape, and which blocks of it this rank holds. */
+static tr_ckpt_tensor *add(tr_train_ckpt *c, const tr_layer *l, const tr_param *p,
+                           const char *state)
 {
     tr_ckpt_tensor *t = &c->tensors[c->ntensors++];
     memset(t, 0, sizeof *t);
@@ -21,7 +91,24 @@ static void add(tr_train_ckpt *c, const tr_layer *l, const tr_param *p, const ch
     t->ndim = p->ndim;
     for (int d = 0; d < p->ndim; d++)
         t->dims[d] = (uint64_t)p->dims[d];
-    t->data = data;
+    t->nblocks = p->nblocks;
+    for (int b = 0; b < p->nblocks; b++) {
+        const tr_shard_block *k = &p->block[b];
+        t->block[b] = (tr_ckpt_block){(uint64_t)k->row0, (uint64_t)k->col0, (uint64_t)k->rows,
+                                      (uint64_t)k->cols};
+    }
+    return t;
+}
+
+/* An optimizer state tensor: state is the flat buffer (m or v) of o. */
+static void add_state(tr_train_ckpt *c, const tr_layer *l, const tr_param *p, const char *name,
+                      float *state, const tr_model *m, const tr_optim *o, const tr_world *w)
+{
+    tr_ckpt_tensor *t = add(c, l, p, name);
+    if (o->lo == 0 && o->hi == m->nparams)
+        own_replicated(t, p, state + p->offset, w);
+    else
+        own_sliced(t, p, state, o, w);
 }
 
 static char *resolved_deck_text(const tr_deck *d)
@@ -61,12 +148,12 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
                 const tr_layer *l = &m->layers[i];
                 const tr_param *pr = &l->params[p];
                 if (s < 0)
-                    add(c, l, pr, NULL, pr->value);
+                    own_replicated(add(c, l, pr, NULL), pr, pr->value, w);
                 else if (o->kind == TR_OPT_SGD)
-                    add(c, l, pr, "momentum", o->m + pr->offset);
+                    add_state(c, l, pr, "momentum", o->m, m, o, w);
                 else
-                    add(c, l, pr, s == 0 ? "adam_m" : "adam_v",
-                        (s == 0 ? o->m : o->v) + pr->offset);
+                    add_state(c, l, pr, s == 0 ? "adam_m" : "adam_v", s == 0 ? o->m : o->v, m,
+                              o, w);
             }
     snprintf(c->meta.model, sizeof c->meta.model, "%s", m->name);
     snprintf(c->meta.optimizer, sizeof c->meta.optimizer, "%s",
@@ -74,6 +161,7 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
     c->meta.seed = (uint64_t)tr_deck_int(d, "train", "seed");
     c->meta.collective_io = tr_deck_bool(d, "checkpoint", "collective_io");
     c->meta.ranks = w->size, c->meta.dp = w->dp, c->meta.tp = w->tp, c->meta.pp = w->pp;
+    c->meta.zero = (int)tr_deck_int(d, "parallel", "zero");
     c->deck_text = resolved_deck_text(d);
 }
 
@@ -96,9 +184,9 @@ static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *ste
     c->last_written = meta.step;
     if (w->rank == 0) {
         printf("resumed from %s: step %ld, epoch %.2f (written at %d rank%s: dp %d, tp %d, pp "
-               "%d)\n",
+               "%d, zero %d)\n",
                path, meta.step, meta.epoch, meta.ranks, meta.ranks == 1 ? "" : "s", meta.dp,
-               meta.tp, meta.pp);
+               meta.tp, meta.pp, meta.zero);
         if (meta.seed != c->meta.seed)
             printf("warning: the checkpoint was written with seed %llu and this deck has %llu: "
                    "the data order after step %ld differs from the original run\n",

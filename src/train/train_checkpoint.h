@@ -15,13 +15,18 @@ typedef struct tr_train_ckpt {
     long every;
     int keep, at_start, at_end;
     char resume[TR_DECK_VALUE_MAX];
-    tr_ckpt_tensor *tensors; /* parameters, then each optimizer state */
+    /* parameters, then each optimizer state: what this rank holds of each (its tp
+     * blocks, its ZeRO slice of the state) and the part it writes */
+    tr_ckpt_tensor *tensors;
     int ntensors;
     tr_ckpt_meta meta; /* model, optimizer, seed, layout; step set per write */
     char *deck_text;   /* the resolved deck, saved in every checkpoint */
     long last_written; /* step of the newest checkpoint this run wrote or loaded */
 } tr_train_ckpt;
 
+/* The tensor list for this rank's model (its stage's layers, its shards) and its
+ * optimizer state (o->lo, o->hi: its ZeRO slice), owned so that every element of
+ * the file is written by exactly one rank of w. */
 void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
                         const tr_model *m, const tr_optim *o, const tr_world *w);
 void tr_train_ckpt_free(tr_train_ckpt *c);

@@ -14,11 +14,18 @@ source "$(dirname "$0")/../lib.sh"
 args=(inputs/gpt_brown.in model.n_embd=512 model.n_head=8 model.seq_len=32 train.batch_size=4
   data.format=random_tokens train.steps=3 train.log_every=1 data.val_limit=0 checkpoint.every=0 checkpoint.at_end=false sample.length=0
   system.peak_gflops=100 run.progress=off)
+if ldd "$TRAINER" | grep -q libasan; then # the state's ratio only: a smaller model
+  args+=(model.n_embd=128 model.n_head=4)
+fi
 for z in 0 1; do
   run 4 "$WORK/out$z" "$WORK/err$z" "${args[@]}" parallel.zero=$z run.dir="$WORK/z$z"
   check "zero $z: exit $RC $(tail -2 "$WORK/err$z")" [ "$RC" = 0 ]
 done
-check "ZeRO-1 cuts the optimizer state 3.5x and the resident memory with it" "$PYTHON" - "$WORK" <<'PY'
+# (resident memory is compared only outside AddressSanitizer, whose shadow memory and
+# quarantine are memory of its own)
+asan=0
+ldd "$TRAINER" | grep -q libasan && asan=1
+check "ZeRO-1 cuts the optimizer state 3.5x and the resident memory with it" "$PYTHON" - "$WORK" "$asan" <<'PY'
 import json, sys
 z0, z1 = (json.load(open(f"{sys.argv[1]}/z{z}/summary.json")) for z in (0, 1))
 s0, s1 = z0["optimizer_state_bytes"], z1["optimizer_state_bytes"]
@@ -26,7 +33,7 @@ r0, r1 = z0["peak_rss_bytes"], z1["peak_rss_bytes"]
 print(f"optimizer state per rank: {s0/2**20:.1f} MiB -> {s1/2**20:.1f} MiB ({s0/s1:.2f}x); "
       f"peak resident: {r0/2**20:.1f} MiB -> {r1/2**20:.1f} MiB "
       f"(down {(r0-r1)/2**20:.1f} MiB, ZeRO-1 should free {0.75*s0/2**20:.1f} MiB)")
-ok = s0 / s1 >= 3.5 and (r0 - r1) >= 0.5 * 0.75 * s0
+ok = s0 / s1 >= 3.5 and (sys.argv[2] == "1" or (r0 - r1) >= 0.5 * 0.75 * s0)
 sys.exit(0 if ok else 1)
 PY
 check "same losses with and without ZeRO" "$PYTHON" "$SRC/validation/compare_metrics.py" \

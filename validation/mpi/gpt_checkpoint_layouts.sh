@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# gpt_checkpoint_layouts.sh: a GPT checkpoint written at one layout resumes at any
+# other. A 4-block GPT is stopped at step 10 at dp 2 x tp 2 x pp 2 with ZeRO 1, and
+# resumed at 1 rank, at tp 4 and at dp 2 x pp 2 with ZeRO 2; the single-rank run's
+# step-10 checkpoint is resumed at dp 2 x tp 2 x pp 2 with ZeRO 1. Every resumed run
+# must continue the straight single-rank loss curve within the layout tolerance of
+# gpt_layouts.sh (2e-6 relative: only the fp32 summation order differs, a wrongly
+# placed shard would be off by orders of magnitude), and the step-10 checkpoints of
+# both layouts must hold the same tensors: within 1% of each tensor's largest value,
+# since AdamW turns rounding differences in tiny gradients into updates of up to
+# 6e-4 of that (plain dp 2 against 1 rank gives 4e-4), while a misplaced row or
+# column is off by about 100%.
+source "$(dirname "$0")/../lib.sh"
+BYTES=$SRC/data/brown/bytes
+[ -f "$BYTES.train.tok" ] || { echo "skipped: no Brown token files (run scripts/prepare_text.sh)"; exit 77; }
+printf '[model]\nname = gpt\n' >"$WORK/gpt.in"
+common=(model.n_layer=4 model.n_head=4 model.n_embd=64 model.seq_len=32 model.vocab_size=256
+  data.format=tokens data.tokenizer=bytes data.train_tokens="$BYTES.train.tok"
+  data.val_tokens="$BYTES.val.tok" data.val_limit=16 data.shuffle=false train.batch_size=8
+  train.micro_batches=4 train.steps=20 train.eval_every=0 train.log_every=1 optim.name=adamw
+  optim.lr=1e-3 optim.clip_grad_norm=1.0 optim.weight_decay=0.1 run.progress=off
+  checkpoint.every=10 checkpoint.keep=0 sample.length=0)
+RUN_TIMEOUT=180
+big=(parallel.tp=2 parallel.pp=2 parallel.zero=1)
+
+go() { # go NP NAME overrides...
+  local np=$1 name=$2; shift 2
+  run "$np" "$WORK/$name.out" "$WORK/$name.err" "$WORK/gpt.in" "${common[@]}" "$@" \
+    run.dir="$WORK/$name"
+}
+
+go 1 straight
+check "straight run: exit $RC: $(tail -3 "$WORK/straight.err")" [ "$RC" = 0 ]
+go 8 cut "${big[@]}" run.stop_after_steps=10
+check "dp2 tp2 pp2 zero1 stopped at step 10: exit $RC: $(tail -3 "$WORK/cut.err")" [ "$RC" = 75 ]
+ck=$WORK/cut/checkpoints/step_00000010.h5
+check "it wrote step 10" [ -f "$ck" ]
+
+# resume NP NAME FILE overrides...: continues from FILE at another layout
+resume() {
+  local np=$1 name=$2 file=$3; shift 3
+  go "$np" "$name" checkpoint.resume="$file" "$@"
+  check "$name: exit $RC: $(tail -3 "$WORK/$name.err")" [ "$RC" = 0 ]
+  check "$name: resumed from step 10 and says where it was written: $(grep resumed "$WORK/$name.out")" \
+    grep -q "resumed from .*step_00000010.h5: step 10, .*written at" "$WORK/$name.out"
+}
+resume 1 at_1 "$ck"
+resume 4 at_tp4 "$ck" parallel.tp=4
+resume 4 at_dp2_pp2_zero2 "$ck" parallel.pp=2 parallel.zero=2
+resume 8 from_1 "$WORK/straight/checkpoints/step_00000010.h5" "${big[@]}"
+check "the resumed runs say the layout they came from" \
+  grep -q "written at 8 ranks: dp 2, tp 2, pp 2, zero 1" "$WORK/at_tp4.out"
+
+check "every resumed run continues the straight loss curve" "$PYTHON" - "$WORK" <<'PY'
+import csv, os, sys
+work = sys.argv[1]
+def rows(name):
+    with open(os.path.join(work, name, "metrics.csv")) as f:
+        return {(r["phase"], int(r["step"])): float(r["loss"]) for r in csv.DictReader(f)}
+ref = rows("straight")
+bad = 0
+for name in ("at_1", "at_tp4", "at_dp2_pp2_zero2", "from_1"):
+    got = {k: v for k, v in rows(name).items() if k[1] > 10}
+    if len(got) < 10:
+        print(f"{name}: only {len(got)} rows after step 10"); bad += 1; continue
+    worst = max(abs(v - ref[k]) / abs(ref[k]) for k, v in got.items())
+    print(f"{name:20s} worst relative loss difference {worst:.2e} over {len(got)} rows")
+    bad += worst > 2e-6
+sys.exit(1 if bad else 0)
+PY
+
+check "step 10 at dp2 tp2 pp2 zero1 holds the single-rank run's tensors" "$PYTHON" - \
+  "$ck" "$WORK/straight/checkpoints/step_00000010.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+names = []
+a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and n != "deck" else None)
+other = []
+b.visititems(lambda n, o: other.append(n) if isinstance(o, h5py.Dataset) and n != "deck" else None)
+assert sorted(names) == sorted(other), "different tensors"
+worst = 0.0
+for n in names:
+    x, y = a[n][()], b[n][()]
+    assert x.shape == y.shape, n
+    scale = max(float(np.abs(y).max()), 1e-30)
+    worst = max(worst, float(np.abs(x - y).max()) / scale)
+print(f"{len(names)} tensors, worst difference {worst:.2e} of the tensor's largest value")
+sys.exit(0 if worst < 1e-2 else 1)
+PY
+finish
