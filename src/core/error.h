@@ -12,7 +12,15 @@
 #define TR_ERROR_H
 
 #include <stddef.h>
+
+/* C and C++ (the CUDA backend's .cu files include this too) */
+#ifdef __cplusplus
+#define TR_NORETURN [[noreturn]]
+extern "C" {
+#else
 #include <stdnoreturn.h>
+#define TR_NORETURN noreturn
+#endif
 
 /* Exit codes (documented in the README). Values follow sysexits.h so shells and
  * Slurm scripts can tell the classes apart. Append-only. */
@@ -29,7 +37,7 @@ enum {
 
 /* Fatal run-time error on this rank: prints "[rank R] file:line: message" and ends
  * the whole job through the installed abort hook (MPI_Abort once comm is up). */
-noreturn void tr_fatal_at(const char *file, int line, int code, const char *fmt, ...)
+TR_NORETURN void tr_fatal_at(const char *file, int line, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 #define tr_fatal(code, ...) tr_fatal_at(__FILE__, __LINE__, (code), __VA_ARGS__)
 
@@ -43,5 +51,9 @@ void tr_free(void *p);
 typedef void (*tr_abort_fn)(int code); /* must not return */
 void tr_error_set_abort(tr_abort_fn abort_fn, int rank);
 int tr_error_rank(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,61 @@
+/* cuda_backend.h: the CUDA kernel table and the few device-memory calls a C caller
+ * needs to use it. Compiled only when the CUDA backend is on (TRAINER_HAVE_CUDA).
+ *
+ * tr_cuda_kernels fills the tr_kernels table (backend/kernels.h) with the same
+ * semantics as tr_cpu_kernels (shapes, "+=" for parameter gradients, "=" for
+ * activation gradients, the in-place cases transformer_kernels.h allows), except:
+ *  - Every tensor pointer is a device pointer: floats, the int tokens and targets,
+ *    and xent_shard_sums' double sums [BT,2] (the caller all-reduces them on the
+ *    device).
+ *  - Kernels are queued on the backend's one stream and return before they finish.
+ *    The entries that return a double (xent_padded_forward, xent_shard_finish,
+ *    sum_squares) wait for the stream, as do the ones that validate tokens or
+ *    targets on the way in (embedding_forward/backward, xent_padded_forward/backward:
+ *    a token outside [0, V) is a fatal bug report, as on the CPU).
+ *  - GEMMs are cuBLAS fp32 (no TF32), so results match the CPU to rounding, not bit
+ *    for bit. Reductions use fixed orders: results are identical run to run on the
+ *    same GPU model, and no floating-point atomics are used anywhere.
+ *
+ * Entries left NULL for now (the MLP/CNN classifier, not the GPT or the optimizer):
+ *   relu_forward, relu_backward, conv_scratch_floats, conv2d_forward,
+ *   conv2d_backward, maxpool_forward, maxpool_backward, softmax_xent_forward,
+ *   softmax_xent_backward.
+ *
+ * Device and stream: one cuBLAS handle and one stream per process, created on first
+ * use on the device current then, or explicitly by tr_cuda_init. Every CUDA or cuBLAS
+ * failure ends the job through tr_fatal with the error string and file:line. */
+#ifndef TR_CUDA_BACKEND_H
+#define TR_CUDA_BACKEND_H
+
+#include "backend/kernels.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+extern const tr_kernels tr_cuda_kernels;
+
+/* Selects `device` (cudaSetDevice; < 0 keeps the current one) and creates the
+ * stream and cuBLAS handle if they do not exist yet. Optional: the first kernel
+ * call does it on the current device. Calling it again with another device after
+ * the handle exists is a bug (the handle is bound to its device) and is fatal. */
+void tr_cuda_init(int device);
+
+/* Device memory, zeroed, 256-byte aligned; out of memory is fatal (TR_EXIT_OSERR)
+ * with the size and `what`. */
+void *tr_cuda_alloc(size_t bytes, const char *what);
+void tr_cuda_free(void *p);
+/* Copies in stream order; both return once the copy is done, so host buffers can be
+ * reused at once and a download sees every kernel queued before it. */
+void tr_cuda_upload(void *dst_device, const void *src_host, size_t bytes);
+void tr_cuda_download(void *dst_host, const void *src_device, size_t bytes);
+/* Waits for every kernel queued so far. */
+void tr_cuda_synchronize(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,146 @@
+/* cuda_common.h: what every .cu file of the backend shares: error checks that end
+ * the job with the CUDA/cuBLAS error string and file:line, the per-process context
+ * (stream, cuBLAS handle, small scratch for results the host waits for), launch
+ * sizes and the device-side reductions. Internal to src/cuda (C++ only). */
+#ifndef TR_CUDA_COMMON_H
+#define TR_CUDA_COMMON_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "core/error.h"
+
+/* ---- error checks ---------------------------------------------------------------- */
+
+[[noreturn]] void tr_cuda_fail_at(const char *file, int line, cudaError_t e, const char *what);
+[[noreturn]] void tr_cublas_fail_at(const char *file, int line, cublasStatus_t s,
+                                    const char *what);
+
+static inline void tr_cuda_check_at(const char *file, int line, cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess)
+        tr_cuda_fail_at(file, line, e, what);
+}
+static inline void tr_cublas_check_at(const char *file, int line, cublasStatus_t s,
+                                      const char *what)
+{
+    if (s != CUBLAS_STATUS_SUCCESS)
+        tr_cublas_fail_at(file, line, s, what);
+}
+
+#define TR_CUDA_CHECK(call) tr_cuda_check_at(__FILE__, __LINE__, (call), #call)
+#define TR_CUBLAS_CHECK(call) tr_cublas_check_at(__FILE__, __LINE__, (call), #call)
+/* After a <<<...>>> launch: a bad configuration is reported here, where it happened;
+ * a fault inside the kernel surfaces at the next synchronising call. */
+#define TR_CUDA_LAUNCHED() tr_cuda_check_at(__FILE__, __LINE__, cudaGetLastError(), "kernel launch")
+
+/* ---- the per-process context ----------------------------------------------------- */
+
+/* Fixed number of blocks (and of partial sums) of the grid-wide reductions: the sum
+ * order then depends only on n, never on the GPU, so sum_squares is reproducible
+ * across GPU models too. */
+#define TR_CUDA_REDUCE_BLOCKS 1024
+
+/* The scratch below is used between a kernel and the host's wait for it, so the
+ * backend's entries must not be called from two host threads at once (the trainer
+ * calls kernels from one thread, as with the CPU table). */
+typedef struct tr_cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    /* device scratch: partial sums of a reduction, one double result, a flag */
+    double *d_partial;  /* [TR_CUDA_REDUCE_BLOCKS] */
+    double *d_result;   /* [1] */
+    unsigned *d_flag;   /* [1] */
+    /* pinned host landing spots for what the host waits for */
+    double *h_result;
+    unsigned *h_flag;
+    int *h_int;
+} tr_cuda_ctx;
+
+/* The context, created on first use (thread-safe: a C++ function-local static). */
+const tr_cuda_ctx *tr_cuda_ctx_get(void);
+static inline cudaStream_t tr_cuda_stream(void) { return tr_cuda_ctx_get()->stream; }
+
+/* Sums n floats of x in index order, in double, on the device, and returns the sum
+ * to the host (waits for the stream): the same order, so the same value, as the
+ * CPU's serial loop over the same floats. */
+double tr_cuda_sum_in_order(const float *x, size_t n);
+
+/* Fatal (TR_EXIT_SOFTWARE, "what: token T at position P is outside [0, V)") when a
+ * token of tok[n] (device) is outside [0, V); waits for the stream. */
+void tr_cuda_check_tokens(const int *tok, size_t n, int V, const char *what);
+
+/* ---- launch sizes ---------------------------------------------------------------- */
+
+#define TR_CUDA_BLOCK 256
+
+/* Blocks for an element-wise kernel over n items with a grid-stride loop: enough to
+ * fill any current GPU, capped so that huge n stays a valid grid. */
+static inline unsigned tr_cuda_grid(size_t n)
+{
+    size_t g = (n + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK;
+    const size_t cap = 65536;
+    return (unsigned)(g < 1 ? 1 : g < cap ? g : cap);
+}
+
+#ifdef __CUDACC__
+/* The body runs for i = this thread's index, then every gridDim * blockDim after,
+ * while i < n: any n with the capped grid of tr_cuda_grid. */
+#define TR_GRID_STRIDE(i, n)                                                           \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);             \
+         i += (size_t)gridDim.x * blockDim.x)
+#endif
+
+/* ---- device-side reductions (fixed trees: deterministic) ------------------------- */
+
+#ifdef __CUDACC__
+/* Sum over a warp, in the same pattern every time. Every lane gets the same bits:
+ * at each step two partner lanes add the same two values. */
+template <typename T> __device__ inline T tr_warp_sum(T v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Max over a warp, comparing as the CPU kernels do (a > b ? a : b). */
+__device__ inline float tr_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
+/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024, all of
+ * them calling); every thread gets the same result. `shared` holds 32 values. The
+ * barrier before the write lets a kernel call it again with the same buffer. */
+template <typename T> __device__ inline T tr_block_sum(T v, T *shared)
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = tr_warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        shared[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? shared[lane] : T(0);
+    return tr_warp_sum(v);
+}
+
+__device__ inline float tr_block_max(float v, float *shared)
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = tr_warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        shared[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? shared[lane] : shared[0];
+    return tr_warp_max(v);
+}
+#endif
+
+#endif

@@ -1,0 +1,186 @@
+/* cuda_context.cu: the backend's per-process state (one stream, one cuBLAS handle,
+ * a little scratch), its error reporting, and the device-memory calls of
+ * cuda_backend.h.
+ *
+ * Why one blocking stream: every kernel and cuBLAS call of the backend goes on it,
+ * in program order, so the kernels need no events between them. It is created
+ * blocking (not cudaStreamNonBlocking) so that it also orders against the legacy
+ * default stream: a plain cudaMemcpy or cudaMemset elsewhere in the trainer, or in
+ * a library, cannot overtake or be overtaken by our kernels. */
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_common.h"
+#include "cuda/cuda_probe.h"
+
+#include <limits.h>
+#include <stdio.h>
+
+/* ---- errors -------------------------------------------------------------------- */
+
+void tr_cuda_fail_at(const char *file, int line, cudaError_t e, const char *what)
+{
+    int code = e == cudaErrorMemoryAllocation ? TR_EXIT_OSERR : TR_EXIT_SOFTWARE;
+    tr_fatal_at(file, line, code, "CUDA error %s (%s) in %s", cudaGetErrorString(e),
+                cudaGetErrorName(e), what);
+}
+
+void tr_cublas_fail_at(const char *file, int line, cublasStatus_t s, const char *what)
+{
+    int code = s == CUBLAS_STATUS_ALLOC_FAILED ? TR_EXIT_OSERR : TR_EXIT_SOFTWARE;
+    tr_fatal_at(file, line, code, "cuBLAS error %s (%s) in %s", cublasGetStatusString(s),
+                cublasGetStatusName(s), what);
+}
+
+/* ---- the context ---------------------------------------------------------------- */
+
+static tr_cuda_ctx make_ctx(int device)
+{
+    char why[200];
+    if (tr_cuda_device_count(why, sizeof why) < 1)
+        tr_fatal(TR_EXIT_SOFTWARE, "the CUDA backend was asked for but there is %s", why);
+    tr_cuda_ctx c = {};
+    if (device >= 0)
+        TR_CUDA_CHECK(cudaSetDevice(device));
+    TR_CUDA_CHECK(cudaGetDevice(&c.device));
+    TR_CUDA_CHECK(cudaStreamCreate(&c.stream)); /* blocking: see the top of this file */
+    TR_CUBLAS_CHECK(cublasCreate(&c.blas));
+    TR_CUBLAS_CHECK(cublasSetStream(c.blas, c.stream));
+    /* fp32 products in fp32: the default math mode, stated so that nobody turns on
+     * TF32 (10-bit mantissa) by accident; the CPU comparison tests assume fp32. */
+    TR_CUBLAS_CHECK(cublasSetMathMode(c.blas, CUBLAS_DEFAULT_MATH));
+    /* no atomics inside cuBLAS either: its results stay identical run to run */
+    TR_CUBLAS_CHECK(cublasSetAtomicsMode(c.blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+    TR_CUDA_CHECK(cudaMalloc(&c.d_partial, TR_CUDA_REDUCE_BLOCKS * sizeof(double)));
+    TR_CUDA_CHECK(cudaMalloc(&c.d_result, sizeof(double)));
+    TR_CUDA_CHECK(cudaMalloc(&c.d_flag, sizeof(unsigned)));
+    TR_CUDA_CHECK(cudaMallocHost(&c.h_result, sizeof(double)));
+    TR_CUDA_CHECK(cudaMallocHost(&c.h_flag, sizeof(unsigned)));
+    TR_CUDA_CHECK(cudaMallocHost(&c.h_int, sizeof(int)));
+    return c;
+}
+
+/* The device the context is to be made on (-1: the current one); read only by the
+ * first tr_cuda_ctx_get. */
+static int g_requested_device = -1;
+
+const tr_cuda_ctx *tr_cuda_ctx_get(void)
+{
+    /* C++ runs this initialiser once, and other threads wait for it. The context
+     * lives until the process ends: the driver reclaims it then, and destroying the
+     * handle from an atexit handler after the driver shut down would fail. */
+    static const tr_cuda_ctx ctx = make_ctx(g_requested_device);
+    return &ctx;
+}
+
+extern "C" void tr_cuda_init(int device)
+{
+    g_requested_device = device;
+    const tr_cuda_ctx *c = tr_cuda_ctx_get();
+    if (device >= 0 && c->device != device)
+        tr_fatal(TR_EXIT_SOFTWARE,
+                 "tr_cuda_init(%d): the CUDA backend is already set up on device %d", device,
+                 c->device);
+}
+
+/* ---- device memory -------------------------------------------------------------- */
+
+extern "C" void *tr_cuda_alloc(size_t bytes, const char *what)
+{
+    cudaStream_t s = tr_cuda_stream();
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* clear it: the job ends, but say why first */
+        size_t free_b = 0, total_b = 0;
+        (void)cudaMemGetInfo(&free_b, &total_b);
+        tr_fatal(TR_EXIT_OSERR,
+                 "out of GPU memory allocating %.1f MiB for %s (%.1f of %.1f MiB free); "
+                 "reduce batch_size or model size, or use more ranks",
+                 (double)bytes / 1048576.0, what, (double)free_b / 1048576.0,
+                 (double)total_b / 1048576.0);
+    }
+    TR_CUDA_CHECK(e);
+    /* zeroed, as tr_alloc is: gradient buffers start at 0 and accumulate */
+    TR_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, s));
+    TR_CUDA_CHECK(cudaStreamSynchronize(s));
+    return p;
+}
+
+extern "C" void tr_cuda_free(void *p)
+{
+    if (p)
+        TR_CUDA_CHECK(cudaFree(p));
+}
+
+extern "C" void tr_cuda_upload(void *dst_device, const void *src_host, size_t bytes)
+{
+    cudaStream_t s = tr_cuda_stream();
+    TR_CUDA_CHECK(cudaMemcpyAsync(dst_device, src_host, bytes, cudaMemcpyHostToDevice, s));
+    TR_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+extern "C" void tr_cuda_download(void *dst_host, const void *src_device, size_t bytes)
+{
+    cudaStream_t s = tr_cuda_stream();
+    TR_CUDA_CHECK(cudaMemcpyAsync(dst_host, src_device, bytes, cudaMemcpyDeviceToHost, s));
+    TR_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+extern "C" void tr_cuda_synchronize(void)
+{
+    TR_CUDA_CHECK(cudaStreamSynchronize(tr_cuda_stream()));
+}
+
+/* ---- small helpers the kernels share -------------------------------------------- */
+
+/* One thread: the loop is the CPU's, so the rounding is too. A few thousand rows
+ * (B*T) take microseconds; this runs once per loss evaluation. */
+__global__ static void sum_in_order_kernel(double *result, const float *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += x[i];
+    *result = s;
+}
+
+double tr_cuda_sum_in_order(const float *x, size_t n)
+{
+    const tr_cuda_ctx *c = tr_cuda_ctx_get();
+    sum_in_order_kernel<<<1, 1, 0, c->stream>>>(c->d_result, x, n);
+    TR_CUDA_LAUNCHED();
+    TR_CUDA_CHECK(cudaMemcpyAsync(c->h_result, c->d_result, sizeof(double),
+                                  cudaMemcpyDeviceToHost, c->stream));
+    TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return *c->h_result;
+}
+
+/* The smallest bad position wins (an integer atomicMin: the same answer whatever
+ * the order), so the report names the first bad token as the CPU check does. */
+__global__ static void check_tokens_kernel(unsigned *first_bad, const int *tok, size_t n, int V)
+{
+    TR_GRID_STRIDE(i, n)
+        if (tok[i] < 0 || tok[i] >= V)
+            atomicMin(first_bad, (unsigned)i);
+}
+
+void tr_cuda_check_tokens(const int *tok, size_t n, int V, const char *what)
+{
+    if (n == 0)
+        return;
+    if (n >= UINT_MAX)
+        tr_fatal(TR_EXIT_SOFTWARE, "%s: %zu tokens are more than the check can index", what, n);
+    const tr_cuda_ctx *c = tr_cuda_ctx_get();
+    TR_CUDA_CHECK(cudaMemsetAsync(c->d_flag, 0xff, sizeof(unsigned), c->stream)); /* UINT_MAX */
+    check_tokens_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, c->stream>>>(c->d_flag, tok, n, V);
+    TR_CUDA_LAUNCHED();
+    TR_CUDA_CHECK(cudaMemcpyAsync(c->h_flag, c->d_flag, sizeof(unsigned), cudaMemcpyDeviceToHost,
+                                  c->stream));
+    TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    unsigned bad = *c->h_flag;
+    if (bad == UINT_MAX)
+        return;
+    TR_CUDA_CHECK(cudaMemcpyAsync(c->h_int, tok + bad, sizeof(int), cudaMemcpyDeviceToHost,
+                                  c->stream));
+    TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    tr_fatal(TR_EXIT_SOFTWARE, "%s: token %d at position %u is outside [0, %d)", what, *c->h_int,
+             bad, V);
+}

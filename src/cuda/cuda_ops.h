@@ -1,0 +1,71 @@
+/* cuda_ops.h: the CUDA backend's kernel entry points, one per tr_kernels entry it
+ * implements (the table in cuda_kernels.cu points at these). Host functions taking
+ * device pointers; signatures and semantics as in backend/kernels.h and
+ * backend/transformer_kernels.h. Internal to src/cuda: everything else goes through
+ * tr_cuda_kernels. */
+#ifndef TR_CUDA_OPS_H
+#define TR_CUDA_OPS_H
+
+#include <stddef.h>
+
+/* cuda_gemm.cu */
+void tr_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                  int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* Row-major C_i = alpha op(A_i) op(B_i) + beta C_i for i < count, X_i = X + i stride_X. */
+void tr_cuda_gemm_strided_batched(int transA, int transB, int M, int N, int K, float alpha,
+                                  const float *A, int lda, long long strideA, const float *B,
+                                  int ldb, long long strideB, float beta, float *C, int ldc,
+                                  long long strideC, int count);
+void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const float *b, int B,
+                            int IN, int OUT);
+void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
+                             const float *inp, const float *w, int B, int IN, int OUT);
+
+/* cuda_transformer.cu */
+void tr_cuda_embedding_forward(float *out, const int *tok, const float *wte, const float *wpe,
+                               int B, int T, int C, int V);
+void tr_cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tok,
+                                int B, int T, int C, int V);
+void tr_cuda_embedding_shard_forward(float *out, const int *tok, const float *wte,
+                                     const float *wpe, int B, int T, int C, int v0, int Vl);
+void tr_cuda_embedding_shard_backward(float *dwte, float *dwpe, const float *dout,
+                                      const int *tok, int B, int T, int C, int v0, int Vl);
+void tr_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                               const float *weight, const float *bias, int B, int T, int C);
+void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                const float *inp, const float *weight, const float *mean,
+                                const float *rstd, int B, int T, int C);
+void tr_cuda_gelu_forward(float *out, const float *inp, size_t n);
+void tr_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
+
+/* cuda_attention.cu */
+void tr_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                               int NH);
+void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                                const float *att, int B, int T, int C, int NH);
+
+/* cuda_xent.cu */
+double tr_cuda_xent_padded_forward(float *probs, float *losses, const float *logits,
+                                   const int *targets, int B, int T, int V, int Vp);
+void tr_cuda_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
+                                  float scale, int B, int T, int V, int Vp);
+void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal);
+void tr_cuda_xent_shard_sums(double *sums, float *probs, const float *logits,
+                             const float *rowmax, const int *targets, size_t BT, int Vl, int v0,
+                             int nreal);
+double tr_cuda_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
+                                 int Vl, int nreal);
+void tr_cuda_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
+                                 float scale, size_t BT, int Vl, int v0, int nreal);
+
+/* cuda_optim.cu */
+void tr_cuda_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n,
+                        float lr, float momentum, float weight_decay);
+void tr_cuda_adamw_update(float *param, float *m, float *v, const float *grad, size_t n,
+                          float lr, double beta1, double beta2, float eps, float weight_decay,
+                          long t);
+double tr_cuda_sum_squares(const float *x, size_t n);
+void tr_cuda_scale(float *x, size_t n, float a);
+
+#endif

@@ -1,0 +1,101 @@
+/* cuda_optim.cu: optimizer updates, the squared norm (gradient clipping) and
+ * scaling on the GPU.
+ *
+ * The update rules are scalar_math.h's, the very functions the CPU backend runs, so
+ * the two cannot drift apart; the per-call constants (AdamW's bias corrections) are
+ * made once on the host, in double, as on the CPU, and passed by value. */
+#include "cuda/cuda_common.h"
+#include "cuda/cuda_ops.h"
+
+#include "backend/scalar_math.h"
+
+__global__ static void sgd_kernel(float *param, float *buf, const float *grad, size_t n,
+                                  float lr, float momentum, float weight_decay)
+{
+    /* momentum == 0: plain SGD, buf may be NULL and is never touched */
+    TR_GRID_STRIDE(i, n)
+    tr_sgd_elem(&param[i], momentum != 0.0f ? &buf[i] : NULL, grad[i], lr, momentum,
+                weight_decay);
+}
+
+__global__ static void adamw_kernel(float *param, float *m, float *v, const float *grad, size_t n,
+                                    tr_adamw_consts c)
+{
+    TR_GRID_STRIDE(i, n) tr_adamw_elem(&param[i], &m[i], &v[i], grad[i], &c);
+}
+
+__global__ static void scale_kernel(float *x, size_t n, float a)
+{
+    TR_GRID_STRIDE(i, n) x[i] *= a;
+}
+
+void tr_cuda_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n,
+                        float lr, float momentum, float weight_decay)
+{
+    if (n == 0)
+        return;
+    sgd_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        param, momentum_buf, grad, n, lr, momentum, weight_decay);
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_adamw_update(float *param, float *m, float *v, const float *grad, size_t n,
+                          float lr, double beta1, double beta2, float eps, float weight_decay,
+                          long t)
+{
+    if (t < 1) /* the bias corrections 1 - beta^t would divide by zero */
+        tr_fatal(TR_EXIT_SOFTWARE, "adamw_update: step %ld, steps count from 1", t);
+    if (n == 0)
+        return;
+    tr_adamw_consts c = tr_adamw_make_consts(lr, beta1, beta2, eps, weight_decay, t);
+    adamw_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(param, m, v, grad, n, c);
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_scale(float *x, size_t n, float a)
+{
+    if (n == 0)
+        return;
+    scale_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(x, n, a);
+    TR_CUDA_LAUNCHED();
+}
+
+/* ---- sum of squares: two passes, a fixed grid ----------------------------------- */
+
+/* Pass 1: TR_CUDA_REDUCE_BLOCKS blocks (never more or fewer, whatever the GPU), each
+ * thread adding every (grid size)-th element in double, then a block tree. Which
+ * thread adds which element, and in what order, depends only on n. */
+__global__ static void sum_squares_partial_kernel(double *partial, const float *x, size_t n)
+{
+    __shared__ double sh[32];
+    double s = 0.0;
+    TR_GRID_STRIDE(i, n) s += (double)x[i] * x[i];
+    s = tr_block_sum(s, sh);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = s;
+}
+
+/* Pass 2: one block of TR_CUDA_REDUCE_BLOCKS threads adds the partial sums. */
+__global__ static void sum_partials_kernel(double *result, const double *partial)
+{
+    __shared__ double sh[32];
+    double s = tr_block_sum(partial[threadIdx.x], sh);
+    if (threadIdx.x == 0)
+        *result = s;
+}
+
+double tr_cuda_sum_squares(const float *x, size_t n)
+{
+    const tr_cuda_ctx *c = tr_cuda_ctx_get();
+    if (n == 0)
+        return 0.0;
+    sum_squares_partial_kernel<<<TR_CUDA_REDUCE_BLOCKS, TR_CUDA_BLOCK, 0, c->stream>>>(
+        c->d_partial, x, n);
+    TR_CUDA_LAUNCHED();
+    sum_partials_kernel<<<1, TR_CUDA_REDUCE_BLOCKS, 0, c->stream>>>(c->d_result, c->d_partial);
+    TR_CUDA_LAUNCHED();
+    TR_CUDA_CHECK(cudaMemcpyAsync(c->h_result, c->d_result, sizeof(double),
+                                  cudaMemcpyDeviceToHost, c->stream));
+    TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return *c->h_result;
+}

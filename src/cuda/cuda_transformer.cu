@@ -1,0 +1,291 @@
+/* cuda_transformer.cu: the element-wise and row-wise kernels of a GPT-2 style model
+ * on the GPU: token + position embedding (whole and vocabulary-sharded), layernorm,
+ * GELU and the residual add. Attention is in cuda_attention.cu, the cross-entropy in
+ * cuda_xent.cu.
+ *
+ * Semantics as in transformer_kernels.h. Parameter gradients are sums over rows;
+ * they are formed without atomics, in an order fixed by the shapes alone, so they
+ * are identical run to run: the embedding gradients even add rows in the CPU's
+ * order (same bits when the inputs match), layernorm's use the column-lane scheme
+ * of cuda_gemm.cu's bias gradient. */
+#include "cuda/cuda_common.h"
+#include "cuda/cuda_ops.h"
+
+#include "backend/gelu_math.h"
+extern "C" {
+#include "backend/transformer_kernels.h" /* TR_LAYERNORM_EPS */
+}
+
+/* ---- embedding ------------------------------------------------------------------ */
+
+/* out = wte[tok - v0] where this shard holds the token (else 0) + wpe[t] (when
+ * given); the expression is the CPU's, so a single shard gives the same bits. */
+__global__ static void embedding_forward_kernel(float *out, const int *tok, const float *wte,
+                                                const float *wpe, size_t BT, int T, int C,
+                                                int v0, int Vl)
+{
+    TR_GRID_STRIDE(i, BT * C)
+    {
+        size_t r = i / C;
+        int c = (int)(i % C);
+        long j = (long)tok[r] - v0;
+        float e = j >= 0 && j < Vl ? wte[(size_t)j * C + c] : 0.0f;
+        float p = wpe ? wpe[(r % T) * C + c] : 0.0f;
+        out[i] = e + p;
+    }
+}
+
+/* dwte rows without atomics. Block (r, slice) handles the token of row r, channels
+ * [slice * blockDim, ...), but only when r is that token's first row: then it alone
+ * owns the token's dwte row and adds every row holding the token, in row order,
+ * onto it, exactly as the CPU loop does. Finding the first rows costs a scan of the
+ * tokens before r; fine at B*T of a few thousand (a sort-based grouping is the
+ * later optimisation). */
+__global__ static void embedding_wte_backward_kernel(float *dwte, const float *dout,
+                                                     const int *tok, int BT, int C, int v0,
+                                                     int Vl)
+{
+    int r = blockIdx.x, token = tok[r];
+    long j = (long)token - v0;
+    if (j < 0 || j >= Vl) /* the same for the whole block */
+        return;
+    int seen = 0;
+    for (int i = threadIdx.x; i < r; i += blockDim.x)
+        seen |= tok[i] == token;
+    if (__syncthreads_or(seen))
+        return;
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float *g = dwte + (size_t)j * C + c;
+    float acc = *g;
+    for (int r2 = r; r2 < BT; r2++)
+        if (tok[r2] == token)
+            acc += dout[(size_t)r2 * C + c];
+    *g = acc;
+}
+
+/* dwpe[t, c] += dout[b, t, c] for b = 0, 1, ...: one thread per (t, c), rows in
+ * the CPU's order. */
+__global__ static void embedding_wpe_backward_kernel(float *dwpe, const float *dout, int B,
+                                                     int T, int C)
+{
+    TR_GRID_STRIDE(i, (size_t)T * C)
+    {
+        float acc = dwpe[i];
+        for (int b = 0; b < B; b++)
+            acc += dout[(size_t)b * T * C + i];
+        dwpe[i] = acc;
+    }
+}
+
+void tr_cuda_embedding_shard_forward(float *out, const int *tok, const float *wte,
+                                     const float *wpe, int B, int T, int C, int v0, int Vl)
+{
+    size_t BT = (size_t)B * T;
+    if (BT == 0 || C <= 0)
+        return;
+    embedding_forward_kernel<<<tr_cuda_grid(BT * C), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        out, tok, wte, wpe, BT, T, C, v0, Vl);
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_embedding_shard_backward(float *dwte, float *dwpe, const float *dout,
+                                      const int *tok, int B, int T, int C, int v0, int Vl)
+{
+    int BT = B * T;
+    if (BT <= 0 || C <= 0)
+        return;
+    cudaStream_t s = tr_cuda_stream();
+    dim3 grid((unsigned)BT, (unsigned)((C + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK));
+    embedding_wte_backward_kernel<<<grid, TR_CUDA_BLOCK, 0, s>>>(dwte, dout, tok, BT, C, v0, Vl);
+    TR_CUDA_LAUNCHED();
+    if (dwpe) {
+        embedding_wpe_backward_kernel<<<tr_cuda_grid((size_t)T * C), TR_CUDA_BLOCK, 0, s>>>(
+            dwpe, dout, B, T, C);
+        TR_CUDA_LAUNCHED();
+    }
+}
+
+void tr_cuda_embedding_forward(float *out, const int *tok, const float *wte, const float *wpe,
+                               int B, int T, int C, int V)
+{
+    tr_cuda_check_tokens(tok, (size_t)B * T, V, "embedding_forward");
+    tr_cuda_embedding_shard_forward(out, tok, wte, wpe, B, T, C, 0, V);
+}
+
+void tr_cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tok,
+                                int B, int T, int C, int V)
+{
+    tr_cuda_check_tokens(tok, (size_t)B * T, V, "embedding_backward");
+    tr_cuda_embedding_shard_backward(dwte, dwpe, dout, tok, B, T, C, 0, V);
+}
+
+/* ---- layernorm ------------------------------------------------------------------ */
+
+/* One warp per row: C of a few hundred to a few thousand is 10-100 elements a lane,
+ * and the row's sums are warp shuffles (no shared memory, no block barrier). */
+#define LN_ROWS_PER_BLOCK (TR_CUDA_BLOCK / 32)
+
+__global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd,
+                                                const float *inp, const float *weight,
+                                                const float *bias, size_t BT, int C)
+{
+    size_t r = (size_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= BT)
+        return;
+    const float *x = inp + r * C;
+    float *o = out + r * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32)
+        s += x[c];
+    float m = tr_warp_sum(s) / (float)C;
+    float v = 0.0f; /* two passes, as on the CPU: no cancellation for large means */
+    for (int c = lane; c < C; c += 32) {
+        float dx = x[c] - m;
+        v += dx * dx;
+    }
+    v = tr_warp_sum(v);
+    float rs = 1.0f / sqrtf(v / (float)C + TR_LAYERNORM_EPS);
+    for (int c = lane; c < C; c += 32)
+        o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+    if (lane == 0) {
+        mean[r] = m;
+        rstd[r] = rs;
+    }
+}
+
+/* dinp = rstd (g - mean_c(g) - n mean_c(g n)), g = w dout, n = (x - mean) rstd */
+__global__ static void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
+                                                      const float *inp, const float *weight,
+                                                      const float *mean, const float *rstd,
+                                                      size_t BT, int C)
+{
+    size_t r = (size_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= BT)
+        return;
+    const float *x = inp + r * C, *d = dout + r * C;
+    float *di = dinp + r * C;
+    float m = mean[r], rs = rstd[r];
+    float sg = 0.0f, sgn = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float g = weight[c] * d[c];
+        sg += g;
+        sgn += g * (x[c] - m) * rs;
+    }
+    sg = tr_warp_sum(sg) / (float)C;
+    sgn = tr_warp_sum(sgn) / (float)C;
+    for (int c = lane; c < C; c += 32) {
+        float n = (x[c] - m) * rs;
+        di[c] = rs * (weight[c] * d[c] - sg - n * sgn);
+    }
+}
+
+/* dweight += sum_r dout n, dbias += sum_r dout: 32 channels a block, LN_LANES row
+ * lanes each adding rows lane, lane + LN_LANES, ... in order, then the lanes added
+ * in lane order. No atomics; the order depends only on the shape. */
+#define LN_LANES 16
+
+__global__ static void layernorm_backward_params_kernel(float *dweight, float *dbias,
+                                                        const float *dout, const float *inp,
+                                                        const float *mean, const float *rstd,
+                                                        size_t BT, int C)
+{
+    __shared__ float pw[LN_LANES][32], pb[LN_LANES][32];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C)
+        for (size_t r = threadIdx.y; r < BT; r += LN_LANES) {
+            float d = dout[r * C + c];
+            aw += d * ((inp[r * C + c] - mean[r]) * rstd[r]);
+            ab += d;
+        }
+    pw[threadIdx.y][threadIdx.x] = aw;
+    pb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int y = 0; y < LN_LANES; y++) {
+            sw += pw[y][threadIdx.x];
+            sb += pb[y][threadIdx.x];
+        }
+        dweight[c] += sw;
+        dbias[c] += sb;
+    }
+}
+
+void tr_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                               const float *weight, const float *bias, int B, int T, int C)
+{
+    size_t BT = (size_t)B * T;
+    if (BT == 0 || C <= 0)
+        return;
+    unsigned blocks = (unsigned)((BT + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+    layernorm_forward_kernel<<<blocks, TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        out, mean, rstd, inp, weight, bias, BT, C);
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                const float *inp, const float *weight, const float *mean,
+                                const float *rstd, int B, int T, int C)
+{
+    size_t BT = (size_t)B * T;
+    if (BT == 0 || C <= 0)
+        return;
+    cudaStream_t s = tr_cuda_stream();
+    dim3 block(32, LN_LANES);
+    layernorm_backward_params_kernel<<<(C + 31) / 32, block, 0, s>>>(dweight, dbias, dout, inp,
+                                                                     mean, rstd, BT, C);
+    TR_CUDA_LAUNCHED();
+    unsigned blocks = (unsigned)((BT + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+    layernorm_backward_dinp_kernel<<<blocks, TR_CUDA_BLOCK, 0, s>>>(dinp, dout, inp, weight,
+                                                                    mean, rstd, BT, C);
+    TR_CUDA_LAUNCHED();
+}
+
+/* ---- GELU and residual ---------------------------------------------------------- */
+
+__global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n)
+{
+    TR_GRID_STRIDE(i, n) out[i] = tr_gelu(inp[i]);
+}
+
+/* dinp may be dout: each element is read before it is written, by one thread */
+__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
+                                            size_t n)
+{
+    TR_GRID_STRIDE(i, n) dinp[i] = tr_gelu_grad(inp[i]) * dout[i];
+}
+
+__global__ static void residual_kernel(float *out, const float *a, const float *b, size_t n)
+{
+    TR_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+void tr_cuda_gelu_forward(float *out, const float *inp, size_t n)
+{
+    if (n == 0)
+        return;
+    gelu_forward_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(out, inp, n);
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    if (n == 0)
+        return;
+    gelu_backward_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(dinp, inp,
+                                                                                 dout, n);
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n)
+{
+    if (n == 0)
+        return;
+    residual_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(out, a, b, n);
+    TR_CUDA_LAUNCHED();
+}

@@ -1,0 +1,196 @@
+/* cuda_xent.cu: softmax cross-entropy on the GPU, over a padded vocabulary and over
+ * the vocabulary split between tensor-parallel ranks (the four shard steps), with
+ * the semantics of cpu_transformer.c and cpu_vocab_parallel.c.
+ *
+ * One block per row of logits: the row's max and sum are block reductions in a
+ * fixed tree (deterministic). Sums of exponentials are taken in double as on the
+ * CPU; only their order differs, so probabilities and losses match to rounding.
+ * The total loss the host gets back is added serially in row order on the device
+ * (tr_cuda_sum_in_order): the CPU's order. probs may be logits (in place): every
+ * element is read and written by the same thread, and the one element read across
+ * threads (the target's logit) is read before the block's first barrier. */
+#include "cuda/cuda_common.h"
+#include "cuda/cuda_ops.h"
+
+#include "backend/scalar_math.h" /* tr_expf */
+
+#include <math.h>
+
+#define XENT_BLOCK 512
+
+/* Normalises row x[0..n) of a block-per-row kernel into p: p = exp(x - mx) / sum,
+ * returning the sum (double) to every thread; reads x[j] before writing p[j] in
+ * the same thread. */
+__device__ static double exp_and_sum(float *p, const float *x, int n, float mx, double *shared)
+{
+    double s = 0.0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        float e = tr_expf(x[j] - mx);
+        p[j] = e;
+        s += e;
+    }
+    return tr_block_sum(s, shared);
+}
+
+__device__ static float row_max(const float *x, int n, float *shared)
+{
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        mx = x[j] > mx ? x[j] : mx;
+    return tr_block_max(mx, shared);
+}
+
+/* ---- padded vocabulary ---------------------------------------------------------- */
+
+__global__ static void xent_padded_forward_kernel(float *probs, float *losses,
+                                                  const float *logits, const int *targets,
+                                                  int V, int Vp)
+{
+    __shared__ float fsh[32];
+    __shared__ double dsh[32];
+    size_t r = blockIdx.x;
+    const float *x = logits + r * Vp;
+    float *p = probs + r * Vp;
+    /* read before the barriers in row_max, so before any thread overwrites it */
+    float xtarget = threadIdx.x == 0 ? x[targets[r]] : 0.0f;
+    float mx = row_max(x, V, fsh);
+    double sum = exp_and_sum(p, x, V, mx, dsh);
+    float inv = (float)(1.0 / sum);
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        p[j] *= inv;
+    for (int j = V + threadIdx.x; j < Vp; j += blockDim.x)
+        p[j] = 0.0f;
+    /* -log softmax[target] = log(sum) - (x[target] - max): exact where p underflows */
+    if (threadIdx.x == 0)
+        losses[r] = (float)(log(sum) - ((double)xtarget - mx));
+}
+
+/* dlogits = scale (probs - onehot(target)) on real columns, 0 on padded ones;
+ * element-wise, so dlogits may be probs */
+__global__ static void xent_backward_kernel(float *dlogits, const float *probs,
+                                            const int *targets, float scale, size_t BT, int W,
+                                            int v0, int nreal)
+{
+    TR_GRID_STRIDE(i, BT * W)
+    {
+        size_t r = i / W;
+        int j = (int)(i % W);
+        long t = (long)targets[r] - v0;
+        dlogits[i] = j < nreal ? scale * (probs[i] - (j == t ? 1.0f : 0.0f)) : 0.0f;
+    }
+}
+
+double tr_cuda_xent_padded_forward(float *probs, float *losses, const float *logits,
+                                   const int *targets, int B, int T, int V, int Vp)
+{
+    size_t BT = (size_t)B * T;
+    if (V < 1 || V > Vp)
+        tr_fatal(TR_EXIT_SOFTWARE, "xent_padded_forward: V = %d not in [1, Vp = %d]", V, Vp);
+    tr_cuda_check_tokens(targets, BT, V, "xent_padded_forward");
+    if (BT == 0)
+        return 0.0;
+    xent_padded_forward_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(
+        probs, losses, logits, targets, V, Vp);
+    TR_CUDA_LAUNCHED();
+    return tr_cuda_sum_in_order(losses, BT);
+}
+
+void tr_cuda_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
+                                  float scale, int B, int T, int V, int Vp)
+{
+    size_t BT = (size_t)B * T;
+    tr_cuda_check_tokens(targets, BT, V, "xent_padded_backward");
+    if (BT == 0 || Vp <= 0)
+        return;
+    xent_backward_kernel<<<tr_cuda_grid(BT * Vp), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        dlogits, probs, targets, scale, BT, Vp, 0, V);
+    TR_CUDA_LAUNCHED();
+}
+
+/* ---- vocabulary split over tensor-parallel ranks -------------------------------- */
+
+__global__ static void xent_shard_max_kernel(float *rowmax, const float *logits, int Vl,
+                                             int nreal)
+{
+    __shared__ float fsh[32];
+    size_t r = blockIdx.x;
+    float mx = row_max(logits + r * Vl, nreal, fsh);
+    if (threadIdx.x == 0)
+        rowmax[r] = mx;
+}
+
+/* sums[r] = (sum of exp(x - rowmax) over the held real columns, the target's
+ * x - rowmax where this shard holds the target, else 0); probs unnormalised */
+__global__ static void xent_shard_sums_kernel(double *sums, float *probs, const float *logits,
+                                              const float *rowmax, const int *targets, int Vl,
+                                              int v0, int nreal)
+{
+    __shared__ double dsh[32];
+    size_t r = blockIdx.x;
+    const float *x = logits + r * Vl;
+    float mx = rowmax[r];
+    if (threadIdx.x == 0) {
+        long t = (long)targets[r] - v0;
+        sums[2 * r + 1] = t >= 0 && t < nreal ? (double)x[t] - mx : 0.0;
+    }
+    __syncthreads(); /* x[t] is read before any thread overwrites it (in place) */
+    double s = exp_and_sum(probs + r * Vl, x, nreal, mx, dsh);
+    if (threadIdx.x == 0)
+        sums[2 * r] = s;
+}
+
+__global__ static void xent_shard_finish_kernel(float *probs, float *losses, const double *sums,
+                                                int Vl, int nreal)
+{
+    size_t r = blockIdx.x;
+    float *p = probs + r * Vl;
+    double total = sums[2 * r];
+    float inv = (float)(1.0 / total);
+    for (int j = threadIdx.x; j < nreal; j += blockDim.x)
+        p[j] *= inv;
+    for (int j = nreal + threadIdx.x; j < Vl; j += blockDim.x)
+        p[j] = 0.0f;
+    if (threadIdx.x == 0)
+        losses[r] = (float)(log(total) - sums[2 * r + 1]);
+}
+
+void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal)
+{
+    if (BT == 0)
+        return;
+    xent_shard_max_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(rowmax, logits, Vl,
+                                                                           nreal);
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_xent_shard_sums(double *sums, float *probs, const float *logits,
+                             const float *rowmax, const int *targets, size_t BT, int Vl, int v0,
+                             int nreal)
+{
+    if (BT == 0)
+        return;
+    xent_shard_sums_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(
+        sums, probs, logits, rowmax, targets, Vl, v0, nreal);
+    TR_CUDA_LAUNCHED();
+}
+
+double tr_cuda_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
+                                 int Vl, int nreal)
+{
+    if (BT == 0)
+        return 0.0;
+    xent_shard_finish_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(probs, losses,
+                                                                              sums, Vl, nreal);
+    TR_CUDA_LAUNCHED();
+    return tr_cuda_sum_in_order(losses, BT);
+}
+
+void tr_cuda_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
+                                 float scale, size_t BT, int Vl, int v0, int nreal)
+{
+    if (BT == 0 || Vl <= 0)
+        return;
+    xent_backward_kernel<<<tr_cuda_grid(BT * Vl), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        dlogits, probs, targets, scale, BT, Vl, v0, nreal);
+    TR_CUDA_LAUNCHED();
+}

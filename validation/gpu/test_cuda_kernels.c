@@ -1,0 +1,506 @@
+/* test_cuda_kernels.c: every kernel of the CUDA table (tr_cuda_kernels) against the
+ * CPU kernel of the same entry, on the same random inputs: the CPU backend is the
+ * oracle (its own tests check it by finite differences and against PyTorch).
+ *
+ * Shapes: B=2, T=16, C=64, NH=4 (HS=16), V=100, Vp=128, odd GEMM sizes with padded
+ * leading dimensions. Parameter-gradient buffers start at random values on both
+ * sides, so "+=" against "=" shows; in-place variants run where the kernels allow
+ * them.
+ *
+ * Comparison: max |gpu - cpu| / max |cpu| over the whole tensor, printed for each.
+ * Tolerances (fp32): 1e-5 for element-wise and row-wise kernels, whose only
+ * differences are the order of additions and fused multiply-adds (a few ulp, ~1e-7
+ * relative); 1e-4 for anything that goes through a GEMM (cuBLAS sums K products in
+ * its own order and blocking). Returned double sums: 1e-5 relative (1e-12 for
+ * sum_squares, which adds squares in double). A wrong index, a missed term or a
+ * transposed operand gives errors of order 1.
+ *
+ * No usable GPU (no driver, no device): prints why and exits 77, which CTest
+ * reports as skipped. A bad token must end the process with exit 70 and a message,
+ * as on the CPU: checked by running this program again with --bad-token. */
+#include "backend/cpu_backend.h"
+#include "backend/transformer_kernels.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_probe.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { B = 2, T = 16, C = 64, NH = 4, V = 100, VP = 128, BT = B * T };
+
+#define TOL_ELEM 1e-5
+#define TOL_GEMM 1e-4
+
+static const tr_kernels *gpu = &tr_cuda_kernels;
+static uint64_t g_stream = 1; /* each random tensor its own Philox stream */
+
+/* ---- a tensor on both sides ------------------------------------------------------ */
+
+typedef struct pair {
+    float *h, *d; /* host (CPU kernel) and device (CUDA kernel) copies */
+    size_t n;
+} pair;
+
+static pair pair_rand(size_t n, float lo, float hi)
+{
+    pair p = {malloc(n * sizeof(float)), tr_cuda_alloc(n * sizeof(float), "test tensor"), n};
+    uint64_t s = g_stream++;
+    for (size_t i = 0; i < n; i++)
+        p.h[i] = lo + (hi - lo) * tr_rng_uniform(2024, s, i);
+    tr_cuda_upload(p.d, p.h, n * sizeof(float));
+    return p;
+}
+
+static pair pair_zero(size_t n) { return pair_rand(n, 0.0f, 0.0f); }
+
+static void pair_free(pair *p)
+{
+    free(p->h);
+    tr_cuda_free(p->d);
+    p->h = p->d = NULL;
+}
+
+typedef struct ipair {
+    int *h, *d;
+} ipair;
+
+/* n tokens in [lo, hi), with repeats (every fourth is one of three common tokens) so
+ * that the embedding gradient must add several rows into one */
+static ipair tokens(size_t n, int lo, int hi)
+{
+    ipair t = {malloc(n * sizeof(int)), tr_cuda_alloc(n * sizeof(int), "test tokens")};
+    uint64_t s = g_stream++;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u = tr_rng_u64(2024, s, i);
+        t.h[i] = i % 4 == 0 ? lo + (int)(u % 3) : lo + (int)(u % (uint64_t)(hi - lo));
+    }
+    tr_cuda_upload(t.d, t.h, n * sizeof(int));
+    return t;
+}
+
+static void ipair_free(ipair *t)
+{
+    free(t->h);
+    tr_cuda_free(t->d);
+}
+
+static double max_abs(const float *x, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+/* max |gpu - cpu| / max |cpu|, the device copy fetched first */
+static double rel_err(const pair *p)
+{
+    float *g = malloc(p->n * sizeof(float));
+    tr_cuda_download(g, p->d, p->n * sizeof(float));
+    double worst = 0.0, scale = max_abs(p->h, p->n);
+    for (size_t i = 0; i < p->n; i++)
+        worst = fmax(worst, fabs((double)g[i] - p->h[i]));
+    free(g);
+    return scale > 0.0 ? worst / scale : worst;
+}
+
+static void compare(const char *what, const pair *p, double tol)
+{
+    double e = rel_err(p);
+    printf("  %-40s rel err %.2e (tol %.0e)\n", what, e, tol);
+    CHECK(e <= tol, "%s: relative error %.3e above %.0e", what, e, tol);
+}
+
+static void compare_value(const char *what, double cpu, double cuda, double tol)
+{
+    double e = fabs(cuda - cpu) / fmax(fabs(cpu), 1e-300);
+    printf("  %-40s rel err %.2e (tol %.0e)\n", what, e, tol);
+    CHECK(e <= tol, "%s: %.17g (cuda) against %.17g (cpu), relative error %.3e", what, cuda, cpu,
+          e);
+}
+
+/* ---- GEMM and linear ------------------------------------------------------------- */
+
+static void test_gemm(void)
+{
+    printf("gemm\n");
+    enum { M = 37, N = 29, K = 45, PAD = 3 };
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            /* stored shapes: A is [M,K] or, transposed, [K,M]; B is [K,N] or [N,K] */
+            int lda = (ta ? M : K) + PAD, ldb = (tb ? K : N) + PAD, ldc = N + PAD;
+            pair a = pair_rand((size_t)(ta ? K : M) * lda, -1, 1);
+            pair b = pair_rand((size_t)(tb ? N : K) * ldb, -1, 1);
+            pair c = pair_rand((size_t)M * ldc, -1, 1);
+            tr_cpu_gemm(ta, tb, M, N, K, 0.7f, a.h, lda, b.h, ldb, 0.3f, c.h, ldc);
+            gpu->gemm(ta, tb, M, N, K, 0.7f, a.d, lda, b.d, ldb, 0.3f, c.d, ldc);
+            char what[64];
+            snprintf(what, sizeof what, "gemm transA=%d transB=%d", ta, tb);
+            compare(what, &c, TOL_GEMM);
+            pair_free(&a);
+            pair_free(&b);
+            pair_free(&c);
+        }
+    /* K = 0: C = beta C, and beta = 0 clears C whatever it held */
+    for (int z = 0; z < 2; z++) {
+        float beta = z ? 0.0f : 0.5f;
+        pair c = pair_rand((size_t)M * (N + PAD), -1, 1);
+        tr_cpu_gemm(0, 0, M, N, 0, 1.0f, c.h, 1, c.h, 1, beta, c.h, N + PAD);
+        gpu->gemm(0, 0, M, N, 0, 1.0f, c.d, 1, c.d, 1, beta, c.d, N + PAD);
+        compare(z ? "gemm K=0 beta=0" : "gemm K=0 beta=0.5", &c, TOL_ELEM);
+        pair_free(&c);
+    }
+}
+
+static void test_linear(void)
+{
+    printf("linear\n");
+    enum { IN = C, OUT = 3 * C };
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        pair inp = pair_rand((size_t)BT * IN, -1, 1), w = pair_rand((size_t)OUT * IN, -0.5, 0.5);
+        pair bias = pair_rand(OUT, -1, 1), out = pair_rand((size_t)BT * OUT, -1, 1);
+        pair dout = pair_rand((size_t)BT * OUT, -1, 1), dinp = pair_rand((size_t)BT * IN, -1, 1);
+        pair dw = pair_rand((size_t)OUT * IN, -1, 1), db = pair_rand(OUT, -1, 1);
+        tr_cpu_linear_forward(out.h, inp.h, w.h, with_bias ? bias.h : NULL, BT, IN, OUT);
+        gpu->linear_forward(out.d, inp.d, w.d, with_bias ? bias.d : NULL, BT, IN, OUT);
+        compare(with_bias ? "linear_forward out" : "linear_forward out (no bias)", &out, TOL_GEMM);
+        /* with a bias: everything; without: dinp and db skipped (NULL) */
+        tr_cpu_linear_backward(with_bias ? dinp.h : NULL, dw.h, with_bias ? db.h : NULL, dout.h,
+                               inp.h, w.h, BT, IN, OUT);
+        gpu->linear_backward(with_bias ? dinp.d : NULL, dw.d, with_bias ? db.d : NULL, dout.d,
+                             inp.d, w.d, BT, IN, OUT);
+        compare(with_bias ? "linear_backward dinp" : "linear_backward dinp (untouched)", &dinp,
+                TOL_GEMM);
+        compare("linear_backward dw (+=)", &dw, TOL_GEMM);
+        compare(with_bias ? "linear_backward db (+=)" : "linear_backward db (untouched)", &db,
+                TOL_ELEM);
+        pair *all[] = {&inp, &w, &bias, &out, &dout, &dinp, &dw, &db};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+            pair_free(all[i]);
+    }
+}
+
+/* ---- embedding, layernorm, GELU, residual ---------------------------------------- */
+
+static void test_embedding(void)
+{
+    printf("embedding\n");
+    ipair tok = tokens(BT, 0, V);
+    pair wte = pair_rand((size_t)V * C, -1, 1), wpe = pair_rand((size_t)T * C, -1, 1);
+    pair out = pair_zero((size_t)BT * C), dout = pair_rand((size_t)BT * C, -1, 1);
+    pair dwte = pair_rand((size_t)V * C, -1, 1), dwpe = pair_rand((size_t)T * C, -1, 1);
+    tr_cpu_embedding_forward(out.h, tok.h, wte.h, wpe.h, B, T, C, V);
+    gpu->embedding_forward(out.d, tok.d, wte.d, wpe.d, B, T, C, V);
+    compare("embedding_forward out", &out, TOL_ELEM);
+    tr_cpu_embedding_backward(dwte.h, dwpe.h, dout.h, tok.h, B, T, C, V);
+    gpu->embedding_backward(dwte.d, dwpe.d, dout.d, tok.d, B, T, C, V);
+    compare("embedding_backward dwte (+=)", &dwte, TOL_ELEM);
+    compare("embedding_backward dwpe (+=)", &dwpe, TOL_ELEM);
+
+    /* shard v0 = 40, Vl = 50: tokens below 40 and from 90 on belong to other ranks */
+    enum { V0 = 40, VL = 50 };
+    const float *wte_h = wte.h + (size_t)V0 * C, *wte_d = wte.d + (size_t)V0 * C;
+    for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+        tr_cpu_embedding_shard_forward(out.h, tok.h, wte_h, with_wpe ? wpe.h : NULL, B, T, C, V0,
+                                       VL);
+        gpu->embedding_shard_forward(out.d, tok.d, wte_d, with_wpe ? wpe.d : NULL, B, T, C, V0,
+                                     VL);
+        compare(with_wpe ? "embedding_shard_forward out" : "embedding_shard_forward out (no wpe)",
+                &out, TOL_ELEM);
+        tr_cpu_embedding_shard_backward(dwte.h + (size_t)V0 * C, with_wpe ? dwpe.h : NULL, dout.h,
+                                        tok.h, B, T, C, V0, VL);
+        gpu->embedding_shard_backward(dwte.d + (size_t)V0 * C, with_wpe ? dwpe.d : NULL, dout.d,
+                                      tok.d, B, T, C, V0, VL);
+        compare("embedding_shard_backward dwte (+=)", &dwte, TOL_ELEM);
+        compare("embedding_shard_backward dwpe", &dwpe, TOL_ELEM);
+    }
+    pair *all[] = {&wte, &wpe, &out, &dout, &dwte, &dwpe};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+    ipair_free(&tok);
+}
+
+static void test_layernorm(void)
+{
+    printf("layernorm\n");
+    /* a mean well away from 0 next to the spread: the two-pass variance matters */
+    pair inp = pair_rand((size_t)BT * C, -2, 3), w = pair_rand(C, 0.5, 1.5);
+    pair bias = pair_rand(C, -0.5, 0.5), out = pair_zero((size_t)BT * C);
+    pair mean = pair_zero(BT), rstd = pair_zero(BT), dout = pair_rand((size_t)BT * C, -1, 1);
+    pair dinp = pair_rand((size_t)BT * C, -1, 1), dw = pair_rand(C, -1, 1);
+    pair db = pair_rand(C, -1, 1);
+    tr_cpu_layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, bias.h, B, T, C);
+    gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, bias.d, B, T, C);
+    compare("layernorm_forward out", &out, TOL_ELEM);
+    compare("layernorm_forward mean", &mean, TOL_ELEM);
+    compare("layernorm_forward rstd", &rstd, TOL_ELEM);
+    /* backward from the CPU's saved mean and rstd on both sides: tests backward alone */
+    tr_cuda_upload(mean.d, mean.h, BT * sizeof(float));
+    tr_cuda_upload(rstd.d, rstd.h, BT * sizeof(float));
+    tr_cpu_layernorm_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, mean.h, rstd.h, B, T, C);
+    gpu->layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, mean.d, rstd.d, B, T, C);
+    compare("layernorm_backward dinp", &dinp, TOL_ELEM);
+    compare("layernorm_backward dweight (+=)", &dw, TOL_ELEM);
+    compare("layernorm_backward dbias (+=)", &db, TOL_ELEM);
+    pair *all[] = {&inp, &w, &bias, &out, &mean, &rstd, &dout, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+}
+
+static void test_elementwise(void)
+{
+    printf("gelu, residual\n");
+    size_t n = (size_t)BT * 4 * C;
+    pair inp = pair_rand(n, -6, 6), out = pair_zero(n), dout = pair_rand(n, -1, 1);
+    pair dinp = pair_zero(n), other = pair_rand(n, -1, 1);
+    tr_cpu_gelu_forward(out.h, inp.h, n);
+    gpu->gelu_forward(out.d, inp.d, n);
+    compare("gelu_forward out", &out, TOL_ELEM);
+    tr_cpu_gelu_backward(dinp.h, inp.h, dout.h, n);
+    gpu->gelu_backward(dinp.d, inp.d, dout.d, n);
+    compare("gelu_backward dinp", &dinp, TOL_ELEM);
+    tr_cpu_gelu_backward(dout.h, inp.h, dout.h, n); /* in place */
+    gpu->gelu_backward(dout.d, inp.d, dout.d, n);
+    compare("gelu_backward dinp (in place)", &dout, TOL_ELEM);
+    tr_cpu_residual_forward(out.h, inp.h, other.h, n);
+    gpu->residual_forward(out.d, inp.d, other.d, n);
+    compare("residual_forward out", &out, TOL_ELEM);
+    tr_cpu_residual_forward(other.h, inp.h, other.h, n); /* out aliasing b */
+    gpu->residual_forward(other.d, inp.d, other.d, n);
+    compare("residual_forward out (in place)", &other, TOL_ELEM);
+    pair *all[] = {&inp, &out, &dout, &dinp, &other};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+static void test_attention(void)
+{
+    printf("attention\n");
+    size_t natt = (size_t)B * NH * T * T;
+    pair qkv = pair_rand((size_t)BT * 3 * C, -1, 1), out = pair_zero((size_t)BT * C);
+    pair att = pair_rand(natt, -1, 1), dout = pair_rand((size_t)BT * C, -1, 1);
+    pair dqkv = pair_rand((size_t)BT * 3 * C, -1, 1), datt = pair_rand(natt, -1, 1);
+    tr_cpu_attention_forward(out.h, att.h, qkv.h, B, T, C, NH);
+    gpu->attention_forward(out.d, att.d, qkv.d, B, T, C, NH);
+    compare("attention_forward out", &out, TOL_GEMM);
+    compare("attention_forward att", &att, TOL_GEMM);
+    /* the future half of att is saved as exact zeros */
+    float *g = malloc(natt * sizeof(float));
+    tr_cuda_download(g, att.d, natt * sizeof(float));
+    size_t nonzero = 0;
+    for (size_t bh = 0; bh < (size_t)B * NH; bh++)
+        for (int t = 0; t < T; t++)
+            for (int j = t + 1; j < T; j++)
+                nonzero += g[(bh * T + t) * T + j] != 0.0f;
+    CHECK(nonzero == 0, "attention_forward: %zu entries above the diagonal are not 0", nonzero);
+    free(g);
+    /* backward from the CPU's att on both sides */
+    tr_cuda_upload(att.d, att.h, natt * sizeof(float));
+    tr_cpu_attention_backward(dqkv.h, datt.h, dout.h, qkv.h, att.h, B, T, C, NH);
+    gpu->attention_backward(dqkv.d, datt.d, dout.d, qkv.d, att.d, B, T, C, NH);
+    compare("attention_backward dqkv", &dqkv, TOL_GEMM);
+    pair *all[] = {&qkv, &out, &att, &dout, &dqkv, &datt};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+}
+
+/* ---- cross-entropy --------------------------------------------------------------- */
+
+static void test_xent_padded(void)
+{
+    printf("xent_padded\n");
+    size_t n = (size_t)BT * VP;
+    ipair tgt = tokens(BT, 0, V);
+    pair logits = pair_rand(n, -4, 4), probs = pair_zero(n), losses = pair_zero(BT);
+    pair dlogits = pair_rand(n, -1, 1);
+    float scale = 1.0f / BT;
+    double lc = tr_cpu_xent_padded_forward(probs.h, losses.h, logits.h, tgt.h, B, T, V, VP);
+    double lg = gpu->xent_padded_forward(probs.d, losses.d, logits.d, tgt.d, B, T, V, VP);
+    compare("xent_padded_forward probs", &probs, TOL_ELEM);
+    compare("xent_padded_forward losses", &losses, TOL_ELEM);
+    compare_value("xent_padded_forward loss sum", lc, lg, TOL_ELEM);
+    tr_cpu_xent_padded_backward(dlogits.h, probs.h, tgt.h, scale, B, T, V, VP);
+    tr_cuda_upload(probs.d, probs.h, n * sizeof(float));
+    gpu->xent_padded_backward(dlogits.d, probs.d, tgt.d, scale, B, T, V, VP);
+    compare("xent_padded_backward dlogits", &dlogits, TOL_ELEM);
+
+    /* in place: probs in the logits buffer, then dlogits in the probs buffer */
+    lc = tr_cpu_xent_padded_forward(logits.h, losses.h, logits.h, tgt.h, B, T, V, VP);
+    lg = gpu->xent_padded_forward(logits.d, losses.d, logits.d, tgt.d, B, T, V, VP);
+    compare("xent_padded_forward probs (in place)", &logits, TOL_ELEM);
+    compare_value("xent_padded_forward loss sum (in place)", lc, lg, TOL_ELEM);
+    tr_cuda_upload(logits.d, logits.h, n * sizeof(float));
+    tr_cpu_xent_padded_backward(logits.h, logits.h, tgt.h, scale, B, T, V, VP);
+    gpu->xent_padded_backward(logits.d, logits.d, tgt.d, scale, B, T, V, VP);
+    compare("xent_padded_backward dlogits (in place)", &logits, TOL_ELEM);
+    pair *all[] = {&logits, &probs, &losses, &dlogits};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+    ipair_free(&tgt);
+}
+
+/* The second shard of Vp = 128 split over two ranks: columns [64, 128), of which 36
+ * are real (V = 100). Targets below 64 are held by the other rank. Each step starts
+ * from the CPU's result of the step before, so each kernel is tested alone. */
+static void test_xent_shard(void)
+{
+    printf("xent_shard\n");
+    enum { VL = VP / 2, V0 = VP / 2, NREAL = V - VP / 2 };
+    size_t n = (size_t)BT * VL;
+    ipair tgt = tokens(BT, 0, V);
+    pair logits = pair_rand(n, -4, 4), rowmax = pair_zero(BT), losses = pair_zero(BT);
+    pair probs = pair_zero(n), dlogits = pair_zero(n);
+    tr_cpu_xent_shard_max(rowmax.h, logits.h, BT, VL, NREAL);
+    gpu->xent_shard_max(rowmax.d, logits.d, BT, VL, NREAL);
+    compare("xent_shard_max rowmax", &rowmax, TOL_ELEM);
+
+    double sums_h[2 * BT], sums_g[2 * BT];
+    double *sums_d = tr_cuda_alloc(sizeof sums_h, "test sums");
+    tr_cuda_upload(rowmax.d, rowmax.h, BT * sizeof(float));
+    tr_cpu_xent_shard_sums(sums_h, probs.h, logits.h, rowmax.h, tgt.h, BT, VL, V0, NREAL);
+    gpu->xent_shard_sums(sums_d, probs.d, logits.d, rowmax.d, tgt.d, BT, VL, V0, NREAL);
+    compare("xent_shard_sums probs (unnormalised)", &probs, TOL_ELEM);
+    tr_cuda_download(sums_g, sums_d, sizeof sums_g);
+    double worst = 0.0, scale = 0.0;
+    for (int i = 0; i < 2 * BT; i++) {
+        worst = fmax(worst, fabs(sums_g[i] - sums_h[i]));
+        scale = fmax(scale, fabs(sums_h[i]));
+    }
+    printf("  %-40s rel err %.2e (tol %.0e)\n", "xent_shard_sums sums", worst / scale, TOL_ELEM);
+    CHECK(worst <= TOL_ELEM * scale, "xent_shard_sums: relative error %.3e", worst / scale);
+
+    /* finish, in place on the probabilities, from the CPU's sums and probs */
+    tr_cuda_upload(sums_d, sums_h, sizeof sums_h);
+    tr_cuda_upload(probs.d, probs.h, n * sizeof(float));
+    double lc = tr_cpu_xent_shard_finish(probs.h, losses.h, sums_h, BT, VL, NREAL);
+    double lg = gpu->xent_shard_finish(probs.d, losses.d, sums_d, BT, VL, NREAL);
+    compare("xent_shard_finish probs", &probs, TOL_ELEM);
+    compare("xent_shard_finish losses", &losses, TOL_ELEM);
+    compare_value("xent_shard_finish loss sum", lc, lg, TOL_ELEM);
+
+    tr_cuda_upload(probs.d, probs.h, n * sizeof(float));
+    tr_cpu_xent_shard_backward(dlogits.h, probs.h, tgt.h, 0.5f, BT, VL, V0, NREAL);
+    gpu->xent_shard_backward(dlogits.d, probs.d, tgt.d, 0.5f, BT, VL, V0, NREAL);
+    compare("xent_shard_backward dlogits", &dlogits, TOL_ELEM);
+    tr_cuda_free(sums_d);
+    pair *all[] = {&logits, &rowmax, &losses, &probs, &dlogits};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+    ipair_free(&tgt);
+}
+
+/* ---- optimizers and norms -------------------------------------------------------- */
+
+static void test_optim(void)
+{
+    printf("optimizers\n");
+    size_t n = 10007;
+    pair p = pair_rand(n, -1, 1), m = pair_zero(n), v = pair_zero(n);
+    for (long t = 1; t <= 3; t++) {
+        pair g = pair_rand(n, -1, 1);
+        tr_cpu_adamw_update(p.h, m.h, v.h, g.h, n, 1e-3f, 0.9, 0.999, 1e-8f, 0.1f, t);
+        gpu->adamw_update(p.d, m.d, v.d, g.d, n, 1e-3f, 0.9, 0.999, 1e-8f, 0.1f, t);
+        pair_free(&g);
+    }
+    compare("adamw_update param (3 steps)", &p, TOL_ELEM);
+    compare("adamw_update m", &m, TOL_ELEM);
+    compare("adamw_update v", &v, TOL_ELEM);
+
+    pair buf = pair_zero(n);
+    for (int step = 0; step < 3; step++) {
+        pair g = pair_rand(n, -1, 1);
+        tr_cpu_sgd_update(p.h, buf.h, g.h, n, 0.05f, 0.9f, 1e-4f);
+        gpu->sgd_update(p.d, buf.d, g.d, n, 0.05f, 0.9f, 1e-4f);
+        tr_cpu_sgd_update(p.h, NULL, g.h, n, 0.01f, 0.0f, 0.0f); /* plain: no buffer */
+        gpu->sgd_update(p.d, NULL, g.d, n, 0.01f, 0.0f, 0.0f);
+        pair_free(&g);
+    }
+    compare("sgd_update param (momentum, plain)", &p, TOL_ELEM);
+    compare("sgd_update momentum buffer", &buf, TOL_ELEM);
+
+    tr_cpu_scale(p.h, n, -0.37f);
+    gpu->scale(p.d, n, -0.37f);
+    compare("scale", &p, TOL_ELEM);
+
+    size_t big = 1000003; /* more than one element per thread of the fixed grid */
+    pair x = pair_rand(big, -2, 2);
+    compare_value("sum_squares (n = 1000003)", tr_cpu_sum_squares(x.h, big),
+                  gpu->sum_squares(x.d, big), 1e-12);
+    compare_value("sum_squares (n = 5)", tr_cpu_sum_squares(x.h, 5), gpu->sum_squares(x.d, 5),
+                  1e-12);
+    compare_value("sum_squares run to run", gpu->sum_squares(x.d, big),
+                  gpu->sum_squares(x.d, big), 0.0);
+    pair *all[] = {&p, &m, &v, &buf, &x};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+}
+
+/* ---- a bad token ends the process, as on the CPU ---------------------------------- */
+
+static int bad_token_child(void)
+{
+    int tok_h[BT];
+    for (int i = 0; i < BT; i++)
+        tok_h[i] = i % V;
+    tok_h[7] = V; /* one past the vocabulary */
+    int *tok = tr_cuda_alloc(sizeof tok_h, "tokens");
+    float *out = tr_cuda_alloc((size_t)BT * C * sizeof(float), "out");
+    float *wte = tr_cuda_alloc((size_t)V * C * sizeof(float), "wte");
+    float *wpe = tr_cuda_alloc((size_t)T * C * sizeof(float), "wpe");
+    tr_cuda_upload(tok, tok_h, sizeof tok_h);
+    gpu->embedding_forward(out, tok, wte, wpe, B, T, C, V);
+    tr_cuda_synchronize();
+    return 0; /* not reached when the check works */
+}
+
+static void test_bad_token(void)
+{
+    printf("bad token\n");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) { /* a fresh process: CUDA state must not be used across fork() */
+        execl("/proc/self/exe", "test_cuda_kernels", "--bad-token", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid,
+          "could not run this test again with --bad-token");
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    printf("  %-40s exit %d (want %d)\n", "embedding_forward token V", code, TR_EXIT_SOFTWARE);
+    CHECK(code == TR_EXIT_SOFTWARE, "a bad token gave exit %d, not %d", code, TR_EXIT_SOFTWARE);
+}
+
+int main(int argc, char **argv)
+{
+    char why[200];
+    if (tr_cuda_device_count(why, sizeof why) < 1) {
+        printf("SKIPPED: %s\n", why);
+        return 77;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--bad-token"))
+        return bad_token_child();
+    printf("%s\n", why);
+    tr_cpu_backend_init(2);
+    tr_cuda_init(-1);
+    CHECK(!strcmp(gpu->name, "cuda"), "table name %s", gpu->name);
+    test_gemm();
+    test_linear();
+    test_embedding();
+    test_layernorm();
+    test_elementwise();
+    test_attention();
+    test_xent_padded();
+    test_xent_shard();
+    test_optim();
+    test_bad_token();
+    return tr_test_finish();
+}
