@@ -55,3 +55,21 @@ trainer_pids() { pgrep -f "^$TRAINER " || true; }
 h5_same() {
   h5diff -q "$1" "$2" /model /model && h5diff -q "$1" "$2" /optimizer /optimizer
 }
+
+# layout_gpt_setup: the GPT of the layout tests (gpt_layouts.sh,
+# gpt_checkpoint_layouts.sh): 4 blocks and 4 heads (tp up to 4, pp up to 4) on the
+# Brown bytes, unshuffled, global batch 8 in 4 micro-batches, 20 AdamW steps with
+# clipping at a learning rate low enough for a smooth curve. Writes $WORK/gpt.in and
+# sets the array LAYOUT_GPT; exits 77 (skipped) without the Brown token files.
+layout_gpt_setup() {
+  local bytes=$SRC/data/brown/bytes
+  [ -f "$bytes.train.tok" ] ||
+    { echo "skipped: no Brown token files (run scripts/prepare_text.sh)"; exit 77; }
+  printf '[model]\nname = gpt\n' >"$WORK/gpt.in"
+  LAYOUT_GPT=(model.n_layer=4 model.n_head=4 model.n_embd=64 model.seq_len=32
+    model.vocab_size=256 data.format=tokens data.tokenizer=bytes
+    data.train_tokens="$bytes.train.tok" data.val_tokens="$bytes.val.tok" data.val_limit=16
+    data.shuffle=false train.batch_size=8 train.micro_batches=4 train.steps=20
+    train.eval_every=0 train.log_every=1 optim.name=adamw optim.lr=1e-3
+    optim.clip_grad_norm=1.0 optim.weight_decay=0.1 run.progress=off sample.length=0)
+}

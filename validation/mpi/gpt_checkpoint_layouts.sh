@@ -11,15 +11,8 @@
 # 6e-4 of that (plain dp 2 against 1 rank gives 4e-4), while a misplaced row or
 # column is off by about 100%.
 source "$(dirname "$0")/../lib.sh"
-BYTES=$SRC/data/brown/bytes
-[ -f "$BYTES.train.tok" ] || { echo "skipped: no Brown token files (run scripts/prepare_text.sh)"; exit 77; }
-printf '[model]\nname = gpt\n' >"$WORK/gpt.in"
-common=(model.n_layer=4 model.n_head=4 model.n_embd=64 model.seq_len=32 model.vocab_size=256
-  data.format=tokens data.tokenizer=bytes data.train_tokens="$BYTES.train.tok"
-  data.val_tokens="$BYTES.val.tok" data.val_limit=16 data.shuffle=false train.batch_size=8
-  train.micro_batches=4 train.steps=20 train.eval_every=0 train.log_every=1 optim.name=adamw
-  optim.lr=1e-3 optim.clip_grad_norm=1.0 optim.weight_decay=0.1 run.progress=off
-  checkpoint.every=10 checkpoint.keep=0 sample.length=0)
+layout_gpt_setup
+common=("${LAYOUT_GPT[@]}" checkpoint.every=10 checkpoint.keep=0)
 RUN_TIMEOUT=180
 big=(parallel.tp=2 parallel.pp=2 parallel.zero=1)
 

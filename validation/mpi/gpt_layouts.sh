@@ -11,15 +11,8 @@
 # model hits a loss spike at step 15 (gradient norm 275), and a spike turns 1e-8
 # rounding differences into 1e-4 ones; any layout comparison needs a smooth curve.
 source "$(dirname "$0")/../lib.sh"
-BYTES=$SRC/data/brown/bytes
-[ -f "$BYTES.train.tok" ] || { echo "skipped: no Brown token files (run scripts/prepare_text.sh)"; exit 77; }
-printf '[model]\nname = gpt\n' >"$WORK/gpt.in"
-common=(model.n_layer=4 model.n_head=4 model.n_embd=64 model.seq_len=32 model.vocab_size=256
-  data.format=tokens data.tokenizer=bytes data.train_tokens="$BYTES.train.tok"
-  data.val_tokens="$BYTES.val.tok" data.val_limit=16 data.shuffle=false train.batch_size=8
-  train.micro_batches=4 train.steps=20 train.eval_every=0 train.log_every=1 optim.name=adamw
-  optim.lr=1e-3 optim.clip_grad_norm=1.0 optim.weight_decay=0.1 run.progress=off
-  checkpoint.at_end=false sample.length=0)
+layout_gpt_setup
+common=("${LAYOUT_GPT[@]}" checkpoint.at_end=false)
 RUN_TIMEOUT=180
 # The sanitizer build proves the same code paths memory-clean in 6 steps (the release
 # build runs the 20 that the comparison is stated for): it is 6x slower per step.
