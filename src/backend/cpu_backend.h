@@ -50,6 +50,7 @@ void tr_cpu_softmax_xent_forward(float *probs, float *losses, const float *logit
 void tr_cpu_softmax_xent_backward(float *dlogits, const float *probs, const int *labels,
                                   float scale, int B, int V);
 void tr_cpu_scale(float *x, size_t n, float a);
+void tr_cpu_round_lowp(float *x, size_t n, int format);
 
 /* cpu_conv.c */
 /* 1 when the convolution runs samples in parallel (per-thread partial gradients),

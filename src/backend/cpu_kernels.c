@@ -8,6 +8,7 @@
  * No loop here reduces floating point across threads: each output element is
  * written by one thread, in a fixed order, so results are bit-identical run to run. */
 #include "backend/cpu_backend.h"
+#include "backend/lowp_math.h"
 #include "backend/transformer_kernels.h"
 #include "core/error.h"
 
@@ -178,6 +179,15 @@ void tr_cpu_scale(float *x, size_t n, float a)
         x[i] *= a;
 }
 
+void tr_cpu_round_lowp(float *x, size_t n, int format)
+{
+    if (format == TR_PREC_FP32)
+        return;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++)
+        x[i] = tr_round_lowp(x[i], format);
+}
+
 const tr_kernels tr_cpu_kernels = {
     .name = "cpu",
     .gemm = tr_cpu_gemm,
@@ -196,6 +206,7 @@ const tr_kernels tr_cpu_kernels = {
     .adamw_update = tr_cpu_adamw_update,
     .sum_squares = tr_cpu_sum_squares,
     .scale = tr_cpu_scale,
+    .round_lowp = tr_cpu_round_lowp,
     .embedding_forward = tr_cpu_embedding_forward,
     .embedding_backward = tr_cpu_embedding_backward,
     .layernorm_forward = tr_cpu_layernorm_forward,

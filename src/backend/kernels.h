@@ -72,6 +72,11 @@ typedef struct tr_kernels {
                          long t);
     double (*sum_squares)(const float *x, size_t n);
     void (*scale)(float *x, size_t n, float a);
+    /* Mixed precision: x[i] = the nearest value of `format` (a tr_precision of
+     * lowp_math.h: bf16 or fp16; fp32 leaves x alone), rounded as lowp_math.h rounds.
+     * Where the working copy of parameters and activations lives in fp32 memory (the
+     * CPU backend) this is its 16-bit storage. */
+    void (*round_lowp)(float *x, size_t n, int format);
 
     /* The transformer's kernels: shapes, saved tensors and rules as documented in
      * transformer_kernels.h (dimension letters B, T, C, NH, V, Vp there). */

@@ -67,5 +67,6 @@ void tr_cuda_adamw_update(float *param, float *m, float *v, const float *grad, s
                           long t);
 double tr_cuda_sum_squares(const float *x, size_t n);
 void tr_cuda_scale(float *x, size_t n, float a);
+void tr_cuda_round_lowp(float *x, size_t n, int format);
 
 #endif

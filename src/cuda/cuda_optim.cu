@@ -1,5 +1,5 @@
-/* cuda_optim.cu: optimizer updates, the squared norm (gradient clipping) and
- * scaling on the GPU.
+/* cuda_optim.cu: optimizer updates, the squared norm (gradient clipping), scaling
+ * and mixed precision's rounding on the GPU.
  *
  * The update rules are scalar_math.h's, the very functions the CPU backend runs, so
  * the two cannot drift apart; the per-call constants (AdamW's bias corrections) are
@@ -7,6 +7,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
 
+#include "backend/lowp_math.h"
 #include "backend/scalar_math.h"
 
 __global__ static void sgd_kernel(float *param, float *buf, const float *grad, size_t n,
@@ -57,6 +58,19 @@ void tr_cuda_scale(float *x, size_t n, float a)
     if (n == 0)
         return;
     scale_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(x, n, a);
+    TR_CUDA_LAUNCHED();
+}
+
+__global__ static void round_lowp_kernel(float *x, size_t n, int format)
+{
+    TR_GRID_STRIDE(i, n) x[i] = tr_round_lowp(x[i], format);
+}
+
+void tr_cuda_round_lowp(float *x, size_t n, int format)
+{
+    if (n == 0 || format == TR_PREC_FP32)
+        return;
+    round_lowp_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(x, n, format);
     TR_CUDA_LAUNCHED();
 }
 

@@ -1,0 +1,103 @@
+/* lowp_math.h: bf16 and fp16 conversions, shared by the CPU and CUDA backends.
+ *
+ * Mixed precision (train.precision) stores parameters and activations in a 16-bit
+ * format and computes in fp32. These are the one definition of the two formats'
+ * rounding: round to nearest, ties to even, as the hardware converts (cvt.rn);
+ * NaN stays NaN; fp16 overflows to +-inf at 65520 and keeps its subnormals (down to
+ * 2^-24), so the loss scaling it needs is exercised, not hidden. Plain integer and
+ * float arithmetic, compiled for the host by the C backend and for both host and
+ * device by nvcc (TR_HD), so the CPU tests prove what the CUDA kernels use. */
+#ifndef TR_LOWP_MATH_H
+#define TR_LOWP_MATH_H
+
+#include "backend/scalar_math.h" /* TR_HD */
+
+#include <stdint.h>
+#include <string.h>
+
+/* train.precision; the value is also the format code the kernels take */
+typedef enum { TR_PREC_FP32 = 0, TR_PREC_BF16 = 1, TR_PREC_FP16 = 2 } tr_precision;
+
+TR_HD static inline uint32_t tr_f32_bits(float f)
+{
+#ifdef __CUDA_ARCH__
+    return (uint32_t)__float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+TR_HD static inline float tr_bits_f32(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+/* bf16 keeps fp32's exponent and the top 7 mantissa bits: round the low 16 bits away */
+TR_HD static inline uint16_t tr_f32_to_bf16(float f)
+{
+    uint32_t u = tr_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u); /* ties to even; may carry into the exponent */
+    return (uint16_t)(u >> 16);
+}
+
+TR_HD static inline float tr_bf16_to_f32(uint16_t h)
+{
+    return tr_bits_f32((uint32_t)h << 16);
+}
+
+TR_HD static inline uint16_t tr_f32_to_f16(float f)
+{
+    uint32_t u = tr_f32_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) /* inf, or NaN kept quiet */
+        return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
+    if (a >= 0x477ff000u) /* >= 65520 rounds past 65504, the largest fp16 */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) {
+        /* below 2^-14: a subnormal in units of 2^-24. Adding 0.5 (whose ulp is
+         * 2^-24) lets the fp32 adder round it, ties to even; the sum's mantissa is
+         * then the count of units (1024 when it rounds up to the smallest normal,
+         * whose bits are the same 0x400). */
+        float t = tr_bits_f32(a) + 0.5f;
+        return (uint16_t)(sign | (tr_f32_bits(t) - 0x3f000000u));
+    }
+    /* normal: rebias the exponent by 127 - 15 and round 13 mantissa bits away */
+    a += 0xc8000fffu + ((a >> 13) & 1u);
+    return (uint16_t)(sign | (a >> 13));
+}
+
+TR_HD static inline float tr_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) { /* zero or subnormal: m 2^-24, exact in fp32 */
+        float v = (float)m * 5.9604644775390625e-8f;
+        return tr_bits_f32(tr_f32_bits(v) | sign);
+    }
+    if (e == 31)
+        return tr_bits_f32(sign | 0x7f800000u | (m << 13));
+    return tr_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* f rounded to the nearest value the format holds (fp32: unchanged) */
+TR_HD static inline float tr_round_lowp(float f, int format)
+{
+    if (format == TR_PREC_BF16)
+        return tr_bf16_to_f32(tr_f32_to_bf16(f));
+    if (format == TR_PREC_FP16)
+        return tr_f16_to_f32(tr_f32_to_f16(f));
+    return f;
+}
+
+#endif
