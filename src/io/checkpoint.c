@@ -830,7 +830,11 @@ static int write_meta(hid_t f, const tr_ckpt_meta *m)
            attr_write(f, "seed", H5T_NATIVE_UINT64, &m->seed) |
            attr_i64(f, "written_ranks", m->ranks) | attr_i64(f, "written_dp", m->dp) |
            attr_i64(f, "written_tp", m->tp) | attr_i64(f, "written_pp", m->pp) |
-           attr_i64(f, "written_zero", m->zero);
+           attr_i64(f, "written_zero", m->zero) |
+           attr_str(f, "precision", m->precision[0] ? m->precision : "fp32") |
+           attr_write(f, "loss_scale", H5T_NATIVE_DOUBLE, &m->loss_scale) |
+           attr_i64(f, "loss_scale_good_steps", m->loss_scale_good) |
+           attr_i64(f, "skipped_steps", m->skipped_steps);
 }
 
 /* fsync a path (file or directory); returns errno or 0 */
@@ -1055,6 +1059,23 @@ static int read_meta(hid_t f, const char *path, tr_ckpt_meta *m, char *err, size
     m->step = (long)step;
     m->ranks = (int)ranks, m->dp = (int)dp, m->tp = (int)tp, m->pp = (int)pp;
     m->zero = (int)zero;
+    /* mixed precision's attributes came later still: absent, nothing was skipped */
+    int64_t good = 0, skipped = 0;
+    m->loss_scale = 0;
+    snprintf(m->precision, sizeof m->precision, "fp32");
+    if ((H5Aexists(f, "precision") > 0 &&
+         attr_read_str(f, "precision", m->precision, sizeof m->precision)) ||
+        (H5Aexists(f, "loss_scale") > 0 &&
+         attr_read(f, "loss_scale", H5T_NATIVE_DOUBLE, &m->loss_scale)) ||
+        (H5Aexists(f, "loss_scale_good_steps") > 0 &&
+         attr_read(f, "loss_scale_good_steps", H5T_NATIVE_INT64, &good)) ||
+        (H5Aexists(f, "skipped_steps") > 0 &&
+         attr_read(f, "skipped_steps", H5T_NATIVE_INT64, &skipped))) {
+        fail(err, errlen, "'%s': cannot read its precision or loss-scale attributes", path);
+        return -1;
+    }
+    m->loss_scale_good = (long)good;
+    m->skipped_steps = (long)skipped;
     return 0;
 }
 

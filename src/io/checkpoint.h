@@ -80,6 +80,12 @@ typedef struct tr_ckpt_meta {
     uint64_t seed;
     int ranks, dp, tp, pp; /* the layout it was written at */
     int zero;              /* ZeRO stage it was written at (0 in older files) */
+    /* mixed precision: the run's train.precision ("fp32" in older files; the tensors
+     * are the fp32 master weights either way) and its loss scaler: scale (0 when not
+     * recorded), good steps since it last changed, steps skipped so far */
+    char precision[16];
+    double loss_scale;
+    long loss_scale_good, skipped_steps;
     const char *deck_text; /* on write */
     int collective_io;     /* on write: MPI-IO collective buffering for tensor data */
 } tr_ckpt_meta;

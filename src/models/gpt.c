@@ -426,22 +426,35 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
     const tr_param *ln2 = lay[LN2].params, *fc = lay[FC].params, *fcp = lay[FCPROJ].params;
     /* the row-parallel biases are added once, by tp rank 0, before the sum */
     int bias_here = g->tp_rank == 0;
+    /* mixed precision: every stored output rounded to the storage format (the
+     * layernorm statistics stay fp32) */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, ln1[0].value, ln1[1].value, B, T,
                          C);
+    tr_model_round(m, b->ln1, n);
     k->linear_forward(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * Cl);
+    tr_model_round(m, b->qkv, (size_t)BT * 3 * Cl);
     k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, g->NHl);
+    tr_model_round(m, b->atty, (size_t)BT * Cl);
+    tr_model_round(m, b->att, (size_t)B * g->NHl * T * T);
     k->linear_forward(g->proj_out, b->atty, proj[0].value, bias_here ? proj[1].value : NULL, BT,
                       Cl, C);
     tp_sum(g, g->proj_out, n);
+    tr_model_round(m, g->proj_out, n);
     k->residual_forward(b->res2, x, g->proj_out, n);
+    tr_model_round(m, b->res2, n);
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value, ln2[1].value,
                          B, T, C);
+    tr_model_round(m, b->ln2, n);
     k->linear_forward(b->fch, b->ln2, fc[0].value, fc[1].value, BT, C, Fl);
+    tr_model_round(m, b->fch, (size_t)BT * Fl);
     k->gelu_forward(b->fch_gelu, b->fch, (size_t)BT * Fl);
+    tr_model_round(m, b->fch_gelu, (size_t)BT * Fl);
     k->linear_forward(g->proj_out, b->fch_gelu, fcp[0].value, bias_here ? fcp[1].value : NULL,
                       BT, Fl, C);
     tp_sum(g, g->proj_out, n);
+    tr_model_round(m, g->proj_out, n);
     k->residual_forward(b->res3, b->res2, g->proj_out, n);
+    tr_model_round(m, b->res3, n);
 }
 
 /* Where block i of slot s keeps its activations for the forward pass. */
@@ -482,6 +495,7 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
                                        C, g->v0, g->Vl);
             tp_sum(g, g->encoded[slot], (size_t)BT * C);
         }
+        tr_model_round(m, g->encoded[slot], (size_t)BT * C);
     }
     for (int i = 0; i < g->nl; i++) {
         block_acts b = acts_for(g, i, slot);
@@ -493,10 +507,12 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
     const tr_param *lnf = m->layers[g->lnf].params;
     k->layernorm_forward(g->lnf_out[slot], g->lnf_mean[slot], g->lnf_rstd[slot], x, lnf[0].value,
                          lnf[1].value, B, T, C);
+    tr_model_round(m, g->lnf_out[slot], (size_t)BT * C);
     /* tied head: logits = ln_f(x) wte^T over this rank's rows (padded rows are zero:
      * zero logits, which the cross-entropy ignores) */
     k->linear_forward(g->logits[slot], g->lnf_out[slot], P(m, g->head_wte, 0)->value, NULL, BT,
                       C, g->Vl);
+    tr_model_round(m, g->logits[slot], (size_t)BT * g->Vl); /* the loss is fp32 math */
 }
 
 /* Next-token accuracy: the argmax over the real vocabulary of each row. */
@@ -594,24 +610,33 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
         b = g->blk[i * g->slots + s];
     }
     /* MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
+    /* mixed precision: activation gradients rounded as they are stored */
     k->linear_backward(g->dfch, fcp[0].grad, fcp[1].grad, g->dres, b.fch_gelu, fcp[0].value, BT,
                        Fl, C);
+    tr_model_round(m, g->dfch, (size_t)BT * Fl);
     k->gelu_backward(g->dfch, b.fch, g->dfch, (size_t)BT * Fl);
+    tr_model_round(m, g->dfch, (size_t)BT * Fl);
     k->linear_backward(g->dln, fc[0].grad, fc[1].grad, g->dfch, b.ln2, fc[0].value, BT, C, Fl);
     tp_sum(g, g->dln, n);
+    tr_model_round(m, g->dln, n);
     k->layernorm_backward(g->dtmp, ln2[0].grad, ln2[1].grad, g->dln, b.res2, ln2[0].value,
                           b.ln2_mean, b.ln2_rstd, B, T, C);
     k->residual_forward(g->dres, g->dres, g->dtmp, n);
+    tr_model_round(m, g->dres, n);
     /* attention half: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))) */
     k->linear_backward(g->dln, proj[0].grad, proj[1].grad, g->dres, b.atty, proj[0].value, BT,
                        Cl, C);
+    tr_model_round(m, g->dln, (size_t)BT * Cl);
     k->attention_backward(g->dqkv, g->datt, g->dln, b.qkv, b.att, B, T, Cl, g->NHl);
+    tr_model_round(m, g->dqkv, (size_t)BT * 3 * Cl);
     k->linear_backward(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1, qkv[0].value, BT, C,
                        3 * Cl);
     tp_sum(g, g->dln, n);
+    tr_model_round(m, g->dln, n);
     k->layernorm_backward(g->dtmp, ln1[0].grad, ln1[1].grad, g->dln, x_in, ln1[0].value,
                           b.ln1_mean, b.ln1_rstd, B, T, C);
     k->residual_forward(g->dres, g->dres, g->dtmp, n);
+    tr_model_round(m, g->dres, n);
 }
 
 void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int32_t *y, int B,
@@ -629,14 +654,17 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
             k->xent_padded_backward(lg, lg, y, loss_scale, B, T, c->V, g->Vl);
         else
             k->xent_shard_backward(lg, lg, y, loss_scale, (size_t)BT, g->Vl, g->v0, g->nreal);
+        tr_model_round(m, lg, (size_t)BT * g->Vl);
         k->linear_backward(g->dln, wte->grad, NULL, lg, g->lnf_out[slot], wte->value, BT, C,
                            g->Vl);
         tp_sum(g, g->dln, (size_t)BT * C);
+        tr_model_round(m, g->dln, (size_t)BT * C);
         const tr_param *lnf = m->layers[g->lnf].params;
         const float *x_last =
             g->nl ? g->blk[(g->nl - 1) * g->slots + slot].res3 : g->encoded[slot];
         k->layernorm_backward(g->dres, lnf[0].grad, lnf[1].grad, g->dln, x_last, lnf[0].value,
                               g->lnf_mean[slot], g->lnf_rstd[slot], B, T, C);
+        tr_model_round(m, g->dres, (size_t)BT * C);
         if (ready)
             ready(ctx, lnf[0].offset);
     }

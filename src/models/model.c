@@ -215,6 +215,7 @@ double tr_model_forward(tr_model *m, const void *x, const int32_t *y, int B, lon
     const float *in = x;
     for (int i = 0; i < m->nlayers; i++) {
         m->layers[i].ops->forward(&m->layers[i], m->k, m->acts[i], in, B);
+        tr_model_round(m, m->acts[i], (size_t)B * tr_shape_numel(m->layers[i].out));
         in = m->acts[i];
     }
     double loss_sum = 0;
@@ -234,11 +235,14 @@ void tr_model_backward(tr_model *m, const void *x, const int32_t *y, int B, floa
     }
     int cur = 0;
     m->k->softmax_xent_backward(m->dact[cur], m->probs, y, loss_scale, B, m->classes);
+    tr_model_round(m, m->dact[cur], (size_t)B * m->classes);
     for (int i = m->nlayers - 1; i >= 0; i--) {
         tr_layer *l = &m->layers[i];
         const float *in = i ? m->acts[i - 1] : (const float *)x;
         float *din = i ? m->dact[cur ^ 1] : NULL;
         l->ops->backward(l, m->k, din, m->dact[cur], in, m->acts[i], B);
+        if (din)
+            tr_model_round(m, din, (size_t)B * tr_shape_numel(l->in));
         cur ^= 1;
         if (ready && l->nparams)
             ready(ctx, l->params[0].offset);

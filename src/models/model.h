@@ -79,6 +79,10 @@ struct tr_model {
     float *dact[2];                   /* ping-pong activation gradients */
     float *probs, *losses;            /* [max_batch, classes], [max_batch] */
     const tr_kernels *k;
+    /* Mixed precision: the format (tr_precision, lowp_math.h) activations and their
+     * gradients are stored in; 0 = fp32. The math stays fp32: each kernel's output is
+     * rounded to it where it is stored, as a 16-bit tensor would hold it. */
+    int precision;
 
     /* Inputs: images (float [B, c*h*w]) or tokens (int32 [B, seq_len]); a sample
      * has targets_per_sample labels (1 for a classifier, seq_len for a language
@@ -129,6 +133,14 @@ double tr_model_forward(tr_model *m, const void *x, const int32_t *y, int B, lon
  * for a mean over the global batch). Gradients accumulate into m->grads. */
 void tr_model_backward(tr_model *m, const void *x, const int32_t *y, int B, float loss_scale,
                        tr_grads_ready_fn ready, void *ctx);
+
+/* x, n floats of an activation or activation gradient just computed, as the model's
+ * storage format holds it (nothing at fp32). */
+static inline void tr_model_round(const tr_model *m, float *x, size_t n)
+{
+    if (m->precision)
+        m->k->round_lowp(x, n, m->precision);
+}
 
 /* Floating-point operations of one forward pass of one sample (multiply-add = 2). */
 double tr_model_forward_flops(const tr_model *m);

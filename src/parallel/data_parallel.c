@@ -51,8 +51,24 @@ void tr_dp_hold(tr_dp *dp, size_t lo, size_t hi)
     dp->hold_hi = hi;
 }
 
+void tr_dp_store_lowp(tr_dp *dp, const tr_kernels *k, int format)
+{
+    dp->k = k;
+    dp->lowp = format;
+}
+
+/* Rounds the gradients [lo, unrounded) that backward has just completed. */
+static void round_completed(tr_dp *dp, size_t lo)
+{
+    if (dp->lowp && lo < dp->unrounded) {
+        dp->k->round_lowp(dp->grads + lo, dp->unrounded - lo, dp->lowp);
+        dp->unrounded = lo;
+    }
+}
+
 void tr_dp_begin(tr_dp *dp)
 {
+    dp->unrounded = dp->count;
     for (int b = 0; b < dp->nbuckets; b++)
         dp->buckets[b].started = 0;
 }
@@ -75,6 +91,7 @@ static int held(const tr_dp *dp, const tr_dp_bucket *b)
 void tr_dp_grads_ready(void *ctx, size_t lo)
 {
     tr_dp *dp = ctx;
+    round_completed(dp, lo);
     if (dp->size == 1)
         return;
     /* every rank of the group starts the same buckets in the same order: their
@@ -92,6 +109,7 @@ void tr_dp_grads_ready(void *ctx, size_t lo)
 
 void tr_dp_finish(tr_dp *dp)
 {
+    round_completed(dp, 0);
     if (dp->size == 1)
         return;
     for (int i = 0; i < dp->nbuckets; i++)

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-static const char HEADER[] = "step,epoch,phase,loss,accuracy,lr,grad_norm,samples_per_s,elapsed_s\n";
+static const char HEADER[] = "step,epoch,phase,loss,accuracy,lr,grad_norm,samples_per_s,elapsed_s,loss_scale\n";
 
 FILE *tr_metrics_open(const char *dir, long resume_step)
 {
@@ -46,8 +46,9 @@ void tr_metrics_write(FILE *f, const tr_metrics_row *r)
     if (!f)
         return;
     /* %.9g keeps every bit of a float loss, so two runs can be compared exactly */
-    fprintf(f, "%ld,%.6f,%s,%.9g,%.6f,%.9g,%.9g,%.1f,%.3f\n", r->step, r->epoch, r->phase,
-            r->loss, r->accuracy, r->lr, r->grad_norm, r->samples_per_s, r->elapsed_s);
+    fprintf(f, "%ld,%.6f,%s,%.9g,%.6f,%.9g,%.9g,%.1f,%.3f,%.9g\n", r->step, r->epoch, r->phase,
+            r->loss, r->accuracy, r->lr, r->grad_norm, r->samples_per_s, r->elapsed_s,
+            r->loss_scale);
     fflush(f); /* a crash or preemption keeps every row written so far */
 }
 
@@ -87,6 +88,9 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             "  \"peak_rss_bytes\": %.0f,\n"
             "  \"optimizer_state_bytes\": %.0f,\n"
             "  \"threads_per_rank\": %d,\n"
+            "  \"precision\": \"%s\",\n"
+            "  \"skipped_steps\": %ld,\n"
+            "  \"loss_scale\": %.9g,\n"
             "  \"blas_core\": \"%s\"\n"
             "}\n",
             s->model, s->test_accuracy, s->test_loss, s->final_train_loss, s->steps, s->epochs,
@@ -94,7 +98,7 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             s->peak_gflops, s->mfu, s->tokens_per_second, s->val_perplexity,
             s->unigram_perplexity, s->wall_seconds, s->train_seconds, s->comm_wait_seconds, s->ranks, s->dp, s->tp,
             s->pp, s->zero, s->peak_rss_bytes, s->optimizer_state_bytes, s->threads_per_rank,
-            s->blas_core);
+            s->precision ? s->precision : "fp32", s->skipped_steps, s->loss_scale, s->blas_core);
     int bad = ferror(f);
     if (fclose(f) || bad)
         return errno ? errno : EIO;

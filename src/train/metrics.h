@@ -10,6 +10,8 @@ typedef struct tr_metrics_row {
     double epoch;   /* fractional epoch */
     const char *phase; /* "train" or "eval" */
     double loss, accuracy, lr, grad_norm, samples_per_s, elapsed_s;
+    double loss_scale; /* the step's loss scale: 1 but under fp16-mixed; a skipped
+                          step's grad_norm is inf or nan */
 } tr_metrics_row;
 
 /* Opens DIR/metrics.csv for writing (rank 0 only); NULL with errno on failure.
@@ -31,6 +33,9 @@ typedef struct tr_summary {
     long global_batch;
     double peak_rss_bytes;        /* the largest peak resident memory of any rank */
     double optimizer_state_bytes; /* the largest optimizer state of any rank */
+    const char *precision;        /* train.precision */
+    long skipped_steps;           /* fp16-mixed: steps skipped for overflow */
+    double loss_scale;            /* fp16-mixed: the loss scale at the end */
 } tr_summary;
 
 /* Writes DIR/summary.json; returns 0 or errno. */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, size_t lo, size_t hi,
-                   long total_steps)
+                   long total_steps, int lowp)
 {
     memset(o, 0, sizeof *o);
     o->kind = strcmp(tr_deck_str(d, "optim", "name"), "adamw") ? TR_OPT_SGD : TR_OPT_ADAMW;
@@ -29,13 +29,33 @@ void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, size_t lo, size_
     o->m = tr_alloc(n * sizeof(float), "optimizer state (first moment / momentum)");
     if (o->kind == TR_OPT_ADAMW)
         o->v = tr_alloc(n * sizeof(float), "optimizer state (second moment)");
+    o->lowp = lowp;
+    if (lowp)
+        o->master = tr_alloc(n * sizeof(float), "fp32 master weights");
+}
+
+void tr_optim_take_params(tr_optim *o, tr_model *m)
+{
+    if (!o->master)
+        return;
+    memcpy(o->master, m->params + o->lo, (o->hi - o->lo) * sizeof(float));
+    m->k->round_lowp(m->params + o->lo, o->hi - o->lo, o->lowp);
+}
+
+void tr_optim_give_params(const tr_optim *o, tr_model *m)
+{
+    if (!o->master)
+        return;
+    memcpy(m->params + o->lo, o->master, (o->hi - o->lo) * sizeof(float));
+    m->k->round_lowp(m->params + o->lo, o->hi - o->lo, o->lowp);
 }
 
 void tr_optim_free(tr_optim *o)
 {
     tr_free(o->m);
     tr_free(o->v);
-    o->m = o->v = NULL;
+    tr_free(o->master);
+    o->m = o->v = o->master = NULL;
 }
 
 void tr_optim_reset(tr_optim *o)
@@ -59,11 +79,28 @@ float tr_optim_lr(const tr_optim *o, long step)
     return o->min_lr + 0.5f * (o->lr - o->min_lr) * (float)(1.0 + cos(3.14159265358979323846 * progress));
 }
 
-double tr_optim_clip(const tr_optim *o, const tr_kernels *k, float *grads, size_t count)
+/* The factor that unscales and clips gradients of scaled norm `scaled`; returns the
+ * true norm. 1 (nothing to do) leaves the fp32 path's arithmetic as it always was. */
+static double unscale_factor(const tr_optim *o, double scaled, double grad_scale, float *factor)
 {
-    double norm = sqrt(k->sum_squares(grads, count));
+    double norm = scaled / grad_scale;
+    *factor = 1.0f;
+    if (!isfinite(norm))
+        return norm;
     if (o->clip_norm > 0 && norm > o->clip_norm)
-        k->scale(grads, count, (float)(o->clip_norm / (norm + 1e-6)));
+        *factor = (float)(o->clip_norm / (norm + 1e-6) / grad_scale);
+    else if (grad_scale != 1.0)
+        *factor = (float)(1.0 / grad_scale);
+    return norm;
+}
+
+double tr_optim_clip(const tr_optim *o, const tr_kernels *k, float *grads, size_t count,
+                     double grad_scale)
+{
+    float f;
+    double norm = unscale_factor(o, sqrt(k->sum_squares(grads, count)), grad_scale, &f);
+    if (f != 1.0f)
+        k->scale(grads, count, f);
     return norm;
 }
 
@@ -81,7 +118,7 @@ static int overlap(const tr_param *p, size_t lo, size_t hi, size_t *a, size_t *b
 }
 
 double tr_optim_clip_sharded(const tr_optim *o, tr_model *m, size_t lo, size_t hi, int tp_rank,
-                             tr_group *world)
+                             tr_group *world, double grad_scale)
 {
     double sq = 0;
     for (int t = 0; t < m->ntensors; t++) {
@@ -92,9 +129,10 @@ double tr_optim_clip_sharded(const tr_optim *o, tr_model *m, size_t lo, size_t h
         sq += m->k->sum_squares(p->grad + a, b - a);
     }
     tr_allreduce(&sq, &sq, 1, TR_F64, TR_SUM, world);
-    double norm = sqrt(sq);
-    if (o->clip_norm > 0 && norm > o->clip_norm) /* the slice updated here */
-        m->k->scale(m->grads + o->lo, o->hi - o->lo, (float)(o->clip_norm / (norm + 1e-6)));
+    float f;
+    double norm = unscale_factor(o, sqrt(sq), grad_scale, &f);
+    if (f != 1.0f) /* the slice updated here */
+        m->k->scale(m->grads + o->lo, o->hi - o->lo, f);
     return norm;
 }
 
@@ -106,14 +144,14 @@ void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr)
         if (!overlap(p, o->lo, o->hi, &a, &b))
             continue;
         size_t off = p->offset + a - o->lo, n = b - a;
+        float *w = o->master ? o->master + off : p->value + a;
         if (o->kind == TR_OPT_SGD) {
-            m->k->sgd_update(p->value + a, o->m + off, p->grad + a, n, lr, o->momentum,
-                             o->weight_decay);
+            m->k->sgd_update(w, o->m + off, p->grad + a, n, lr, o->momentum, o->weight_decay);
         } else {
             /* decoupled decay on weight matrices only, not on biases */
-            m->k->adamw_update(p->value + a, o->m + off, o->v + off, p->grad + a, n, lr,
-                               o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f,
-                               step + 1);
+            m->k->adamw_update(w, o->m + off, o->v + off, p->grad + a, n, lr, o->beta1,
+                               o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, step + 1);
         }
     }
+    tr_optim_give_params(o, m); /* mixed precision: the parameters follow the master */
 }

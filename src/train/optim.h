@@ -23,25 +23,45 @@ typedef struct tr_optim {
     float *m, *v;
     size_t count;
     size_t lo, hi;
+    /* Mixed precision (lowp: a tr_precision of lowp_math.h, 0 = fp32): the fp32
+     * master weights of [lo, hi), which the updates change; the model's parameters
+     * are their rounding to lowp. NULL at fp32, where the parameters are the master. */
+    int lowp;
+    float *master;
 } tr_optim;
 
-/* State for the flat range [lo, hi) of count parameters (all of them: 0, count). */
+/* State for the flat range [lo, hi) of count parameters (all of them: 0, count);
+ * lowp != 0 adds fp32 master weights. */
 void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, size_t lo, size_t hi,
-                   long total_steps);
+                   long total_steps, int lowp);
+/* Mixed precision: the master weights take the model's fp32 parameters of [lo, hi)
+ * (after initialisation or a checkpoint's load), and the parameters become their
+ * rounding to lowp (this rank's slice; under ZeRO all-gather the rest). Nothing at
+ * fp32. */
+void tr_optim_take_params(tr_optim *o, tr_model *m);
+/* The other way: the parameters of [lo, hi) become the master weights' rounding
+ * (after an update, or a checkpoint's load into the master weights). */
+void tr_optim_give_params(const tr_optim *o, tr_model *m);
 void tr_optim_free(tr_optim *o);
 /* Zeroes the state, as before the first step. */
 void tr_optim_reset(tr_optim *o);
 /* The learning rate at 0-based step. */
 float tr_optim_lr(const tr_optim *o, long step);
-/* Clips in place when clipping is on; returns the norm before clipping. */
-double tr_optim_clip(const tr_optim *o, const tr_kernels *k, float *grads, size_t count);
+/* grads hold grad_scale times the gradients (the loss scale; 1 without): returns
+ * the norm of the gradients before clipping, and divides them by grad_scale and
+ * clips them in place when clipping is on. A norm that is not finite leaves the
+ * gradients alone (the step is skipped or its loss shows it). */
+double tr_optim_clip(const tr_optim *o, const tr_kernels *k, float *grads, size_t count,
+                     double grad_scale);
 /* The gradient norm of the logical model when ranks hold parts of it: this rank adds
  * the squares of its flat range [lo, hi) of each tensor it answers for (tensors
  * replicated over tp on tp rank 0 only, the head's tied copy never), summed over
  * world. Clips the optimizer's slice [o->lo, o->hi) when clipping is on. */
 double tr_optim_clip_sharded(const tr_optim *o, tr_model *m, size_t lo, size_t hi, int tp_rank,
-                             tr_group *world);
-/* One update of every tensor (its part in [o->lo, o->hi)) at 0-based step with learning rate lr. */
+                             tr_group *world, double grad_scale);
+/* One update of every tensor (its part in [o->lo, o->hi)) at 0-based step (updates
+ * done before this one: AdamW's bias correction) with learning rate lr. Mixed
+ * precision updates the master weights and rounds them into the parameters. */
 void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr);
 
 #endif

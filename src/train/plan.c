@@ -10,14 +10,16 @@ static const char *B(char *buf, size_t len, double bytes) { return tr_bytes_str(
 /* Bytes a rank sends in a ring all-reduce of `bytes` over n ranks. */
 static double allreduce_sent(double bytes, int n) { return n > 1 ? 2.0 * (n - 1) / n * bytes : 0; }
 
-static void print_memory(const tr_plan *p, const char *zero_note, int adamw, FILE *out)
+static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int master,
+                         FILE *out)
 {
     char a[32];
     fprintf(out, "  parameters         %12s\n", B(a, sizeof a, (double)p->mem.parameters));
     fprintf(out, "  gradients          %12s%s\n", B(a, sizeof a, (double)p->mem.gradients),
             zero_note);
-    fprintf(out, "  optimizer state    %12s  (%s)\n", B(a, sizeof a, p->optimizer),
-            adamw ? "adamw: two moments" : "sgd: momentum");
+    fprintf(out, "  optimizer state    %12s  (%s%s)\n", B(a, sizeof a, p->optimizer),
+            adamw ? "adamw: two moments" : "sgd: momentum",
+            master ? ", fp32 master weights" : "");
     fprintf(out, "  activations        %12s  (batch %d)\n",
             B(a, sizeof a, (double)p->mem.activations), p->max_batch);
     fprintf(out, "  scratch            %12s\n", B(a, sizeof a, (double)p->mem.scratch));
@@ -101,7 +103,8 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
         }
         fprintf(out, "stage %d, the largest:\n", worst);
     }
-    print_memory(&plans[worst], zero_note, adamw, out);
+    print_memory(&plans[worst], zero_note, adamw,
+                 strcmp(tr_deck_str(d, "train", "precision"), "fp32") != 0, out);
     const tr_plan *p = &plans[0];
     /* model FLOPs: per sample of a training step, times this rank's samples */
     double flops = tr_model_train_flops(m) * (double)local_batch;

@@ -8,6 +8,7 @@
 #include "data/loader.h"
 #include "data/token_data.h"
 #include "models/model.h"
+#include "loss_scale.h"
 #include "optim.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
@@ -41,6 +42,8 @@ typedef struct run {
     int nops, slots;
     tr_request *fwd_req; /* [slots]: activations on their way to the next stage */
     int sharded; /* tp, pp or ZeRO: norms and losses are put together from parts */
+    int precision;          /* train.precision as a tr_precision (lowp_math.h) */
+    tr_loss_scale scaler;   /* fp16-mixed's loss scale (1 otherwise) */
     char err[4096];
 } run;
 

@@ -2,6 +2,7 @@
  * on by all ranks (tr_comm_agree), so it is printed once and nobody hangs. */
 #include "train.h"
 #include "backend/calibrate.h"
+#include "backend/lowp_math.h"
 #include "core/error.h"
 #include "core/sysmem.h"
 #include "metrics.h"
@@ -163,7 +164,7 @@ static int open_metrics(run *r)
 /* [checkpoint] resume; a failed explicit resume is an input error every rank shares */
 static int resume(run *r, uint64_t seed)
 {
-    tr_train_ckpt_init(&r->ckpt, r->d, r->dir, &r->model, &r->opt, r->w);
+    tr_train_ckpt_init(&r->ckpt, r->d, r->dir, &r->model, &r->opt, r->w, &r->scaler);
     int reinit = 0;
     char msg[4096];
     int rc = tr_train_ckpt_resume(&r->ckpt, r->w, &r->start_step, &reinit, msg, sizeof msg);
@@ -174,6 +175,8 @@ static int resume(run *r, uint64_t seed)
     if (reinit) {
         tr_model_init_params(&r->model, seed);
         tr_optim_reset(&r->opt);
+        tr_optim_take_params(&r->opt, &r->model);
+        tr_loss_scale_init(&r->scaler, r->d);
     }
     return 0;
 }
@@ -310,7 +313,9 @@ static tr_plan make_plan(run *r, tr_model *m, int max_batch)
     int zero = (int)tr_deck_int(r->d, "parallel", "zero"), dp = r->w->dp;
     double slice = zero && dp > 1 ? (double)((m->nparams + (size_t)dp - 1) / (size_t)dp)
                                   : (double)m->nparams;
+    int master = strcmp(tr_deck_str(r->d, "train", "precision"), "fp32") != 0;
     p.optimizer = (adamw ? 2.0 : 1.0) * slice * sizeof(float);
+    p.optimizer += master ? slice * sizeof(float) : 0; /* mixed precision's fp32 master */
     p.data = r->lm ? 2.0 * (double)r->local_batch * m->targets_per_sample * sizeof(int32_t)
                    : 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h *
                          r->train.w * sizeof(float);
@@ -458,11 +463,18 @@ static int setup(run *r)
         return rc;
     tr_model_allocate(&r->model, &tr_cpu_kernels, (int)max_batch);
     tr_model_init_params(&r->model, seed);
+    const char *prec = tr_deck_str(r->d, "train", "precision");
+    r->precision = !strcmp(prec, "bf16-mixed")   ? TR_PREC_BF16
+                   : !strcmp(prec, "fp16-mixed") ? TR_PREC_FP16
+                                                 : TR_PREC_FP32;
+    r->model.precision = r->precision;
+    tr_loss_scale_init(&r->scaler, r->d);
     int zero = (int)tr_deck_int(r->d, "parallel", "zero");
     size_t olo = 0, ohi = r->model.nparams; /* ZeRO: this rank's slice of the state */
     if (zero)
         tr_dp_slice(r->model.nparams, r->w->dp, r->w->dp_rank, &olo, &ohi);
-    tr_optim_init(&r->opt, r->d, r->model.nparams, olo, ohi, r->total_steps);
+    tr_optim_init(&r->opt, r->d, r->model.nparams, olo, ohi, r->total_steps, r->precision);
+    tr_optim_take_params(&r->opt, &r->model); /* mixed precision: fp32 master weights */
     r->sharded = r->w->tp > 1 || r->w->pp > 1 || (zero && r->w->dp > 1);
     rc = resume(r, seed);
     if (!rc)
@@ -472,6 +484,12 @@ static int setup(run *r)
         return rc;
     size_t bucket = (size_t)tr_deck_int(r->d, "parallel", "bucket_kib") * 1024 / sizeof(float);
     tr_dp_init(&r->dp, r->w->dp_group, r->model.grads, r->model.nparams, bucket, zero);
+    if (r->precision) {
+        tr_dp_store_lowp(&r->dp, r->model.k, r->precision);
+        /* a checkpoint loaded the master weights: the parameters are their rounding */
+        tr_optim_give_params(&r->opt, &r->model);
+        tr_dp_gather_params(&r->dp, r->model.params);
+    }
     if (r->lm) {
         size_t lo, hi;
         tr_gpt_tied_range(&r->model, &lo, &hi);
@@ -515,9 +533,10 @@ static void teardown(run *r)
 }
 
 /* One optimizer step: micro-batches accumulate, the last one's backward overlaps
- * the gradient all-reduce. Returns this rank's loss sum and correct count. */
-static void train_step(run *r, long step, double *loss_sum, long *correct, double *gnorm,
-                       float *lr)
+ * the gradient all-reduce. Returns this rank's loss sum and correct count, and 0 when
+ * fp16-mixed skipped the update (its gradients overflowed). */
+static int train_step(run *r, long step, double *loss_sum, long *correct, double *gnorm,
+                      float *lr)
 {
     const void *x;
     const int32_t *y;
@@ -535,8 +554,8 @@ static void train_step(run *r, long step, double *loss_sum, long *correct, doubl
     }
     memset(m->grads, 0, m->nparams * sizeof(float));
     size_t tps = (size_t)m->targets_per_sample;
-    /* the mean over every target of the global batch */
-    float scale = (float)(1.0 / ((double)r->global_batch * (double)tps));
+    /* the mean over every target of the global batch, times the loss scale */
+    float scale = (float)(r->scaler.scale / ((double)r->global_batch * (double)tps));
     *loss_sum = 0;
     *correct = 0;
     if (r->lm) {
@@ -561,14 +580,21 @@ static void train_step(run *r, long step, double *loss_sum, long *correct, doubl
         tr_allreduce(m->grads + lo, m->grads + lo, hi - lo, TR_F32, TR_SUM, r->w->emb_group);
     }
     tr_dp_finish(&r->dp);
+    /* the norm is the same on every rank (reduced, or of reduced gradients), so every
+     * rank takes the same decision on an overflow */
+    double gs = r->scaler.scale;
     if (r->sharded)
         *gnorm = tr_optim_clip_sharded(&r->opt, m, r->dp.lo, r->dp.hi, r->w->tp_rank,
-                                       r->w->world);
+                                       r->w->world, gs);
     else
-        *gnorm = tr_optim_clip(&r->opt, m->k, m->grads, m->nparams);
+        *gnorm = tr_optim_clip(&r->opt, m->k, m->grads, m->nparams, gs);
     *lr = tr_optim_lr(&r->opt, step);
-    tr_optim_step(&r->opt, m, step, *lr);
+    if (!tr_loss_scale_update(&r->scaler, isfinite(*gnorm)))
+        return 0;
+    /* AdamW's bias correction counts the updates made, not the steps skipped */
+    tr_optim_step(&r->opt, m, step - r->scaler.skipped, *lr);
     tr_dp_gather_params(&r->dp, m->params);
+    return 1;
 }
 
 /* The global batch's loss sum and correct count from this rank's: the last stage's
@@ -665,7 +691,14 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         double loss_sum, gnorm;
         long correct;
         float lr;
-        train_step(r, step, &loss_sum, &correct, &gnorm, &lr);
+        double used_scale = r->scaler.scale;
+        if (!train_step(r, step, &loss_sum, &correct, &gnorm, &lr) && w->rank == 0) {
+            tr_progress_break(&prog);
+            printf("fp16: gradients overflowed at step %ld: update skipped, loss scale %g -> "
+                   "%g\n",
+                   step + 1, used_scale, r->scaler.scale);
+            fflush(stdout);
+        }
         double t1 = tr_wtime();
         /* the rate leaves out the session's first step (first touch of every buffer,
          * thread start-up) once there is a second one to measure */
@@ -685,7 +718,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         last_loss = sums[0] / targets_per_step;
         if (done % log_every == 0 || done == r->total_steps) {
             tr_metrics_row row = {done, epoch, "train", last_loss, sums[1] / targets_per_step,
-                                  lr, gnorm, rate, t1 - rt->start_time};
+                                  lr, gnorm, rate, t1 - rt->start_time, used_scale};
             tr_metrics_write(r->metrics, &row);
         }
         double eta = (r->total_steps - done) / (rate / r->global_batch);
@@ -696,7 +729,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             evaluate(r, &test_loss, &test_acc);
             evaluated = 1;
             tr_metrics_row row = {done, epoch, "eval", test_loss, test_acc, lr, 0, rate,
-                                  tr_wtime() - rt->start_time};
+                                  tr_wtime() - rt->start_time, r->scaler.scale};
             tr_metrics_write(r->metrics, &row);
             if (w->rank == 0 && done != r->total_steps) {
                 tr_progress_break(&prog);
@@ -752,7 +785,8 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double mem[2] = {(double)ru.ru_maxrss * 1024.0,
-                     (double)(r->opt.hi - r->opt.lo) * sizeof(float) * (r->opt.v ? 2 : 1)};
+                     (double)(r->opt.hi - r->opt.lo) * sizeof(float) * (r->opt.v ? 2 : 1) +
+                         (double)(r->opt.hi - r->opt.lo) * sizeof(float) * (r->opt.master != NULL)};
     tr_allreduce(mem, mem, 2, TR_F64, TR_MAX, w->world);
     if (w->rank == 0) {
         tr_summary s = {0};
@@ -781,6 +815,9 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         s.peak_rss_bytes = mem[0];
         s.optimizer_state_bytes = mem[1];
         s.threads_per_rank = rt->threads;
+        s.precision = tr_deck_str(d, "train", "precision");
+        s.skipped_steps = r->scaler.skipped;
+        s.loss_scale = r->scaler.scale;
         s.global_batch = r->global_batch;
         int e = tr_summary_write(r->dir, &s);
         if (e)

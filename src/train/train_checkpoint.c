@@ -124,7 +124,8 @@ static char *resolved_deck_text(const tr_deck *d)
 }
 
 void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
-                        const tr_model *m, const tr_optim *o, const tr_world *w)
+                        const tr_model *m, const tr_optim *o, const tr_world *w,
+                        tr_loss_scale *scaler)
 {
     memset(c, 0, sizeof *c);
     const char *dir = tr_deck_str(d, "checkpoint", "dir");
@@ -147,7 +148,9 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
             for (int p = 0; p < m->layers[i].nparams; p++) {
                 const tr_layer *l = &m->layers[i];
                 const tr_param *pr = &l->params[p];
-                if (s < 0)
+                if (s < 0 && o->master) /* the fp32 master weights, kept like state */
+                    add_state(c, l, pr, NULL, o->master, m, o, w);
+                else if (s < 0)
                     own_replicated(add(c, l, pr, NULL), pr, pr->value, w);
                 else if (o->kind == TR_OPT_SGD)
                     add_state(c, l, pr, "momentum", o->m, m, o, w);
@@ -162,6 +165,9 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
     c->meta.collective_io = tr_deck_bool(d, "checkpoint", "collective_io");
     c->meta.ranks = w->size, c->meta.dp = w->dp, c->meta.tp = w->tp, c->meta.pp = w->pp;
     c->meta.zero = (int)tr_deck_int(d, "parallel", "zero");
+    snprintf(c->meta.precision, sizeof c->meta.precision, "%s",
+             tr_deck_str(d, "train", "precision"));
+    c->scaler = scaler;
     c->deck_text = resolved_deck_text(d);
 }
 
@@ -182,6 +188,13 @@ static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *ste
         return rc;
     *step = meta.step;
     c->last_written = meta.step;
+    /* the scaler goes on where it was; a file without one (fp32, bf16, or older)
+     * leaves this run's initial scale */
+    c->scaler->skipped = meta.skipped_steps;
+    if (meta.loss_scale > 0 && c->scaler->dynamic) {
+        c->scaler->scale = meta.loss_scale;
+        c->scaler->good = meta.loss_scale_good;
+    }
     if (w->rank == 0) {
         printf("resumed from %s: step %ld, epoch %.2f (written at %d rank%s: dp %d, tp %d, pp "
                "%d, zero %d)\n",
@@ -238,6 +251,9 @@ int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double ep
     meta.step = step;
     meta.epoch = epoch;
     meta.deck_text = c->deck_text;
+    meta.loss_scale = c->scaler->scale;
+    meta.loss_scale_good = c->scaler->good;
+    meta.skipped_steps = c->scaler->skipped;
     tr_ckpt_stats st = {0};
     int rc = tr_ckpt_write(c->dir, &meta, c->tensors, c->ntensors, w->world, &st, err, errlen);
     if (rc)

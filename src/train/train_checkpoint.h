@@ -8,6 +8,7 @@
 #include "core/deck.h"
 #include "io/checkpoint.h"
 #include "models/model.h"
+#include "loss_scale.h"
 #include "optim.h"
 
 typedef struct tr_train_ckpt {
@@ -22,13 +23,17 @@ typedef struct tr_train_ckpt {
     tr_ckpt_meta meta; /* model, optimizer, seed, layout; step set per write */
     char *deck_text;   /* the resolved deck, saved in every checkpoint */
     long last_written; /* step of the newest checkpoint this run wrote or loaded */
+    tr_loss_scale *scaler; /* saved with each checkpoint, restored by a load */
 } tr_train_ckpt;
 
 /* The tensor list for this rank's model (its stage's layers, its shards) and its
  * optimizer state (o->lo, o->hi: its ZeRO slice), owned so that every element of
- * the file is written by exactly one rank of w. */
+ * the file is written by exactly one rank of w. Under mixed precision the parameters
+ * written and read are the fp32 master weights (sliced like the state), so a
+ * checkpoint is fp32 whatever the precision, and any precision resumes from it. */
 void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
-                        const tr_model *m, const tr_optim *o, const tr_world *w);
+                        const tr_model *m, const tr_optim *o, const tr_world *w,
+                        tr_loss_scale *scaler);
 void tr_train_ckpt_free(tr_train_ckpt *c);
 
 /* Applies [checkpoint] resume. Collective. On success *step is the step to start
