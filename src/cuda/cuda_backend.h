@@ -4,22 +4,24 @@
  * tr_cuda_kernels fills the tr_kernels table (backend/kernels.h) with the same
  * semantics as tr_cpu_kernels (shapes, "+=" for parameter gradients, "=" for
  * activation gradients, the in-place cases transformer_kernels.h allows), except:
- *  - Every tensor pointer is a device pointer: floats, the int tokens and targets,
- *    and xent_shard_sums' double sums [BT,2] (the caller all-reduces them on the
- *    device).
+ *  - Every tensor pointer is a device pointer: floats, the int tokens, targets and
+ *    labels, maxpool's int argmax, the conv scratch (conv_scratch_floats says how
+ *    many floats; the caller allocates them on the device), and xent_shard_sums'
+ *    double sums [BT,2] (the caller all-reduces them on the device). The results
+ *    softmax_xent_forward returns through loss_sum and correct are host pointers.
  *  - Kernels are queued on the backend's one stream and return before they finish.
- *    The entries that return a double (xent_padded_forward, xent_shard_finish,
- *    sum_squares) wait for the stream, as do the ones that validate tokens or
- *    targets on the way in (embedding_forward/backward, xent_padded_forward/backward:
- *    a token outside [0, V) is a fatal bug report, as on the CPU).
- *  - GEMMs are cuBLAS fp32 (no TF32), so results match the CPU to rounding, not bit
- *    for bit. Reductions use fixed orders: results are identical run to run on the
- *    same GPU model, and no floating-point atomics are used anywhere.
+ *    The entries that return a result to the host (xent_padded_forward,
+ *    xent_shard_finish, sum_squares, softmax_xent_forward) wait for the stream, as
+ *    do the ones that validate tokens, targets or labels on the way in
+ *    (embedding_forward/backward, xent_padded_forward/backward,
+ *    softmax_xent_forward: one outside [0, V) is a fatal bug report, as on the CPU).
+ *  - GEMMs (linear layers, convolutions) are cuBLAS fp32 (no TF32), so results
+ *    match the CPU to rounding, not bit for bit. Reductions use fixed orders:
+ *    results are identical run to run on the same GPU model, and no floating-point
+ *    atomics are used anywhere.
  *
- * Entries left NULL for now (the MLP/CNN classifier, not the GPT or the optimizer):
- *   relu_forward, relu_backward, conv_scratch_floats, conv2d_forward,
- *   conv2d_backward, maxpool_forward, maxpool_backward, softmax_xent_forward,
- *   softmax_xent_backward.
+ * Every entry of the table is filled: the MLP/CNN classifier's (cuda_classifier.cu,
+ * cuda_conv.cu), the GPT's and the optimizers'.
  *
  * Device and stream: one cuBLAS handle and one stream per process, created on first
  * use on the device current then, or explicitly by tr_cuda_init. Every CUDA or cuBLAS

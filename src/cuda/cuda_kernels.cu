@@ -1,8 +1,7 @@
-/* cuda_kernels.cu: the CUDA kernel table. Every entry the GPT and the optimizers
- * use points at a kernel of this directory (cuda_ops.h); the classifier's kernels
- * (MLP/CNN) are NULL until they are ported, listed as such so that the gaps are
- * visible here and in cuda_backend.h. Members are in the order tr_kernels declares
- * them, as C++ designated initialisers require. */
+/* cuda_kernels.cu: the CUDA kernel table. Every entry points at a kernel of this
+ * directory (cuda_ops.h): the classifier's (MLP/CNN), the GPT's and the optimizers';
+ * none is NULL. Members are in the order tr_kernels declares them, as C++
+ * designated initialisers require. */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_ops.h"
 
@@ -13,15 +12,15 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .gemm = tr_cuda_gemm,
     .linear_forward = tr_cuda_linear_forward,
     .linear_backward = tr_cuda_linear_backward,
-    .relu_forward = NULL,
-    .relu_backward = NULL,
-    .conv_scratch_floats = NULL,
-    .conv2d_forward = NULL,
-    .conv2d_backward = NULL,
-    .maxpool_forward = NULL,
-    .maxpool_backward = NULL,
-    .softmax_xent_forward = NULL,
-    .softmax_xent_backward = NULL,
+    .relu_forward = tr_cuda_relu_forward,
+    .relu_backward = tr_cuda_relu_backward,
+    .conv_scratch_floats = tr_cuda_conv_scratch_floats,
+    .conv2d_forward = tr_cuda_conv2d_forward,
+    .conv2d_backward = tr_cuda_conv2d_backward,
+    .maxpool_forward = tr_cuda_maxpool_forward,
+    .maxpool_backward = tr_cuda_maxpool_backward,
+    .softmax_xent_forward = tr_cuda_softmax_xent_forward,
+    .softmax_xent_backward = tr_cuda_softmax_xent_backward,
     .sgd_update = tr_cuda_sgd_update,
     .adamw_update = tr_cuda_adamw_update,
     .sum_squares = tr_cuda_sum_squares,

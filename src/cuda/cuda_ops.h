@@ -6,6 +6,8 @@
 #ifndef TR_CUDA_OPS_H
 #define TR_CUDA_OPS_H
 
+#include "backend/kernels.h" /* tr_conv_shape */
+
 #include <stddef.h>
 
 /* cuda_gemm.cu */
@@ -20,6 +22,27 @@ void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const 
                             int IN, int OUT);
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, int B, int IN, int OUT);
+
+/* cuda_classifier.cu */
+void tr_cuda_relu_forward(float *out, const float *inp, size_t n);
+void tr_cuda_relu_backward(float *dinp, const float *dout, const float *out, size_t n);
+void tr_cuda_maxpool_forward(float *out, int *argmax, const float *inp, int B, int C, int H,
+                             int W, int k);
+void tr_cuda_maxpool_backward(float *dinp, const float *dout, const int *argmax, int B, int C,
+                              int H, int W, int k);
+void tr_cuda_softmax_xent_forward(float *probs, float *losses, const float *logits,
+                                  const int *labels, int B, int V, double *loss_sum,
+                                  long *correct);
+void tr_cuda_softmax_xent_backward(float *dlogits, const float *probs, const int *labels,
+                                   float scale, int B, int V);
+
+/* cuda_conv.cu */
+size_t tr_cuda_conv_scratch_floats(const tr_conv_shape *s);
+void tr_cuda_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
+                            const tr_conv_shape *s, float *scratch);
+void tr_cuda_conv2d_backward(float *dinp, float *dw, float *db, const float *dout,
+                             const float *inp, const float *w, const tr_conv_shape *s,
+                             float *scratch);
 
 /* cuda_transformer.cu */
 void tr_cuda_embedding_forward(float *out, const int *tok, const float *wte, const float *wpe,

@@ -3,17 +3,24 @@
  * oracle (its own tests check it by finite differences and against PyTorch).
  *
  * Shapes: B=2, T=16, C=64, NH=4 (HS=16), V=100, Vp=128, odd GEMM sizes with padded
- * leading dimensions. Parameter-gradient buffers start at random values on both
- * sides, so "+=" against "=" shows; in-place variants run where the kernels allow
- * them.
+ * leading dimensions. The classifier's kernels: the CNN's (src/models/cnn.c) conv
+ * 1->6 5x5 pad 2 on 28x28, maxpool 2, conv 6->16 5x5 on 14x14, with B=3, and odd
+ * shapes (7x9 inputs, a 3x3 pool window that leaves a row and a column over, a pad
+ * larger than the kernel's reach); softmax over 37 samples of 10 and of 100 classes.
+ * Parameter-gradient buffers, and activation gradients that must be overwritten,
+ * start at random values on both sides, so "+=" against "=" shows; in-place
+ * variants run where the kernels allow them.
  *
  * Comparison: max |gpu - cpu| / max |cpu| over the whole tensor, printed for each.
  * Tolerances (fp32): 1e-5 for element-wise and row-wise kernels, whose only
  * differences are the order of additions and fused multiply-adds (a few ulp, ~1e-7
- * relative); 1e-4 for anything that goes through a GEMM (cuBLAS sums K products in
+ * relative; the conv bias gradient, a float sum of B ho wo terms in another order,
+ * ~1e-6); 1e-4 for anything that goes through a GEMM (cuBLAS sums K products in
  * its own order and blocking). Returned double sums: 1e-5 relative (1e-12 for
- * sum_squares, which adds squares in double). A wrong index, a missed term or a
- * transposed operand gives errors of order 1.
+ * sum_squares, which adds squares in double). Exact (0): ReLU, max pooling (values
+ * and argmax indices), the softmax's correct count, and round_lowp, which must give
+ * the CPU's bits for bf16 and fp16, NaN payloads, infinities and subnormals included.
+ * A wrong index, a missed term or a transposed operand gives errors of order 1.
  *
  * No usable GPU (no driver, no device): prints why and exits 77, which CTest
  * reports as skipped. A bad token must end the process with exit 70 and a message,
@@ -27,6 +34,7 @@
 #include "test_util.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +99,21 @@ static void ipair_free(ipair *t)
     tr_cuda_free(t->d);
 }
 
+/* n ints, zero on both sides (an output: argmax indices) */
+static ipair ipair_zero(size_t n)
+{
+    ipair t = {calloc(n, sizeof(int)), tr_cuda_alloc(n * sizeof(int), "test ints")};
+    return t;
+}
+
+/* p's values rounded to multiples of `step` on both sides: ties for max and argmax */
+static void pair_quantize(pair *p, float step)
+{
+    for (size_t i = 0; i < p->n; i++)
+        p->h[i] = step * roundf(p->h[i] / step);
+    tr_cuda_upload(p->d, p->h, p->n * sizeof(float));
+}
+
 static double max_abs(const float *x, size_t n)
 {
     double m = 0.0;
@@ -124,6 +147,19 @@ static void compare_value(const char *what, double cpu, double cuda, double tol)
     printf("  %-40s rel err %.2e (tol %.0e)\n", what, e, tol);
     CHECK(e <= tol, "%s: %.17g (cuda) against %.17g (cpu), relative error %.3e", what, cuda, cpu,
           e);
+}
+
+/* ints must match exactly: the device copy against the host one */
+static void compare_ints(const char *what, const ipair *t, size_t n)
+{
+    int *g = malloc(n * sizeof(int));
+    tr_cuda_download(g, t->d, n * sizeof(int));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += g[i] != t->h[i];
+    free(g);
+    printf("  %-40s %zu of %zu differ (want 0)\n", what, bad, n);
+    CHECK(bad == 0, "%s: %zu of %zu ints differ", what, bad, n);
 }
 
 /* ---- GEMM and linear ------------------------------------------------------------- */
@@ -444,6 +480,240 @@ static void test_optim(void)
         pair_free(all[i]);
 }
 
+/* ---- the classifier: ReLU, convolution, max pooling, softmax cross-entropy -------- */
+
+static void test_relu(void)
+{
+    printf("relu\n");
+    size_t n = (size_t)3 * 6 * 28 * 28 + 5; /* conv1's output and an odd tail */
+    pair inp = pair_rand(n, -1, 1), out = pair_rand(n, -1, 1), dout = pair_rand(n, -1, 1);
+    pair dinp = pair_rand(n, -1, 1);
+    pair_quantize(&inp, 0.25f); /* exact zeros: the "< 0" and "> 0" edges */
+    tr_cpu_relu_forward(out.h, inp.h, n);
+    gpu->relu_forward(out.d, inp.d, n);
+    compare("relu_forward out", &out, 0.0);
+    tr_cpu_relu_backward(dinp.h, dout.h, out.h, n);
+    gpu->relu_backward(dinp.d, dout.d, out.d, n);
+    compare("relu_backward dinp", &dinp, 0.0);
+    tr_cpu_relu_backward(dout.h, dout.h, out.h, n); /* in place */
+    gpu->relu_backward(dout.d, dout.d, out.d, n);
+    compare("relu_backward dinp (in place)", &dout, 0.0);
+    tr_cpu_relu_forward(inp.h, inp.h, n); /* in place */
+    gpu->relu_forward(inp.d, inp.d, n);
+    compare("relu_forward out (in place)", &inp, 0.0);
+    pair *all[] = {&inp, &out, &dout, &dinp};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+}
+
+/* One convolution shape, both sides from the same inputs: forward with and without
+ * a bias, backward with every output and with dinp and db skipped (NULL). The
+ * scratch is sized for `alloc_B` samples (>= s.B): the model sizes it for its
+ * largest batch and may run a smaller one. */
+static void conv_case(const char *name, tr_conv_shape s, int alloc_B)
+{
+    size_t in_n = (size_t)s.B * s.cin * s.h * s.w, out_n = (size_t)s.B * s.cout * s.ho * s.wo;
+    size_t w_n = (size_t)s.cout * s.cin * s.k * s.k;
+    tr_conv_shape sa = s;
+    sa.B = alloc_B;
+    size_t sc_h = tr_cpu_conv_scratch_floats(&sa), sc_d = gpu->conv_scratch_floats(&sa);
+    CHECK(sc_d >= gpu->conv_scratch_floats(&s), "%s: conv scratch for B=%d is smaller than for "
+          "B=%d", name, alloc_B, s.B);
+    float *scratch_h = malloc(sc_h * sizeof(float));
+    float *scratch_d = tr_cuda_alloc(sc_d * sizeof(float), "test conv scratch");
+    pair inp = pair_rand(in_n, -1, 1), w = pair_rand(w_n, -0.5, 0.5), b = pair_rand(s.cout, -1, 1);
+    pair out = pair_rand(out_n, -1, 1), dout = pair_rand(out_n, -1, 1);
+    pair dinp = pair_rand(in_n, -1, 1), dw = pair_rand(w_n, -1, 1), db = pair_rand(s.cout, -1, 1);
+    printf("conv2d %s: B=%d %d->%d %dx%d k=%d pad=%d -> %dx%d, scratch %zu floats\n", name, s.B,
+           s.cin, s.cout, s.h, s.w, s.k, s.pad, s.ho, s.wo, sc_d);
+
+    tr_cpu_conv2d_forward(out.h, inp.h, w.h, NULL, &s, scratch_h);
+    gpu->conv2d_forward(out.d, inp.d, w.d, NULL, &s, scratch_d);
+    compare("conv2d_forward out (no bias)", &out, TOL_GEMM);
+    tr_cpu_conv2d_forward(out.h, inp.h, w.h, b.h, &s, scratch_h);
+    gpu->conv2d_forward(out.d, inp.d, w.d, b.d, &s, scratch_d);
+    compare("conv2d_forward out", &out, TOL_GEMM);
+
+    tr_cpu_conv2d_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, &s, scratch_h);
+    gpu->conv2d_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, &s, scratch_d);
+    compare("conv2d_backward dinp", &dinp, TOL_GEMM);
+    compare("conv2d_backward dw (+=)", &dw, TOL_GEMM);
+    compare("conv2d_backward db (+=)", &db, TOL_ELEM);
+    /* a second backward, dinp and db skipped: dw adds again, the rest is untouched */
+    tr_cpu_conv2d_backward(NULL, dw.h, NULL, dout.h, inp.h, w.h, &s, scratch_h);
+    gpu->conv2d_backward(NULL, dw.d, NULL, dout.d, inp.d, w.d, &s, scratch_d);
+    compare("conv2d_backward dw (+= twice)", &dw, TOL_GEMM);
+    compare("conv2d_backward dinp (untouched)", &dinp, TOL_GEMM);
+    compare("conv2d_backward db (untouched)", &db, TOL_ELEM);
+
+    free(scratch_h);
+    tr_cuda_free(scratch_d);
+    pair *all[] = {&inp, &w, &b, &out, &dout, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+}
+
+static tr_conv_shape conv_shape(int nb, int cin, int h, int w, int cout, int k, int pad)
+{
+    return (tr_conv_shape){.B = nb, .cin = cin, .h = h, .w = w, .cout = cout, .k = k,
+                           .pad = pad, .ho = h + 2 * pad - k + 1, .wo = w + 2 * pad - k + 1};
+}
+
+static void test_conv(void)
+{
+    conv_case("cnn conv1", conv_shape(3, 1, 28, 28, 6, 5, 2), 3);
+    conv_case("cnn conv2", conv_shape(3, 6, 14, 14, 16, 5, 0), 3);
+    conv_case("odd 3x3", conv_shape(4, 3, 7, 9, 5, 3, 1), 6);
+    conv_case("pad > k - 1", conv_shape(3, 2, 5, 6, 3, 4, 3), 3);
+    conv_case("1x1", conv_shape(3, 4, 6, 5, 7, 1, 0), 3);
+}
+
+static void pool_case(const char *name, int Bn, int Cn, int H, int W, int k)
+{
+    int Ho = H / k, Wo = W / k;
+    size_t in_n = (size_t)Bn * Cn * H * W, out_n = (size_t)Bn * Cn * Ho * Wo;
+    printf("maxpool %s: B=%d C=%d %dx%d k=%d\n", name, Bn, Cn, H, W, k);
+    pair inp = pair_rand(in_n, -1, 1), out = pair_rand(out_n, -1, 1);
+    pair dout = pair_rand(out_n, -1, 1), dinp = pair_rand(in_n, -1, 1);
+    pair_quantize(&inp, 0.25f); /* ties inside windows: the first must win */
+    ipair am = ipair_zero(out_n);
+    tr_cpu_maxpool_forward(out.h, am.h, inp.h, Bn, Cn, H, W, k);
+    gpu->maxpool_forward(out.d, am.d, inp.d, Bn, Cn, H, W, k);
+    compare("maxpool_forward out", &out, 0.0);
+    compare_ints("maxpool_forward argmax", &am, out_n);
+    /* backward from the CPU's argmax on both sides (the same here, checked above) */
+    tr_cuda_upload(am.d, am.h, out_n * sizeof(int));
+    tr_cpu_maxpool_backward(dinp.h, dout.h, am.h, Bn, Cn, H, W, k);
+    gpu->maxpool_backward(dinp.d, dout.d, am.d, Bn, Cn, H, W, k);
+    compare("maxpool_backward dinp", &dinp, 0.0);
+    pair *all[] = {&inp, &out, &dout, &dinp};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+    ipair_free(&am);
+}
+
+static void test_maxpool(void)
+{
+    pool_case("cnn pool1", 3, 6, 28, 28, 2);
+    pool_case("cnn pool2", 3, 16, 10, 10, 2);
+    pool_case("odd 7x9", 3, 5, 7, 9, 2);
+    pool_case("3x3 on 8x7", 3, 2, 8, 7, 3);
+}
+
+static void softmax_case(int Bn, int Vn)
+{
+    size_t n = (size_t)Bn * Vn;
+    printf("softmax_xent: B=%d V=%d\n", Bn, Vn);
+    ipair lab = tokens((size_t)Bn, 0, Vn);
+    pair logits = pair_rand(n, -4, 4), probs = pair_rand(n, -1, 1), losses = pair_rand(Bn, -1, 1);
+    pair dlogits = pair_rand(n, -1, 1);
+    /* every third sample on a coarse grid: tied maxima, where the first must win */
+    for (int i = 0; i < Bn; i += 3)
+        for (int j = 0; j < Vn; j++)
+            logits.h[(size_t)i * Vn + j] = roundf(logits.h[(size_t)i * Vn + j] / 2.0f);
+    /* and some samples whose label is the winner, so the count is not just 0 */
+    for (int i = 1; i < Bn; i += 4)
+        logits.h[(size_t)i * Vn + lab.h[i]] = 10.0f;
+    tr_cuda_upload(logits.d, logits.h, n * sizeof(float));
+    double lc = 0.0, lg = 0.0;
+    long cc = -1, cg = -2;
+    tr_cpu_softmax_xent_forward(probs.h, losses.h, logits.h, lab.h, Bn, Vn, &lc, &cc);
+    gpu->softmax_xent_forward(probs.d, losses.d, logits.d, lab.d, Bn, Vn, &lg, &cg);
+    compare("softmax_xent_forward probs", &probs, TOL_ELEM);
+    compare("softmax_xent_forward losses", &losses, TOL_ELEM);
+    compare_value("softmax_xent_forward loss sum", lc, lg, TOL_ELEM);
+    printf("  %-40s cpu %ld cuda %ld\n", "softmax_xent_forward correct", cc, cg);
+    CHECK(cc == cg && cc > 0, "softmax_xent_forward: %ld correct (cuda) against %ld (cpu)", cg,
+          cc);
+    double lg2 = 0.0;
+    long cg2 = -1;
+    gpu->softmax_xent_forward(probs.d, losses.d, logits.d, lab.d, Bn, Vn, &lg2, &cg2);
+    compare_value("softmax_xent_forward run to run", lg, lg2, 0.0);
+    CHECK(cg == cg2, "softmax_xent_forward: %ld then %ld correct", cg, cg2);
+    /* backward from the CPU's probs on both sides */
+    tr_cuda_upload(probs.d, probs.h, n * sizeof(float));
+    tr_cpu_softmax_xent_backward(dlogits.h, probs.h, lab.h, 1.0f / Bn, Bn, Vn);
+    gpu->softmax_xent_backward(dlogits.d, probs.d, lab.d, 1.0f / Bn, Bn, Vn);
+    compare("softmax_xent_backward dlogits", &dlogits, 0.0);
+    pair *all[] = {&logits, &probs, &losses, &dlogits};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+    ipair_free(&lab);
+}
+
+static void test_softmax_xent(void)
+{
+    softmax_case(37, 10); /* the classifier's: several samples per block, a partial block */
+    softmax_case(37, 100); /* more classes than lanes of a warp */
+}
+
+/* ---- mixed precision: round_lowp, bit for bit ------------------------------------- */
+
+/* Bit patterns at the edges of bf16 and fp16 (each also with its neighbours one ulp
+ * away, and negated): ties to even, the fp16 overflow at 65520, subnormals of both
+ * formats and of fp32, infinities, quiet and signalling NaNs with payloads. */
+static const uint32_t lowp_edges[] = {
+    0x00000000u, 0x3f800000u, 0x40490fdbu, /* 0, 1, pi */
+    0x477fe000u, 0x477fe100u, 0x477fef00u, 0x477fefffu, /* 65504 .. just below 65520 */
+    0x477ff000u, 0x477ff001u, 0x47800000u, 0x4b800000u, /* 65520, above, 65536, 2^24 */
+    0x33800000u, 0x33000000u, 0x33c00000u, 0x32800000u, /* 2^-24, 2^-25 (tie), 3 2^-25, 2^-26 */
+    0x38800000u, 0x387fe000u, 0x387fc000u, 0x38000000u, /* 2^-14, 2^-14 - 2^-25 (tie), ... */
+    0x3f801000u, 0x3f803000u, 0x3f800800u, /* fp16 ties at 1 */
+    0x3f808000u, 0x3f818000u, 0x3f808001u, /* bf16 ties at 1 */
+    0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu, /* FLT_MAX, bf16's overflow tie */
+    0x00000001u, 0x007fffffu, 0x00400000u, 0x00800000u, /* fp32 subnormals, smallest normal */
+    0x7f800000u, 0x7fc00000u, 0x7f800001u, 0x7fa5a5a5u, 0x7fbfffffu, 0x7fffffffu, /* inf, NaNs */
+};
+
+static void test_round_lowp(void)
+{
+    printf("round_lowp\n");
+    size_t ne = sizeof lowp_edges / sizeof *lowp_edges, nsweep = 65536, nrand = 65536;
+    size_t n = ne * 6 + nsweep + nrand;
+    uint32_t *bits = malloc(n * sizeof(uint32_t));
+    size_t m = 0;
+    for (size_t i = 0; i < ne; i++)
+        for (uint32_t sign = 0; sign < 2; sign++)
+            for (int d = -1; d <= 1; d++)
+                bits[m++] = (lowp_edges[i] + (uint32_t)d) ^ (sign << 31);
+    for (size_t i = 0; i < nsweep; i++) /* every part of the range, evenly */
+        bits[m++] = (uint32_t)(i * 65537u);
+    uint64_t st = g_stream++;
+    for (size_t i = 0; i < nrand; i++) {
+        /* half anywhere, half inside fp16's exponent range (2^-25 .. 2^17) */
+        uint32_t u = (uint32_t)tr_rng_u64(2024, st, i);
+        bits[m++] = i % 2 ? u : (u & 0x807fffffu) | ((102u + u % 43u) << 23);
+    }
+    float *x = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+    float *d = tr_cuda_alloc(n * sizeof(float), "test round_lowp");
+    for (int format = 0; format <= 2; format++) {
+        memcpy(x, bits, n * sizeof(float));
+        tr_cuda_upload(d, x, n * sizeof(float));
+        tr_cpu_round_lowp(x, n, format);
+        gpu->round_lowp(d, n, format);
+        tr_cuda_download(g, d, n * sizeof(float));
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(&x[i], &g[i], sizeof(float)) != 0 && bad++ == 0)
+                first = i;
+        printf("  round_lowp format %d: %zu values, %zu differ in their bits (want 0)\n", format, n,
+               bad);
+        if (bad) {
+            uint32_t xb, gb;
+            memcpy(&xb, &x[first], sizeof xb);
+            memcpy(&gb, &g[first], sizeof gb);
+            CHECK(bad == 0, "round_lowp format %d: 0x%08x gives 0x%08x (cuda), 0x%08x (cpu)",
+                  format, bits[first], gb, xb);
+        } else {
+            CHECK(bad == 0, "round_lowp format %d", format);
+        }
+    }
+    free(bits);
+    free(x);
+    free(g);
+    tr_cuda_free(d);
+}
+
 /* ---- a bad token ends the process, as on the CPU ---------------------------------- */
 
 static int bad_token_child(void)
@@ -501,6 +771,11 @@ int main(int argc, char **argv)
     test_xent_padded();
     test_xent_shard();
     test_optim();
+    test_round_lowp();
+    test_relu();
+    test_conv();
+    test_maxpool();
+    test_softmax_xent();
     test_bad_token();
     return tr_test_finish();
 }
