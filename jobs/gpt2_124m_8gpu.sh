@@ -9,8 +9,8 @@
 #   Works: everything on the Slurm side (see jobs/gpt_512gpu.sh) and, with
 #   DEVICE=cpu, the training itself: DEVICE=cpu sbatch --gpus-per-node=0 ... trains
 #   on the node's cores (slowly: GPT-2 124M is a GPU model).
-#   Waits: the CUDA backend; until it lands, [system] device = cuda stops the job at
-#   once with exit 64 and a message that says so.
+#   The CUDA path (device = cuda, the default here: dp over the 8 GPUs with NCCL) is
+#   written but has never run on a real GPU: run ctest -L gpu on one node first.
 #
 # FOR YOUR CLUSTER: partition and account (the "##SBATCH" lines), module loads,
 # CPUs per task (the node's cores / 8), NCCL settings (jobs/gpt_512gpu.sh explains).

@@ -14,9 +14,10 @@
 #   (ctest -L slurm) runs this very script on a private Slurm, shrunk to one node on
 #   the CPU as a 2-stage pipeline:  DEVICE=cpu PP=2 sbatch --nodes=1
 #   --ntasks-per-node=2 ... .
-#   Waits: the CUDA backend ([system] device = cuda is not accepted yet). Until it
-#   lands, this script as written stops at once with exit 64 and a message that says
-#   so; the job is not requeued. DEVICE=cpu runs it on CPUs.
+#   Waits: pipeline parallelism on GPUs. The CUDA training path runs dp, tp and ZeRO
+#   (never yet on a real GPU: run ctest -L gpu on one node first), but refuses pp > 1
+#   on GPUs for now (exit 64, naming parallel.pp; the job is not requeued), so this
+#   script's PP=8 needs DEVICE=cpu today, or PP=1 with a layout that fits.
 #
 # FOR YOUR CLUSTER, change:
 #   - partition and account: uncomment and fill in the two "##SBATCH" lines below;

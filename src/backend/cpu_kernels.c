@@ -188,6 +188,20 @@ void tr_cpu_round_lowp(float *x, size_t n, int format)
         x[i] = tr_round_lowp(x[i], format);
 }
 
+void tr_cpu_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n)
+{
+#pragma omp parallel for schedule(static) if (rows * (size_t)n > PAR_MIN_ELEMS)
+    for (size_t r = 0; r < rows; r++) {
+        const float *p = x + r * (size_t)ld;
+        int best = 0;
+        for (int j = 1; j < n; j++)
+            if (p[j] > p[best])
+                best = j;
+        idx[r] = n ? best : -1;
+        val[r] = n ? p[best] : -INFINITY;
+    }
+}
+
 const tr_kernels tr_cpu_kernels = {
     .name = "cpu",
     .gemm = tr_cpu_gemm,
@@ -224,4 +238,5 @@ const tr_kernels tr_cpu_kernels = {
     .xent_shard_sums = tr_cpu_xent_shard_sums,
     .xent_shard_finish = tr_cpu_xent_shard_finish,
     .xent_shard_backward = tr_cpu_xent_shard_backward,
+    .rows_argmax = tr_cpu_rows_argmax,
 };

@@ -114,6 +114,11 @@ typedef struct tr_kernels {
                                 int Vl, int nreal);
     void (*xent_shard_backward)(float *dlogits, const float *probs, const int *targets,
                                 float scale, size_t BT, int Vl, int v0, int nreal);
+    /* A language model's accuracy: for each row r of x [rows, ld], idx[r] is the
+     * first index j < n of the row's largest value and val[r] that value, as the scan
+     * "best = 0; if (x[j] > x[best]) best = j" finds it (NaN never wins, but a NaN in
+     * column 0 stays); n = 0 gives idx -1 and val -inf. */
+    void (*rows_argmax)(int *idx, float *val, const float *x, size_t rows, int ld, int n);
 } tr_kernels;
 
 /* The CPU backend: CBLAS for GEMMs, OpenMP for the rest. */

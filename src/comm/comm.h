@@ -1,15 +1,45 @@
 /* comm.h: collectives on the rank's groups, the process grid, and agreement on errors.
  *
- * The only layer that calls MPI. Its API is shaped like NCCL's (sendbuf, recvbuf,
+ * The only layer that calls MPI (and NCCL). Its API is shaped like NCCL's (sendbuf, recvbuf,
  * count, dtype, op, group), in place when the two buffers are the same, so the GPU
  * backend can put NCCL behind the same calls. Groups are made once, at start-up.
  *
  * Process grid: world = dp x pp x tp, tp innermost (consecutive ranks share a TP
- * group, so it sits inside a node), then pp, then dp. */
+ * group, so it sits inside a node), then pp, then dp.
+ *
+ * NCCL (a CUDA build, after tr_comm_use_nccl): a group that has an NCCL communicator
+ * runs the collectives and point-to-point calls below with NCCL when the buffers are
+ * device memory (cudaMalloc), and with MPI when they are host memory; groups without
+ * one always use MPI. tr_comm_agree, tr_barrier and tr_comm_node_allgather are
+ * always MPI. Every rank of a group must pass the same kind of memory to a call.
+ * On device buffers:
+ *  - All NCCL work runs on one communication stream per process, in the order the
+ *    calls are made, so operations on different groups can never wait on each other
+ *    in different orders on different ranks (NCCL's rule for several communicators).
+ *  - Each call first waits (on the GPU) for the work queued so far on the backend's
+ *    compute stream (tr_cuda_stream), so it reads what that work wrote.
+ *  - Blocking calls return at once to the host; the compute stream waits for their
+ *    result, so any later work on it (kernels, tr_cuda_download) sees the result.
+ *  - Non-blocking ones return a request: tr_test asks whether it has finished,
+ *    tr_wait makes the compute stream wait for it (the host does not wait). Until
+ *    then the buffer must not be touched, as with MPI.
+ *  - Point-to-point: tags are ignored; a pair's messages match in the order they
+ *    were sent, and a send finishes only once the peer has posted its receive (both
+ *    are NCCL operations that block the communication stream, not the host), so
+ *    both ranks must issue matching sends and receives in the same order.
+ *  - Every NCCL or CUDA failure ends the job (tr_fatal) with NCCL's message. */
 #ifndef TR_COMM_H
 #define TR_COMM_H
 
 #include <stddef.h>
+
+/* C, and C++ for comm_nccl.cu, which shares the types */
+#ifdef __cplusplus
+#define TR_ALIGNAS(n) alignas(n)
+extern "C" {
+#else
+#define TR_ALIGNAS(n) _Alignas(n)
+#endif
 
 typedef struct tr_group tr_group; /* opaque: an MPI communicator and its size/rank */
 
@@ -17,11 +47,12 @@ typedef enum { TR_F32 = 0, TR_F64 = 1, TR_I64 = 2, TR_I32 = 3 } tr_dtype;
 typedef enum { TR_SUM = 0, TR_MAX = 1, TR_MIN = 2 } tr_redop;
 
 /* A pending non-blocking operation. Storage is inline so starting one never
- * allocates (buckets start in the middle of backward). */
+ * allocates (buckets start in the middle of backward). Zero-initialise a new one. */
 typedef struct tr_request {
-    _Alignas(8) unsigned char storage[32]; /* an MPI_Request */
-    int active;
+    TR_ALIGNAS(8) unsigned char storage[32]; /* an MPI_Request, or NCCL's CUDA event */
+    int active; /* 0: none pending; TR_REQ_MPI or TR_REQ_NCCL: which one runs it */
 } tr_request;
+enum { TR_REQ_MPI = 1, TR_REQ_NCCL = 2 };
 
 typedef struct tr_world {
     int rank, size;             /* in MPI_COMM_WORLD */
@@ -51,8 +82,24 @@ void tr_comm_make_grid(tr_world *w, int dp, int tp, int pp);
  * rank with an error prints its message once to stderr. Never hangs, never aborts. */
 int tr_comm_agree(const tr_world *w, int code, const char *message);
 
+/* Gathers `bytes` bytes of `mine` from every rank of this node (the ranks that
+ * local_rank and local_size count) into all[local_rank * bytes], on every rank.
+ * Collective over the world; MPI, host memory. */
+void tr_comm_node_allgather(const tr_world *w, const void *mine, size_t bytes, void *all);
+
+/* Gives every group of the world (world, dp, tp, pp and, where it exists, emb) an
+ * NCCL communicator on this rank's current CUDA device, from an ncclUniqueId that
+ * the group's rank 0 makes and broadcasts over the group with MPI, and creates the
+ * communication stream. Call it after tr_comm_make_grid (the groups must exist) and
+ * after the device is chosen (device_select.c); collective over the world. Groups
+ * that already have one are left as they are. Returns 0, or TR_EXIT_USAGE with a
+ * message in err in a build without CUDA; any NCCL or CUDA failure is fatal. */
+int tr_comm_use_nccl(tr_world *w, char *err, size_t errlen);
+
 int tr_group_size(const tr_group *g);
 int tr_group_rank(const tr_group *g);
+/* 1 when the group has an NCCL communicator (device buffers go through NCCL) */
+int tr_group_has_nccl(const tr_group *g);
 
 void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dtype, tr_redop op,
                   tr_group *g);
@@ -78,6 +125,14 @@ void tr_isend(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, 
 void tr_recv(void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g);
 void tr_bcast(void *buf, size_t count, tr_dtype dtype, int root, tr_group *g);
 void tr_barrier(tr_group *g);
+/* Device memory that host code may touch only between open() and close() (the
+ * guarded CPU device of backend/device.h): every MPI call is made between them.
+ * NULL, NULL (the default) for none. */
+void tr_comm_set_memory_guard(void (*open)(void), void (*close)(void));
 double tr_wtime(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,7 +1,15 @@
-/* comm_mpi.c: the comm API over MPI: world set-up, grid, agreement, collectives. */
+/* comm_mpi.c: the comm API over MPI: world set-up, grid, agreement, collectives.
+ * In a CUDA build a group may also hold an NCCL communicator (tr_comm_use_nccl);
+ * the calls on device buffers then go to comm_nccl.cu (see comm.h), and everything
+ * on host memory stays here. */
 #include "comm.h"
 #include "comm_mpi.h"
 #include "core/error.h"
+#ifdef TRAINER_HAVE_CUDA
+#include "comm_nccl.h"
+#else
+typedef struct tr_nccl tr_nccl; /* never made without CUDA */
+#endif
 
 #include <limits.h>
 #include <mpi.h>
@@ -12,6 +20,7 @@
 struct tr_group {
     MPI_Comm comm;
     int rank, size;
+    tr_nccl *nccl; /* NULL: MPI only */
 };
 
 static tr_group g_world_group;
@@ -19,9 +28,23 @@ static tr_group g_world_group;
 _Static_assert(sizeof(MPI_Request) <= sizeof(((tr_request *)0)->storage),
                "tr_request storage too small for MPI_Request");
 
+/* The guarded CPU device (backend/device.h): its memory is readable only while a
+ * kernel or a collective runs, so every MPI call opens it (NULL otherwise). */
+static void (*g_guard_open)(void), (*g_guard_close)(void);
+
+void tr_comm_set_memory_guard(void (*open)(void), void (*close)(void))
+{
+    g_guard_open = open;
+    g_guard_close = close;
+}
+
 #define MPI_CHECK(call)                                                                   \
     do {                                                                                  \
+        if (g_guard_open)                                                                 \
+            g_guard_open();                                                               \
         int rc_ = (call);                                                                 \
+        if (g_guard_close)                                                                \
+            g_guard_close();                                                              \
         if (rc_ != MPI_SUCCESS) {                                                         \
             char msg_[MPI_MAX_ERROR_STRING];                                              \
             int len_ = 0;                                                                 \
@@ -59,6 +82,34 @@ static MPI_Op mpi_op(tr_redop op)
     return MPI_SUM;
 }
 
+#ifdef TRAINER_HAVE_CUDA
+/* The group's NCCL communicator when it has one and buf is device memory (then
+ * other, a second buffer of the same call, must be device memory too); else NULL. */
+static tr_nccl *nccl_for(const tr_group *g, const void *buf, const void *other)
+{
+    if (!g->nccl)
+        return NULL;
+    int device = tr_nccl_is_device(buf);
+    if (other && other != buf && tr_nccl_is_device(other) != device)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: one call with a host and a device buffer");
+    return device ? g->nccl : NULL;
+}
+
+/* Device buffers on a group with NCCL: runs `call` (which names the communicator
+ * n_) and RETURNS from the calling function. Nothing at all in a build without
+ * CUDA, which has no NCCL to call. */
+#define NCCL_IF_DEVICE(g, buf, other, call)                                               \
+    do {                                                                                  \
+        tr_nccl *n_ = nccl_for((g), (buf), (other));                                      \
+        if (n_) {                                                                         \
+            call;                                                                         \
+            return;                                                                       \
+        }                                                                                 \
+    } while (0)
+#else
+#define NCCL_IF_DEVICE(g, buf, other, call) ((void)0)
+#endif
+
 static void group_from(tr_group *g, MPI_Comm c)
 {
     g->comm = c;
@@ -95,9 +146,18 @@ void tr_comm_init(int *argc, char ***argv, tr_world *w)
     w->dp_group = w->tp_group = w->pp_group = w->world;
 }
 
+static void free_nccl(tr_group *g)
+{
+#ifdef TRAINER_HAVE_CUDA
+    tr_nccl_destroy(g->nccl);
+#endif
+    g->nccl = NULL;
+}
+
 static void free_group(tr_group **g, const tr_world *w)
 {
     if (*g && *g != w->world) {
+        free_nccl(*g);
         MPI_Comm_free(&(*g)->comm);
         tr_free(*g);
     }
@@ -115,6 +175,7 @@ void tr_comm_finalize(tr_world *w)
     free_group(&w->tp_group, w);
     free_group(&w->pp_group, w);
     free_group(&w->emb_group, w);
+    free_nccl(w->world); /* last, as tr_comm_use_nccl made it first: same order everywhere */
     MPI_Finalize();
 }
 
@@ -186,6 +247,47 @@ int tr_comm_agree(const tr_world *w, int code, const char *message)
     return worst;
 }
 
+void tr_comm_node_allgather(const tr_world *w, const void *mine, size_t bytes, void *all)
+{
+    if (bytes > INT_MAX)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: node all-gather of %zu bytes", bytes);
+    /* the split of tr_comm_init again (same key), so ranks come in local_rank order */
+    MPI_Comm local;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL,
+                                  &local));
+    MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN);
+    MPI_CHECK(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, local));
+    MPI_Comm_free(&local);
+}
+
+int tr_comm_use_nccl(tr_world *w, char *err, size_t errlen)
+{
+#ifndef TRAINER_HAVE_CUDA
+    (void)w;
+    snprintf(err, errlen, "NCCL needs the CUDA backend, and this trainer was built without "
+                          "CUDA; rebuild with cmake -DTRAINER_CUDA=ON");
+    return TR_EXIT_USAGE;
+#else
+    /* Making a communicator waits for all of its ranks. Every rank goes through the
+     * kinds in this order and the groups of one kind are disjoint, so nobody waits
+     * on a rank that is busy with another kind. A group seen twice (dp, tp and pp
+     * are the world until tr_comm_make_grid) is made once. */
+    tr_group *groups[] = {w->world, w->dp_group, w->tp_group, w->pp_group, w->emb_group};
+    for (size_t i = 0; i < sizeof groups / sizeof *groups; i++) {
+        tr_group *g = groups[i];
+        if (!g || g->nccl)
+            continue;
+        unsigned char id[TR_NCCL_ID_BYTES];
+        if (g->rank == 0)
+            tr_nccl_unique_id(id);
+        MPI_CHECK(MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, g->comm));
+        g->nccl = tr_nccl_create(id, g->size, g->rank);
+    }
+    return 0;
+#endif
+}
+
+int tr_group_has_nccl(const tr_group *g) { return g->nccl != NULL; }
 int tr_group_size(const tr_group *g) { return g->size; }
 MPI_Comm tr_group_mpi_comm(const tr_group *g) { return g->comm; }
 int tr_group_rank(const tr_group *g) { return g->rank; }
@@ -196,6 +298,8 @@ int tr_group_rank(const tr_group *g) { return g->rank; }
 void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dtype, tr_redop op,
                   tr_group *g)
 {
+    NCCL_IF_DEVICE(g, recvbuf, sendbuf,
+                   tr_nccl_allreduce(n_, sendbuf, recvbuf, count, dtype, op, NULL));
     size_t es = dtype_size(dtype);
     for (size_t off = 0; off < count; off += CHUNK) {
         int n = (int)(count - off < CHUNK ? count - off : CHUNK);
@@ -208,19 +312,25 @@ void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dty
 void tr_iallreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dtype,
                    tr_redop op, tr_group *g, tr_request *req)
 {
+    NCCL_IF_DEVICE(g, recvbuf, sendbuf,
+                   tr_nccl_allreduce(n_, sendbuf, recvbuf, count, dtype, op, req));
     if (count > CHUNK)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: non-blocking all-reduce of %zu elements; use buckets",
                  count);
     MPI_Request *r = (MPI_Request *)req->storage;
     const void *s = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
     MPI_CHECK(MPI_Iallreduce(s, recvbuf, (int)count, mpi_type(dtype), mpi_op(op), g->comm, r));
-    req->active = 1;
+    req->active = TR_REQ_MPI;
 }
 
 int tr_test(tr_request *req)
 {
     if (!req->active)
         return 1;
+#ifdef TRAINER_HAVE_CUDA
+    if (req->active == TR_REQ_NCCL)
+        return tr_nccl_test(req);
+#endif
     int done = 0;
     MPI_CHECK(MPI_Test((MPI_Request *)req->storage, &done, MPI_STATUS_IGNORE));
     if (done)
@@ -232,6 +342,12 @@ void tr_wait(tr_request *req)
 {
     if (!req->active)
         return;
+#ifdef TRAINER_HAVE_CUDA
+    if (req->active == TR_REQ_NCCL) {
+        tr_nccl_wait(req);
+        return;
+    }
+#endif
     MPI_CHECK(MPI_Wait((MPI_Request *)req->storage, MPI_STATUS_IGNORE));
     req->active = 0;
 }
@@ -239,18 +355,20 @@ void tr_wait(tr_request *req)
 void tr_ireduce(void *buf, size_t count, tr_dtype dtype, tr_redop op, int root, tr_group *g,
                 tr_request *req)
 {
+    NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_reduce(n_, buf, count, dtype, op, root, req));
     if (count > CHUNK)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: non-blocking reduce of %zu elements; use buckets",
                  count);
     MPI_Request *r = (MPI_Request *)req->storage;
     const void *s = g->rank == root ? MPI_IN_PLACE : buf;
     MPI_CHECK(MPI_Ireduce(s, buf, (int)count, mpi_type(dtype), mpi_op(op), root, g->comm, r));
-    req->active = 1;
+    req->active = TR_REQ_MPI;
 }
 
 void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dtype dtype,
                    tr_group *g)
 {
+    NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_allgatherv(n_, buf, counts, displs, dtype));
     int *c = tr_alloc(2 * (size_t)g->size * sizeof *c, "all-gather counts");
     for (int r = 0; r < g->size; r++) {
         if (counts[r] > INT_MAX || displs[r] > INT_MAX)
@@ -266,6 +384,7 @@ void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dty
 
 void tr_send(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g)
 {
+    NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_send(n_, buf, count, dtype, peer, NULL));
     if (count > INT_MAX)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: send of %zu elements", count);
     MPI_CHECK(MPI_Send(buf, (int)count, mpi_type(dtype), peer, tag, g->comm));
@@ -274,15 +393,17 @@ void tr_send(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, t
 void tr_isend(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g,
               tr_request *req)
 {
+    NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_send(n_, buf, count, dtype, peer, req));
     if (count > INT_MAX)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: send of %zu elements", count);
     MPI_CHECK(MPI_Isend(buf, (int)count, mpi_type(dtype), peer, tag, g->comm,
                         (MPI_Request *)req->storage));
-    req->active = 1;
+    req->active = TR_REQ_MPI;
 }
 
 void tr_recv(void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g)
 {
+    NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_recv(n_, buf, count, dtype, peer));
     if (count > INT_MAX)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: receive of %zu elements", count);
     MPI_CHECK(MPI_Recv(buf, (int)count, mpi_type(dtype), peer, tag, g->comm, MPI_STATUS_IGNORE));
@@ -290,6 +411,7 @@ void tr_recv(void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_grou
 
 void tr_bcast(void *buf, size_t count, tr_dtype dtype, int root, tr_group *g)
 {
+    NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_bcast(n_, buf, count, dtype, root));
     size_t es = dtype_size(dtype);
     for (size_t off = 0; off < count; off += CHUNK) {
         int n = (int)(count - off < CHUNK ? count - off : CHUNK);

@@ -83,7 +83,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("run", "max_minutes", TR_KEY_FLOAT, "0", 0, 1e9, 0, "checkpoint and exit 75 once this session has run this long (0 = off): stay inside a wall-clock limit"),
     K("run", "progress", TR_KEY_CHOICE, "auto", 0, 0, "auto|tty|lines|off", "progress display: auto = in place on a terminal, plain lines otherwise"),
 
-    K("system", "device", TR_KEY_CHOICE, "cpu", 0, 0, "cpu", "where the math runs"),
+    K("system", "device", TR_KEY_CHOICE, "cpu", 0, 0, "cpu|cuda|cpu-guarded", "where the math runs: cpu, or cuda (one GPU per rank, NCCL between them); cpu-guarded = the CPU with the model's memory readable only by kernels, transfers and collectives, as on a GPU (a check of the GPU code path; slow, for tests)"),
     K("system", "peak_gflops", TR_KEY_FLOAT, "0", 0, 1e12, 0, "peak fp32 GFLOP/s of one rank's device for MFU; 0 = measure it at start-up (a short GEMM calibration)"),
     K("system", "threads", TR_KEY_INT, "0", 0, 1024, 0, "threads per rank; 0 = cores of the node / ranks on the node"),
 };

@@ -188,6 +188,42 @@ __global__ static void softmax_xent_forward_kernel(float *probs, float *losses,
     }
 }
 
+/* A warp per row: the CPU scan's argmax (argmax_merge over non-NaN values, index 0
+ * when x[0] is NaN) and its value; n = 0 gives -1 and -inf. */
+__global__ static void rows_argmax_kernel(int *idx, float *val, const float *x, size_t rows,
+                                          int ld, int n)
+{
+    size_t row = (size_t)blockIdx.x * XENT_ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows) /* the same for the whole warp */
+        return;
+    const float *p = x + row * (size_t)ld;
+    float bv = 0.0f;
+    int bi = -1;
+    for (int j = lane; j < n; j += 32)
+        if (p[j] == p[j])
+            argmax_merge(&bv, &bi, p[j], j);
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        argmax_merge(&bv, &bi, ov, oi);
+    }
+    if (lane == 0) {
+        int best = n == 0 ? -1 : (bi < 0 || p[0] != p[0] ? 0 : bi);
+        idx[row] = best;
+        val[row] = best < 0 ? -INFINITY : p[best];
+    }
+}
+
+void tr_cuda_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n)
+{
+    if (rows == 0)
+        return;
+    unsigned blocks = (unsigned)((rows + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
+    rows_argmax_kernel<<<blocks, TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(idx, val, x, rows, ld, n);
+    TR_CUDA_LAUNCHED();
+}
+
 /* dlogits = scale (probs - onehot(label)): the CPU's two expressions, element-wise */
 __global__ static void softmax_xent_backward_kernel(float *dlogits, const float *probs,
                                                     const int *labels, float scale, size_t n,

@@ -5,7 +5,7 @@
 #ifndef TR_CUDA_COMMON_H
 #define TR_CUDA_COMMON_H
 
-#include <cublas_v2.h>
+#include "cuda/cublas_loader.h"
 #include <cuda_runtime.h>
 #include <stddef.h>
 

@@ -11,8 +11,47 @@
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_probe.h"
 
+#include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
+
+/* ---- cuBLAS, loaded on first use (cublas_loader.h) -------------------------------- */
+
+tr_cublas_api tr_cublas;
+
+#ifndef TR_CUBLAS_LIBRARY
+#define TR_CUBLAS_LIBRARY "libcublas.so"
+#endif
+
+void tr_cublas_load(void)
+{
+    if (tr_cublas.Create)
+        return;
+    void *h = dlopen(TR_CUBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        h = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        tr_fatal(TR_EXIT_OSERR, "cannot load cuBLAS (%s, or libcublas.so on LD_LIBRARY_PATH): %s",
+                 TR_CUBLAS_LIBRARY, dlerror());
+    tr_cublas_api a;
+    const struct {
+        void **slot;
+        const char *name;
+    } syms[] = {
+        {(void **)&a.Create, "cublasCreate_v2"},
+        {(void **)&a.SetStream, "cublasSetStream_v2"},
+        {(void **)&a.Sgemm, "cublasSgemm_v2"},
+        {(void **)&a.SetMathMode, "cublasSetMathMode"},
+        {(void **)&a.SetAtomicsMode, "cublasSetAtomicsMode"},
+        {(void **)&a.SgemmStridedBatched, "cublasSgemmStridedBatched"},
+        {(void **)&a.GetStatusString, "cublasGetStatusString"},
+        {(void **)&a.GetStatusName, "cublasGetStatusName"},
+    };
+    for (const auto &s : syms)
+        if (!(*s.slot = dlsym(h, s.name)))
+            tr_fatal(TR_EXIT_OSERR, "cuBLAS library %s lacks %s", TR_CUBLAS_LIBRARY, s.name);
+    tr_cublas = a; /* Create last of all: it marks the table loaded */
+}
 
 /* ---- errors -------------------------------------------------------------------- */
 
@@ -42,6 +81,7 @@ static tr_cuda_ctx make_ctx(int device)
         TR_CUDA_CHECK(cudaSetDevice(device));
     TR_CUDA_CHECK(cudaGetDevice(&c.device));
     TR_CUDA_CHECK(cudaStreamCreate(&c.stream)); /* blocking: see the top of this file */
+    tr_cublas_load();
     TR_CUBLAS_CHECK(cublasCreate(&c.blas));
     TR_CUBLAS_CHECK(cublasSetStream(c.blas, c.stream));
     /* fp32 products in fp32: the default math mode, stated so that nobody turns on

@@ -36,6 +36,8 @@ void tr_cuda_softmax_xent_forward(float *probs, float *losses, const float *logi
 void tr_cuda_softmax_xent_backward(float *dlogits, const float *probs, const int *labels,
                                    float scale, int B, int V);
 
+void tr_cuda_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n);
+
 /* cuda_conv.cu */
 size_t tr_cuda_conv_scratch_floats(const tr_conv_shape *s);
 void tr_cuda_conv2d_forward(float *out, const float *inp, const float *w, const float *b,

@@ -75,7 +75,14 @@ typedef struct gpt {
     float *datt;              /* [B,NHl,T,T] */
     float *dfch;              /* [B,T,Fl] */
     float *proj_out;          /* [B,T,C]: c_proj outputs before the residual add */
+    /* a device whose memory is not the host's: each slot's tokens and targets as
+     * uploaded by its forward and loss, for its backward; and the row maxima of the
+     * logits (index, value) that the accuracy downloads */
+    int32_t **tok, **tgt;     /* [slots] of [B,T] */
+    int32_t *amax;            /* [B,T] */
+    float *amax_val;          /* [B,T] */
     /* every buffer, for freeing */
+    const tr_device *dev;
     float **bufs;
     int nbufs, capbufs;
 } gpt;
@@ -312,9 +319,10 @@ static void build_layers(tr_model *m, gpt *g)
 
 /* ---- buffers ------------------------------------------------------------------- */
 
-static float *buf(gpt *g, int alloc, size_t n, size_t *sum, const char *what)
+static float *buf(const tr_model *m, int alloc, size_t n, size_t *sum, const char *what)
 {
-    float *p = tr_model_buffer(alloc, n * sizeof(float), what, sum);
+    gpt *g = G(m);
+    float *p = tr_model_buffer(m, alloc, n * sizeof(float), what, sum);
     if (!p)
         return NULL;
     if (g->nbufs == g->capbufs) {
@@ -327,25 +335,26 @@ static float *buf(gpt *g, int alloc, size_t n, size_t *sum, const char *what)
 }
 
 /* One block's activations for max_batch rows; with `only_res3` just its output. */
-static void block_buffers(gpt *g, block_acts *b, size_t BT, size_t att, int alloc, int only_res3,
-                          size_t *a)
+static void block_buffers(const tr_model *m, block_acts *b, size_t BT, size_t att, int alloc,
+                          int only_res3, size_t *a)
 {
+    const gpt *g = G(m);
     size_t C = (size_t)g->cfg.C;
-    b->res3 = buf(g, alloc, BT * C, a, "activations");
+    b->res3 = buf(m, alloc, BT * C, a, "activations");
     if (only_res3)
         return;
-    b->ln1 = buf(g, alloc, BT * C, a, "activations");
-    b->ln1_mean = buf(g, alloc, BT, a, "activations");
-    b->ln1_rstd = buf(g, alloc, BT, a, "activations");
-    b->qkv = buf(g, alloc, BT * 3 * (size_t)g->Cl, a, "activations");
-    b->atty = buf(g, alloc, BT * (size_t)g->Cl, a, "activations");
-    b->att = buf(g, alloc, att, a, "attention probabilities");
-    b->res2 = buf(g, alloc, BT * C, a, "activations");
-    b->ln2 = buf(g, alloc, BT * C, a, "activations");
-    b->ln2_mean = buf(g, alloc, BT, a, "activations");
-    b->ln2_rstd = buf(g, alloc, BT, a, "activations");
-    b->fch = buf(g, alloc, BT * (size_t)g->Fl, a, "activations");
-    b->fch_gelu = buf(g, alloc, BT * (size_t)g->Fl, a, "activations");
+    b->ln1 = buf(m, alloc, BT * C, a, "activations");
+    b->ln1_mean = buf(m, alloc, BT, a, "activations");
+    b->ln1_rstd = buf(m, alloc, BT, a, "activations");
+    b->qkv = buf(m, alloc, BT * 3 * (size_t)g->Cl, a, "activations");
+    b->atty = buf(m, alloc, BT * (size_t)g->Cl, a, "activations");
+    b->att = buf(m, alloc, att, a, "attention probabilities");
+    b->res2 = buf(m, alloc, BT * C, a, "activations");
+    b->ln2 = buf(m, alloc, BT * C, a, "activations");
+    b->ln2_mean = buf(m, alloc, BT, a, "activations");
+    b->ln2_rstd = buf(m, alloc, BT, a, "activations");
+    b->fch = buf(m, alloc, BT * (size_t)g->Fl, a, "activations");
+    b->fch_gelu = buf(m, alloc, BT * (size_t)g->Fl, a, "activations");
 }
 
 static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *mem)
@@ -356,32 +365,45 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
     size_t att = (size_t)max_batch * g->NHl * c->T * c->T;
     size_t *a = &mem->activations, *s = &mem->scratch;
     int S = g->slots;
+    if (alloc)
+        g->dev = m->dev;
     for (int i = 0; i < g->nl * S; i++)
-        block_buffers(g, &g->blk[i], BT, att, alloc, g->recompute, a);
+        block_buffers(m, &g->blk[i], BT, att, alloc, g->recompute, a);
     if (g->recompute) /* one block's worth, rebuilt for each block in backward */
-        block_buffers(g, &g->work, BT, att, alloc, 0, s);
+        block_buffers(m, &g->work, BT, att, alloc, 0, s);
     for (int i = 0; i < S; i++) {
-        g->encoded[i] = buf(g, alloc, BT * C, a, "activations");
+        g->encoded[i] = buf(m, alloc, BT * C, a, "activations");
         if (!g->last)
             continue;
-        g->lnf_out[i] = buf(g, alloc, BT * C, a, "activations");
-        g->lnf_mean[i] = buf(g, alloc, BT, a, "activations");
-        g->lnf_rstd[i] = buf(g, alloc, BT, a, "activations");
-        g->logits[i] = buf(g, alloc, BT * (size_t)g->Vl, a, "logits");
+        g->lnf_out[i] = buf(m, alloc, BT * C, a, "activations");
+        g->lnf_mean[i] = buf(m, alloc, BT, a, "activations");
+        g->lnf_rstd[i] = buf(m, alloc, BT, a, "activations");
+        g->logits[i] = buf(m, alloc, BT * (size_t)g->Vl, a, "logits");
     }
     if (g->last) {
-        g->losses = buf(g, alloc, BT, a, "losses");
-        g->rowmax = buf(g, alloc, BT, s, "cross-entropy statistics");
-        g->xsums = (double *)buf(g, alloc, 2 * BT * sizeof(double) / sizeof(float), s,
+        g->losses = buf(m, alloc, BT, a, "losses");
+        g->rowmax = buf(m, alloc, BT, s, "cross-entropy statistics");
+        g->xsums = (double *)buf(m, alloc, 2 * BT * sizeof(double) / sizeof(float), s,
                                  "cross-entropy statistics");
     }
-    g->dres = buf(g, alloc, BT * C, s, "activation gradients");
-    g->dtmp = buf(g, alloc, BT * C, s, "activation gradients");
-    g->dln = buf(g, alloc, BT * C, s, "activation gradients");
-    g->dqkv = buf(g, alloc, BT * 3 * (size_t)g->Cl, s, "activation gradients");
-    g->datt = buf(g, alloc, att, s, "activation gradients");
-    g->dfch = buf(g, alloc, BT * (size_t)g->Fl, s, "activation gradients");
-    g->proj_out = buf(g, alloc, BT * C, s, "activations");
+    g->dres = buf(m, alloc, BT * C, s, "activation gradients");
+    g->dtmp = buf(m, alloc, BT * C, s, "activation gradients");
+    g->dln = buf(m, alloc, BT * C, s, "activation gradients");
+    g->dqkv = buf(m, alloc, BT * 3 * (size_t)g->Cl, s, "activation gradients");
+    g->datt = buf(m, alloc, att, s, "activation gradients");
+    g->dfch = buf(m, alloc, BT * (size_t)g->Fl, s, "activation gradients");
+    g->proj_out = buf(m, alloc, BT * C, s, "activations");
+    if (!m->dev->host_memory) { /* int32 buffers, sized in floats (the same 4 bytes) */
+        for (int i = 0; i < S; i++) {
+            g->tok[i] = (int32_t *)buf(m, alloc, BT, a, "tokens");
+            if (g->last)
+                g->tgt[i] = (int32_t *)buf(m, alloc, BT, a, "targets");
+        }
+        if (g->last) {
+            g->amax = (int32_t *)buf(m, alloc, BT, s, "accuracy");
+            g->amax_val = buf(m, alloc, BT, s, "accuracy");
+        }
+    }
 }
 
 static void gpt_free(tr_model *m)
@@ -390,7 +412,7 @@ static void gpt_free(tr_model *m)
     if (!g)
         return;
     for (int i = 0; i < g->nbufs; i++)
-        tr_free(g->bufs[i]);
+        g->dev->free(g->bufs[i]);
     free(g->bufs);
     free(g->blk);
     free(g->encoded);
@@ -398,6 +420,8 @@ static void gpt_free(tr_model *m)
     free(g->lnf_mean);
     free(g->lnf_rstd);
     free(g->logits);
+    free(g->tok);
+    free(g->tgt);
     free(g);
     m->impl = NULL;
 }
@@ -484,7 +508,8 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
     const tr_kernels *k = m->k;
     int C = g->cfg.C, BT = B * T;
     check_slot(m, slot, B, T);
-    if (g->first) {
+    if (g->first) { /* its tokens stay where backward finds them */
+        tok = tr_model_upload(m, g->tok[slot], tok, (size_t)BT * sizeof *tok);
         if (g->tp == 1) {
             k->embedding_forward(g->encoded[slot], tok, P(m, g->wte, 0)->value,
                                  P(m, g->wpe, 0)->value, B, T, C, g->cfg.V);
@@ -515,48 +540,37 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
     tr_model_round(m, g->logits[slot], (size_t)BT * g->Vl); /* the loss is fp32 math */
 }
 
-/* Next-token accuracy: the argmax over the real vocabulary of each row. */
-static long count_correct(gpt *g, int slot, const int32_t *y, size_t BT)
+/* Next-token accuracy: the argmax over the real vocabulary of each row (the kernel
+ * finds it where the logits are; only the row maxima come to the host). */
+static long count_correct(const tr_model *m, int slot, const int32_t *y, size_t BT)
 {
-    const tr_gpt_config *c = &g->cfg;
+    gpt *g = G(m);
+    int32_t *idx = tr_alloc(BT * sizeof *idx, "accuracy");
+    float *val = tr_alloc(2 * BT * sizeof *val, "accuracy");
+    int n = g->tp == 1 ? g->cfg.V : g->nreal;
+    if (m->dev->host_memory) {
+        m->k->rows_argmax(idx, val, g->logits[slot], BT, g->Vl, n);
+    } else {
+        m->k->rows_argmax(g->amax, g->amax_val, g->logits[slot], BT, g->Vl, n);
+        m->dev->download(idx, g->amax, BT * sizeof *idx);
+        m->dev->download(val, g->amax_val, BT * sizeof *val);
+    }
+    if (g->tp > 1) {
+        /* split vocabulary: each rank's best (value, lowest index), then the best of
+         * those; a rank without real rows offers -inf */
+        for (size_t r = 0; r < BT; r++)
+            idx[r] = g->v0 + idx[r];
+        tr_allreduce(val, val + BT, BT, TR_F32, TR_MAX, g->cfg.layout.tp_group);
+        for (size_t r = 0; r < BT; r++)
+            if (val[r] != val[BT + r] || !g->nreal)
+                idx[r] = INT32_MAX;
+        tr_allreduce(idx, idx, BT, TR_I32, TR_MIN, g->cfg.layout.tp_group);
+    }
     long ok = 0;
-    const float *pr = g->logits[slot];
-    if (g->tp == 1) {
-#pragma omp parallel for reduction(+ : ok) schedule(static)
-        for (size_t r = 0; r < BT; r++) {
-            const float *p = pr + r * g->Vl;
-            int best = 0;
-            for (int j = 1; j < c->V; j++)
-                if (p[j] > p[best])
-                    best = j;
-            ok += best == y[r];
-        }
-        return ok;
-    }
-    /* split vocabulary: each rank's best (value, lowest index), then the best of
-     * those */
-    int32_t *idx = calloc(BT, sizeof *idx);
-    float *val = calloc(2 * BT, sizeof *val);
-    if (!idx || !val)
-        tr_fatal(TR_EXIT_OSERR, "out of memory");
-    for (size_t r = 0; r < BT; r++) {
-        const float *p = pr + r * g->Vl;
-        int best = 0;
-        for (int j = 1; j < g->nreal; j++)
-            if (p[j] > p[best])
-                best = j;
-        val[r] = g->nreal ? p[best] : -1.0f;
-        idx[r] = g->v0 + best;
-    }
-    tr_allreduce(val, val + BT, BT, TR_F32, TR_MAX, g->cfg.layout.tp_group);
-    for (size_t r = 0; r < BT; r++)
-        if (val[r] != val[BT + r] || !g->nreal)
-            idx[r] = INT32_MAX;
-    tr_allreduce(idx, idx, BT, TR_I32, TR_MIN, g->cfg.layout.tp_group);
     for (size_t r = 0; r < BT; r++)
         ok += idx[r] == y[r];
-    free(idx);
-    free(val);
+    tr_free(idx);
+    tr_free(val);
     return ok;
 }
 
@@ -568,16 +582,17 @@ double tr_gpt_stage_loss(tr_model *m, int slot, const int32_t *y, int B, long *c
     size_t BT = (size_t)B * c->T;
     float *lg = g->logits[slot];
     if (correct) /* before the softmax overwrites the logits: same argmax anyway */
-        *correct = count_correct(g, slot, y, BT);
+        *correct = count_correct(m, slot, y, BT);
+    const int32_t *yd = tr_model_upload(m, g->tgt[slot], y, BT * sizeof *y); /* for backward too */
     if (g->tp == 1)
-        return k->xent_padded_forward(lg, g->losses, lg, y, B, c->T, c->V, g->Vl);
+        return k->xent_padded_forward(lg, g->losses, lg, yd, B, c->T, c->V, g->Vl);
     for (size_t r = 0; r < BT; r++)
         if (y[r] < 0 || y[r] >= c->V)
             tr_fatal(TR_EXIT_SOFTWARE, "cross-entropy: target %d at %zu is outside [0, %d)",
                      y[r], r, c->V);
     k->xent_shard_max(g->rowmax, lg, BT, g->Vl, g->nreal);
     tr_allreduce(g->rowmax, g->rowmax, BT, TR_F32, TR_MAX, c->layout.tp_group);
-    k->xent_shard_sums(g->xsums, lg, lg, g->rowmax, y, BT, g->Vl, g->v0, g->nreal);
+    k->xent_shard_sums(g->xsums, lg, lg, g->rowmax, yd, BT, g->Vl, g->v0, g->nreal);
     tr_allreduce(g->xsums, g->xsums, 2 * BT, TR_F64, TR_SUM, c->layout.tp_group);
     return k->xent_shard_finish(lg, g->losses, g->xsums, BT, g->Vl, g->nreal);
 }
@@ -647,6 +662,8 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
     const tr_gpt_config *c = &g->cfg;
     int C = c->C, T = c->T, BT = B * T;
     check_slot(m, slot, B, T);
+    if (!m->dev->host_memory) /* what this slot's forward and loss uploaded */
+        tok = g->tok[slot], y = g->tgt[slot];
     if (g->last) {
         const tr_param *wte = P(m, g->head_wte, 0);
         float *lg = g->logits[slot]; /* dlogits in place of the probabilities */
@@ -700,12 +717,12 @@ float *tr_gpt_stage_output(tr_model *m, int slot)
 }
 float *tr_gpt_stage_grad(tr_model *m) { return G(m)->dres; }
 
-const float *tr_gpt_stage_logits(tr_model *m, int row, int *v0, int *Vl)
+void tr_gpt_stage_logits(tr_model *m, int row, float *full, int *v0, int *Vl)
 {
     gpt *g = G(m);
     *v0 = g->v0;
     *Vl = g->Vl;
-    return g->logits[0] + (size_t)row * g->Vl;
+    m->dev->download(full + g->v0, g->logits[0] + (size_t)row * g->Vl, (size_t)g->Vl * sizeof *full);
 }
 
 void tr_gpt_tied_range(const tr_model *m, size_t *lo, size_t *hi)
@@ -776,7 +793,10 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
     g->lnf_mean = calloc(S, sizeof(float *));
     g->lnf_rstd = calloc(S, sizeof(float *));
     g->logits = calloc(S, sizeof(float *));
-    if (!g->blk || !g->encoded || !g->lnf_out || !g->lnf_mean || !g->lnf_rstd || !g->logits)
+    g->tok = calloc(S, sizeof(int32_t *));
+    g->tgt = calloc(S, sizeof(int32_t *));
+    if (!g->blk || !g->encoded || !g->lnf_out || !g->lnf_mean || !g->lnf_rstd || !g->logits ||
+        !g->tok || !g->tgt)
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     m->impl = g;
     m->hooks = &gpt_hooks;
@@ -868,11 +888,14 @@ int tr_gpt_generate(tr_model *m, int32_t *tokens, int n_prompt, int n_total, int
     if (g->tp > 1 || c->layout.pp > 1)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: tr_gpt_generate on a rank that holds part of the "
                  "model; the trainer generates through its stages");
+    float *full = tr_alloc((size_t)g->Vl * sizeof *full, "sample logits");
     for (int n = n_prompt; n < n_total; n++) {
         int ctx = n < c->T ? n : c->T; /* the newest seq_len tokens */
         tr_gpt_stage_forward(m, 0, tokens + n - ctx, 1, ctx);
-        const float *lg = g->logits[0] + (size_t)(ctx - 1) * g->Vl;
-        tokens[n] = tr_gpt_pick_token(lg, c->V, top_k, temperature, seed, (uint64_t)n);
+        int v0, Vl;
+        tr_gpt_stage_logits(m, ctx - 1, full, &v0, &Vl);
+        tokens[n] = tr_gpt_pick_token(full, c->V, top_k, temperature, seed, (uint64_t)n);
     }
+    tr_free(full);
     return n_total;
 }

@@ -46,8 +46,9 @@ float *tr_gpt_stage_input(tr_model *m, int slot);  /* [B,T,C] */
 float *tr_gpt_stage_output(tr_model *m, int slot); /* [B,T,C] */
 float *tr_gpt_stage_grad(tr_model *m);             /* [B,T,C] */
 /* Last stage: the logits of row `row` of slot 0 after a forward, this rank's
- * vocabulary shard [v0, v0 + Vl) (*v0, *Vl set). */
-const float *tr_gpt_stage_logits(tr_model *m, int row, int *v0, int *Vl);
+ * vocabulary shard [v0, v0 + Vl) (*v0, *Vl set), copied to full[v0, v0 + Vl) in host
+ * memory. */
+void tr_gpt_stage_logits(tr_model *m, int row, float *full, int *v0, int *Vl);
 /* The flat range of the tied token embedding on this stage ([0, 0) if none): its
  * gradient is summed between the first and the last stage. */
 void tr_gpt_tied_range(const tr_model *m, size_t *lo, size_t *hi);

@@ -62,10 +62,18 @@ int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape inp
 
 /* One walk for both planning and allocating, so the plan cannot drift from what
  * is allocated: with alloc == 0 it only adds up the bytes. */
-void *tr_model_buffer(int alloc, size_t bytes, const char *what, size_t *sum)
+void *tr_model_buffer(const tr_model *m, int alloc, size_t bytes, const char *what, size_t *sum)
 {
-    *sum += bytes;
-    return alloc ? tr_alloc(bytes, what) : NULL;
+    *sum += tr_device_round(bytes);
+    return alloc ? m->dev->alloc(bytes, what) : NULL;
+}
+
+const void *tr_model_upload(const tr_model *m, void *dst, const void *x, size_t n)
+{
+    if (m->dev->host_memory)
+        return x;
+    m->dev->upload(dst, x, n);
+    return dst;
 }
 
 static void layout_params(tr_model *m)
@@ -91,14 +99,15 @@ static void layout_params(tr_model *m)
     m->nparams = off;
 }
 
-static tr_model_memory buffers(tr_model *m, const tr_kernels *k, int max_batch, int alloc)
+static tr_model_memory buffers(tr_model *m, int max_batch, int alloc)
 {
+    const tr_kernels *k = m->dev->k;
     tr_model_memory mem = {0};
     size_t B = (size_t)max_batch;
     /* 1. the flat parameter buffers, tensors in forward order */
     layout_params(m);
-    m->params = tr_model_buffer(alloc, m->nparams * sizeof(float), "parameters", &mem.parameters);
-    m->grads = tr_model_buffer(alloc, m->nparams * sizeof(float), "gradients", &mem.gradients);
+    m->params = tr_model_buffer(m, alloc, m->nparams * sizeof(float), "parameters", &mem.parameters);
+    m->grads = tr_model_buffer(m, alloc, m->nparams * sizeof(float), "gradients", &mem.gradients);
     for (int t = 0; alloc && t < m->ntensors; t++) {
         m->tensors[t]->value = m->params + m->tensors[t]->offset;
         m->tensors[t]->grad = m->grads + m->tensors[t]->offset;
@@ -109,39 +118,48 @@ static tr_model_memory buffers(tr_model *m, const tr_kernels *k, int max_batch, 
         return mem;
     }
     size_t widest = tr_shape_numel(m->input);
+    if (!m->dev->host_memory) { /* where the host's inputs are uploaded */
+        m->in_x = tr_model_buffer(m, alloc, B * widest * sizeof(float), "inputs", &mem.activations);
+        m->in_y = tr_model_buffer(m, alloc, B * sizeof(int32_t), "labels", &mem.activations);
+    }
     for (int i = 0; i < m->nlayers; i++) {
         tr_layer *l = &m->layers[i];
         size_t outn = tr_shape_numel(l->out);
         if (outn > widest)
             widest = outn;
-        m->acts[i] = tr_model_buffer(alloc, B * outn * sizeof(float), "activations", &mem.activations);
+        m->acts[i] = tr_model_buffer(m, alloc, B * outn * sizeof(float), "activations", &mem.activations);
         if (l->saved_ints_per_sample)
-            l->saved = tr_model_buffer(alloc, B * l->saved_ints_per_sample * sizeof(int), "saved indices",
+            l->saved = tr_model_buffer(m, alloc, B * l->saved_ints_per_sample * sizeof(int), "saved indices",
                               &mem.activations);
         if (l->scratch_for) {
             l->scratch_floats = l->scratch_for(l, k, max_batch);
             l->scratch =
-                tr_model_buffer(alloc, l->scratch_floats * sizeof(float), "layer scratch", &mem.scratch);
+                tr_model_buffer(m, alloc, l->scratch_floats * sizeof(float), "layer scratch", &mem.scratch);
         }
     }
     for (int j = 0; j < 2; j++)
         m->dact[j] =
-            tr_model_buffer(alloc, B * widest * sizeof(float), "activation grads", &mem.activations);
-    m->probs = tr_model_buffer(alloc, B * m->classes * sizeof(float), "probabilities", &mem.activations);
-    m->losses = tr_model_buffer(alloc, B * sizeof(float), "losses", &mem.activations);
+            tr_model_buffer(m, alloc, B * widest * sizeof(float), "activation grads", &mem.activations);
+    m->probs = tr_model_buffer(m, alloc, B * m->classes * sizeof(float), "probabilities", &mem.activations);
+    m->losses = tr_model_buffer(m, alloc, B * sizeof(float), "losses", &mem.activations);
     return mem;
 }
 
-tr_model_memory tr_model_plan(tr_model *m, const tr_kernels *k, int max_batch)
+tr_model_memory tr_model_plan(tr_model *m, const tr_device *dev, int max_batch)
 {
-    return buffers(m, k, max_batch, 0);
+    const tr_device *had = m->dev;
+    m->dev = dev;
+    tr_model_memory mem = buffers(m, max_batch, 0);
+    m->dev = had;
+    return mem;
 }
 
-void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch)
+void tr_model_allocate(tr_model *m, const tr_device *dev, int max_batch)
 {
-    m->k = k;
+    m->dev = dev;
+    m->k = dev->k;
     m->max_batch = max_batch;
-    buffers(m, k, max_batch, 1);
+    buffers(m, max_batch, 1);
 }
 
 /* The logical (unsharded) element index of local element j of p, or -1 for padding. */
@@ -166,8 +184,14 @@ long tr_param_global_index(const tr_param *p, size_t j)
 
 void tr_model_init_params(tr_model *m, uint64_t seed)
 {
+    size_t widest = 0;
+    for (int t = 0; t < m->ntensors; t++)
+        widest = m->tensors[t]->numel > widest ? m->tensors[t]->numel : widest;
+    /* drawn on the host: in place, or in a tensor-sized buffer uploaded after */
+    float *host = m->dev->host_memory ? NULL : tr_alloc(widest * sizeof(float), "initial values");
     for (int t = 0; t < m->ntensors; t++) {
         tr_param *p = m->tensors[t];
+        float *value = host ? host : p->value;
         /* each element depends only on (seed, tensor, logical index): any thread may
          * draw it, and every layout draws the same values for the same element */
         uint64_t stream = TR_STREAM_INIT + (uint64_t)p->gindex;
@@ -183,26 +207,32 @@ void tr_model_init_params(tr_model *m, uint64_t seed)
             else if (g >= 0 && p->init == TR_INIT_FANIN_UNIFORM)
                 /* PyTorch's default for Linear and Conv2d: U(-1/sqrt(fan_in), +) */
                 v = bound * (2.0f * tr_rng_uniform(seed, stream, (uint64_t)g) - 1.0f);
-            p->value[j] = v;
+            value[j] = v;
         }
+        if (host)
+            m->dev->upload(p->value, host, p->numel * sizeof(float));
     }
+    tr_free(host);
 }
 
 void tr_model_free(tr_model *m)
 {
     if (m->hooks && m->hooks->free)
         m->hooks->free(m);
-    tr_free(m->params);
-    tr_free(m->grads);
+    void (*dfree)(void *) = m->dev ? m->dev->free : tr_free; /* nothing allocated: NULLs */
+    dfree(m->params);
+    dfree(m->grads);
     for (int i = 0; i < m->nlayers; i++) {
-        tr_free(m->acts[i]);
-        tr_free(m->layers[i].saved);
-        tr_free(m->layers[i].scratch);
+        dfree(m->acts[i]);
+        dfree(m->layers[i].saved);
+        dfree(m->layers[i].scratch);
     }
-    tr_free(m->dact[0]);
-    tr_free(m->dact[1]);
-    tr_free(m->probs);
-    tr_free(m->losses);
+    dfree(m->dact[0]);
+    dfree(m->dact[1]);
+    dfree(m->probs);
+    dfree(m->losses);
+    dfree(m->in_x);
+    dfree(m->in_y);
     memset(m, 0, sizeof *m);
 }
 
@@ -212,7 +242,8 @@ double tr_model_forward(tr_model *m, const void *x, const int32_t *y, int B, lon
         tr_fatal(TR_EXIT_SOFTWARE, "bug: batch %d exceeds the allocated %d", B, m->max_batch);
     if (m->hooks)
         return m->hooks->forward(m, x, y, B, correct);
-    const float *in = x;
+    const float *in = tr_model_upload(m, m->in_x, x, (size_t)B * tr_shape_numel(m->input) * sizeof(float));
+    y = tr_model_upload(m, m->in_y, y, (size_t)B * sizeof(int32_t));
     for (int i = 0; i < m->nlayers; i++) {
         m->layers[i].ops->forward(&m->layers[i], m->k, m->acts[i], in, B);
         tr_model_round(m, m->acts[i], (size_t)B * tr_shape_numel(m->layers[i].out));
@@ -234,6 +265,8 @@ void tr_model_backward(tr_model *m, const void *x, const int32_t *y, int B, floa
         return;
     }
     int cur = 0;
+    if (!m->dev->host_memory) /* the forward's uploads: this is its batch */
+        x = m->in_x, y = m->in_y;
     m->k->softmax_xent_backward(m->dact[cur], m->probs, y, loss_scale, B, m->classes);
     tr_model_round(m, m->dact[cur], (size_t)B * m->classes);
     for (int i = m->nlayers - 1; i >= 0; i--) {

@@ -12,6 +12,7 @@
 #ifndef TR_MODEL_H
 #define TR_MODEL_H
 
+#include "backend/device.h"
 #include "backend/kernels.h"
 #include "comm/comm.h"
 #include "core/deck.h"
@@ -78,7 +79,13 @@ struct tr_model {
     float *acts[TR_MODEL_MAX_LAYERS]; /* acts[i]: output of layer i, [max_batch, out] */
     float *dact[2];                   /* ping-pong activation gradients */
     float *probs, *losses;            /* [max_batch, classes], [max_batch] */
+    /* Every buffer above lives in dev's memory, and k is dev's kernel table. Inputs
+     * arrive in host memory; a device whose memory is not the host's gets them
+     * uploaded into in_x / in_y (the classifier's; the GPT keeps its own per slot). */
+    const tr_device *dev;
     const tr_kernels *k;
+    void *in_x;
+    int32_t *in_y;
     /* Mixed precision: the format (tr_precision, lowp_math.h) activations and their
      * gradients are stored in; 0 = fp32. The math stays fp32: each kernel's output is
      * rounded to it where it is stored, as a 16-bit tensor would hold it. */
@@ -113,12 +120,18 @@ void tr_model_add(tr_model *m, tr_layer layer);
 int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape input,
                    const tr_model_layout *layout, char *err, size_t errlen);
 /* Bytes tr_model_allocate would take, by purpose. */
-/* Bytes for one buffer: adds to *sum and allocates when alloc is set (NULL when
- * not), so a plan and an allocation are one walk and cannot drift apart. */
-void *tr_model_buffer(int alloc, size_t bytes, const char *what, size_t *sum);
-tr_model_memory tr_model_plan(tr_model *m, const tr_kernels *k, int max_batch);
-/* Lays out the flat buffers and allocates everything for batches up to max_batch. */
-void tr_model_allocate(tr_model *m, const tr_kernels *k, int max_batch);
+/* Bytes for one buffer of m's device: adds what the device reserves for it to *sum
+ * and allocates when alloc is set (NULL when not), so a plan and an allocation are
+ * one walk and cannot drift apart. */
+void *tr_model_buffer(const tr_model *m, int alloc, size_t bytes, const char *what, size_t *sum);
+/* The plan for dev (its kernels size their scratch). */
+tr_model_memory tr_model_plan(tr_model *m, const tr_device *dev, int max_batch);
+/* Lays out the flat buffers and allocates everything for batches up to max_batch in
+ * dev's memory (reserved beforehand: device.h). */
+void tr_model_allocate(tr_model *m, const tr_device *dev, int max_batch);
+/* Inputs of n bytes at host address x, where m's kernels can read them: x itself on
+ * a device with host memory, else a copy in dst (device memory). */
+const void *tr_model_upload(const tr_model *m, void *dst, const void *x, size_t n);
 /* The logical element index of p's local element j (shards map through their
  * blocks), or -1 for padding. */
 long tr_param_global_index(const tr_param *p, size_t j);

@@ -4,10 +4,11 @@
 
 #include <string.h>
 
-void tr_dp_init(tr_dp *dp, tr_group *group, float *grads, size_t count, size_t bucket_floats,
-                int zero)
+void tr_dp_init(tr_dp *dp, tr_group *group, const tr_device *dev, float *grads, size_t count,
+                size_t bucket_floats, int zero)
 {
     memset(dp, 0, sizeof *dp);
+    dp->dev = dev;
     dp->group = group;
     dp->size = tr_group_size(group);
     dp->rank = tr_group_rank(group);
@@ -51,9 +52,8 @@ void tr_dp_hold(tr_dp *dp, size_t lo, size_t hi)
     dp->hold_hi = hi;
 }
 
-void tr_dp_store_lowp(tr_dp *dp, const tr_kernels *k, int format)
+void tr_dp_store_lowp(tr_dp *dp, int format)
 {
-    dp->k = k;
     dp->lowp = format;
 }
 
@@ -61,7 +61,7 @@ void tr_dp_store_lowp(tr_dp *dp, const tr_kernels *k, int format)
 static void round_completed(tr_dp *dp, size_t lo)
 {
     if (dp->lowp && lo < dp->unrounded) {
-        dp->k->round_lowp(dp->grads + lo, dp->unrounded - lo, dp->lowp);
+        dp->dev->k->round_lowp(dp->grads + lo, dp->unrounded - lo, dp->lowp);
         dp->unrounded = lo;
     }
 }
@@ -121,8 +121,8 @@ void tr_dp_finish(tr_dp *dp)
     dp->comm_wait_s += tr_wtime() - t0;
     if (dp->zero == 2) {
         /* what this rank sent is now its owner's: only the owned slice accumulates */
-        memset(dp->grads, 0, dp->lo * sizeof(float));
-        memset(dp->grads + dp->hi, 0, (dp->count - dp->hi) * sizeof(float));
+        dp->dev->zero(dp->grads, dp->lo * sizeof(float));
+        dp->dev->zero(dp->grads + dp->hi, (dp->count - dp->hi) * sizeof(float));
     }
 }
 

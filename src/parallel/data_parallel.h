@@ -10,7 +10,7 @@
 #ifndef TR_DATA_PARALLEL_H
 #define TR_DATA_PARALLEL_H
 
-#include "backend/kernels.h"
+#include "backend/device.h"
 #include "comm/comm.h"
 
 #include <stddef.h>
@@ -39,7 +39,7 @@ typedef struct tr_dp {
     double comm_wait_s;      /* time blocked in tr_dp_finish and the gather */
     /* mixed precision (tr_dp_store_lowp): gradients are rounded to this format as
      * backward completes them, before they are reduced; [0, unrounded) is still to do */
-    const tr_kernels *k;
+    const tr_device *dev; /* where grads live */
     int lowp;
     size_t unrounded;
 } tr_dp;
@@ -53,8 +53,8 @@ static inline void tr_dp_slice(size_t count, int size, int rank, size_t *lo, siz
     *hi = count * (size_t)(rank + 1) / (size_t)size;
 }
 
-void tr_dp_init(tr_dp *dp, tr_group *group, float *grads, size_t count, size_t bucket_floats,
-                int zero);
+void tr_dp_init(tr_dp *dp, tr_group *group, const tr_device *dev, float *grads, size_t count,
+                size_t bucket_floats, int zero);
 void tr_dp_free(tr_dp *dp);
 /* Buckets touching [lo, hi) do not start during backward but in tr_dp_finish (the
  * tied embedding: its two copies' gradients are summed between the pipeline's ends
@@ -63,7 +63,7 @@ void tr_dp_hold(tr_dp *dp, size_t lo, size_t hi);
 /* Mixed precision: the gradients of a step's last backward are stored in `format`
  * (lowp_math.h): each range is rounded when backward completes it, before its
  * bucket starts (also at dp = 1). Micro-batches before the last accumulate in fp32. */
-void tr_dp_store_lowp(tr_dp *dp, const tr_kernels *k, int format);
+void tr_dp_store_lowp(tr_dp *dp, int format);
 /* Before the backward whose buckets the callbacks will start. */
 void tr_dp_begin(tr_dp *dp);
 /* Callback for tr_model_backward: every offset >= lo is complete. */

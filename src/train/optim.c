@@ -5,8 +5,14 @@
 #include <math.h>
 #include <string.h>
 
-void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, size_t lo, size_t hi,
-                   long total_steps, int lowp)
+size_t tr_optim_device_bytes(const tr_deck *d, size_t n, int lowp)
+{
+    int buffers = 1 + !strcmp(tr_deck_str(d, "optim", "name"), "adamw") + (lowp != 0);
+    return (size_t)buffers * tr_device_round(n * sizeof(float));
+}
+
+void tr_optim_init(tr_optim *o, const tr_deck *d, const tr_device *dev, size_t count, size_t lo,
+                   size_t hi, long total_steps, int lowp)
 {
     memset(o, 0, sizeof *o);
     o->kind = strcmp(tr_deck_str(d, "optim", "name"), "adamw") ? TR_OPT_SGD : TR_OPT_ADAMW;
@@ -26,19 +32,20 @@ void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, size_t lo, size_
     o->lo = lo;
     o->hi = hi;
     size_t n = hi - lo;
-    o->m = tr_alloc(n * sizeof(float), "optimizer state (first moment / momentum)");
+    o->dev = dev;
+    o->m = dev->alloc(n * sizeof(float), "optimizer state (first moment / momentum)");
     if (o->kind == TR_OPT_ADAMW)
-        o->v = tr_alloc(n * sizeof(float), "optimizer state (second moment)");
+        o->v = dev->alloc(n * sizeof(float), "optimizer state (second moment)");
     o->lowp = lowp;
     if (lowp)
-        o->master = tr_alloc(n * sizeof(float), "fp32 master weights");
+        o->master = dev->alloc(n * sizeof(float), "fp32 master weights");
 }
 
 void tr_optim_take_params(tr_optim *o, tr_model *m)
 {
     if (!o->master)
         return;
-    memcpy(o->master, m->params + o->lo, (o->hi - o->lo) * sizeof(float));
+    o->dev->copy(o->master, m->params + o->lo, (o->hi - o->lo) * sizeof(float));
     m->k->round_lowp(m->params + o->lo, o->hi - o->lo, o->lowp);
 }
 
@@ -46,23 +53,25 @@ void tr_optim_give_params(const tr_optim *o, tr_model *m)
 {
     if (!o->master)
         return;
-    memcpy(m->params + o->lo, o->master, (o->hi - o->lo) * sizeof(float));
+    o->dev->copy(m->params + o->lo, o->master, (o->hi - o->lo) * sizeof(float));
     m->k->round_lowp(m->params + o->lo, o->hi - o->lo, o->lowp);
 }
 
 void tr_optim_free(tr_optim *o)
 {
-    tr_free(o->m);
-    tr_free(o->v);
-    tr_free(o->master);
+    if (!o->dev)
+        return;
+    o->dev->free(o->m);
+    o->dev->free(o->v);
+    o->dev->free(o->master);
     o->m = o->v = o->master = NULL;
 }
 
 void tr_optim_reset(tr_optim *o)
 {
-    memset(o->m, 0, (o->hi - o->lo) * sizeof(float));
+    o->dev->zero(o->m, (o->hi - o->lo) * sizeof(float));
     if (o->v)
-        memset(o->v, 0, (o->hi - o->lo) * sizeof(float));
+        o->dev->zero(o->v, (o->hi - o->lo) * sizeof(float));
 }
 
 float tr_optim_lr(const tr_optim *o, long step)

@@ -28,12 +28,15 @@ typedef struct tr_optim {
      * are their rounding to lowp. NULL at fp32, where the parameters are the master. */
     int lowp;
     float *master;
+    const tr_device *dev; /* where the state lives: the model's device */
 } tr_optim;
 
 /* State for the flat range [lo, hi) of count parameters (all of them: 0, count);
  * lowp != 0 adds fp32 master weights. */
-void tr_optim_init(tr_optim *o, const tr_deck *d, size_t count, size_t lo, size_t hi,
-                   long total_steps, int lowp);
+void tr_optim_init(tr_optim *o, const tr_deck *d, const tr_device *dev, size_t count, size_t lo,
+                   size_t hi, long total_steps, int lowp);
+/* Device bytes tr_optim_init reserves for a slice of n elements. */
+size_t tr_optim_device_bytes(const tr_deck *d, size_t n, int lowp);
 /* Mixed precision: the master weights take the model's fp32 parameters of [lo, hi)
  * (after initialisation or a checkpoint's load), and the parameters become their
  * rounding to lowp (this rank's slice; under ZeRO all-gather the rest). Nothing at

@@ -42,6 +42,8 @@ typedef struct run {
     int nops, slots;
     tr_request *fwd_req; /* [slots]: activations on their way to the next stage */
     int sharded; /* tp, pp or ZeRO: norms and losses are put together from parts */
+    const tr_device *dev;   /* system.device: where the model's memory and math are */
+    float *eval_x;          /* host staging of an evaluation batch (classifiers) */
     int precision;          /* train.precision as a tr_precision (lowp_math.h) */
     tr_loss_scale scaler;   /* fp16-mixed's loss scale (1 otherwise) */
     char err[4096];

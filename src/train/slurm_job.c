@@ -62,7 +62,7 @@ int tr_slurm_job_setup(tr_slurm_job *job, tr_deck *d, const tr_world *w, int thr
         .threads_from = from,
         .tp = (int)tr_deck_int(d, "parallel", "tp"),
         .pp = (int)tr_deck_int(d, "parallel", "pp"),
-        .gpu = strcmp(tr_deck_str(d, "system", "device"), "cpu") != 0,
+        .gpu = strcmp(tr_deck_str(d, "system", "device"), "cuda") == 0,
     };
     const char *key = "";
     if (!rc) {

@@ -5,6 +5,7 @@
 #include "backend/lowp_math.h"
 #include "core/error.h"
 #include "core/sysmem.h"
+#include "device_select.h"
 #include "metrics.h"
 #include "models/gpt.h"
 #include "plan.h"
@@ -190,7 +191,7 @@ static void evaluate(run *r, double *loss, double *acc)
     }
     long begin, end;
     tr_shard_range(r->test.n, r->w->dp_rank, r->w->dp, &begin, &end);
-    float *x = r->model.dact[0]; /* free during evaluation, and wide enough */
+    float *x = r->eval_x; /* host memory: the model uploads it where it computes */
     double sums[2] = {0, 0}; /* loss sum, correct count */
     int64_t idx[4096];
     for (long s = begin; s < end; s += r->eval_local_batch) {
@@ -307,15 +308,15 @@ static tr_model_layout model_layout(run *r)
 static tr_plan make_plan(run *r, tr_model *m, int max_batch)
 {
     tr_plan p = {.max_batch = max_batch};
-    p.mem = tr_model_plan(m, &tr_cpu_kernels, max_batch);
+    p.mem = tr_model_plan(m, r->dev, max_batch);
     int adamw = !strcmp(tr_deck_str(r->d, "optim", "name"), "adamw");
     /* ZeRO: the state of this rank's slice only */
     int zero = (int)tr_deck_int(r->d, "parallel", "zero"), dp = r->w->dp;
     double slice = zero && dp > 1 ? (double)((m->nparams + (size_t)dp - 1) / (size_t)dp)
                                   : (double)m->nparams;
     int master = strcmp(tr_deck_str(r->d, "train", "precision"), "fp32") != 0;
-    p.optimizer = (adamw ? 2.0 : 1.0) * slice * sizeof(float);
-    p.optimizer += master ? slice * sizeof(float) : 0; /* mixed precision's fp32 master */
+    (void)adamw;
+    p.optimizer = (double)tr_optim_device_bytes(r->d, (size_t)slice, master); /* + fp32 master */
     p.data = r->lm ? 2.0 * (double)r->local_batch * m->targets_per_sample * sizeof(int32_t)
                    : 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h *
                          r->train.w * sizeof(float);
@@ -379,7 +380,21 @@ static int check_memory(run *r, int max_batch)
 
 static int setup(run *r)
 {
-    int rc = check_layout(r);
+    /* [system] device first: a GPU job without usable GPUs stops before any work
+     * (a plan allocates nothing and is made anywhere, so it skips this) */
+    int rc = r->rt->plan_ranks ? 0 : tr_device_select(r->d, r->w);
+    if (rc)
+        return rc;
+    const char *device = tr_deck_str(r->d, "system", "device");
+    r->dev = &tr_cpu_device;
+    if (!strcmp(device, "cpu-guarded"))
+        r->dev = &tr_guarded_device;
+    tr_comm_set_memory_guard(r->dev->open, r->dev->close);
+#ifdef TRAINER_HAVE_CUDA
+    if (!strcmp(device, "cuda"))
+        r->dev = &tr_gpu_device;
+#endif
+    rc = check_layout(r);
     rc = tr_comm_agree(r->w, rc, r->err);
     if (rc)
         return rc;
@@ -388,6 +403,18 @@ static int setup(run *r)
         r->w->dp = r->w->size / (tp * pp), r->w->tp = tp, r->w->pp = pp, r->w->dp_rank = 0;
     else
         tr_comm_make_grid(r->w, r->w->size / (tp * pp), tp, pp);
+    if (!rc && !r->rt->plan_ranks && !strcmp(tr_deck_str(r->d, "system", "device"), "cuda")) {
+        if (pp > 1) /* see comm.h: NCCL point-to-point on one stream can deadlock there */
+            rc = tr_run_key_error(r, "parallel", "pp",
+                                  "pipeline parallelism does not run on GPUs yet (its NCCL "
+                                  "sends and receives need a stream per direction); use "
+                                  "parallel.pp = 1 with device = cuda, or device = cpu");
+        else
+            rc = tr_comm_use_nccl(r->w, r->err, sizeof r->err);
+        rc = tr_comm_agree(r->w, rc, r->err);
+        if (rc)
+            return rc;
+    }
 
     r->err[0] = '\0';
     uint64_t seed = (uint64_t)tr_deck_int(r->d, "train", "seed");
@@ -461,7 +488,34 @@ static int setup(run *r)
     rc = tr_comm_agree(r->w, check_memory(r, (int)max_batch), r->err);
     if (rc)
         return rc;
-    tr_model_allocate(&r->model, &tr_cpu_kernels, (int)max_batch);
+    {
+        /* the device's memory, reserved once at the plan's size */
+        tr_plan p = make_plan(r, &r->model, (int)max_batch);
+        size_t bytes = (size_t)((double)p.mem.parameters + p.mem.gradients + p.mem.activations +
+                                p.mem.scratch + p.optimizer);
+        char why[512] = "";
+        int e = r->dev->reserve(bytes, why, sizeof why);
+        if (e) {
+            char a[32], b[32], c[32], d2[32];
+            snprintf(r->err, sizeof r->err,
+                     "out of %s memory: %s; the plan (trainer --plan) per rank: parameters %s, "
+                     "gradients %s, optimizer state %s, activations and scratch %s at batch %ld; "
+                     "reduce [train] batch_size or the model, raise [train] micro_batches, use "
+                     "parallel.zero = 1, tp or more ranks, or train.recompute = block",
+                     r->dev->name, why, tr_bytes_str(a, sizeof a, (double)p.mem.parameters),
+                     tr_bytes_str(b, sizeof b, (double)p.mem.gradients),
+                     tr_bytes_str(c, sizeof c, p.optimizer),
+                     tr_bytes_str(d2, sizeof d2, (double)(p.mem.activations + p.mem.scratch)),
+                     max_batch);
+        }
+        rc = tr_comm_agree(r->w, e, r->err);
+        if (rc)
+            return rc;
+    }
+    tr_model_allocate(&r->model, r->dev, (int)max_batch);
+    if (!r->lm)
+        r->eval_x = tr_alloc((size_t)r->eval_local_batch * tr_shape_numel(r->model.input) *
+                                 sizeof(float), "evaluation batch");
     tr_model_init_params(&r->model, seed);
     const char *prec = tr_deck_str(r->d, "train", "precision");
     r->precision = !strcmp(prec, "bf16-mixed")   ? TR_PREC_BF16
@@ -473,7 +527,8 @@ static int setup(run *r)
     size_t olo = 0, ohi = r->model.nparams; /* ZeRO: this rank's slice of the state */
     if (zero)
         tr_dp_slice(r->model.nparams, r->w->dp, r->w->dp_rank, &olo, &ohi);
-    tr_optim_init(&r->opt, r->d, r->model.nparams, olo, ohi, r->total_steps, r->precision);
+    tr_optim_init(&r->opt, r->d, r->dev, r->model.nparams, olo, ohi, r->total_steps,
+                  r->precision);
     tr_optim_take_params(&r->opt, &r->model); /* mixed precision: fp32 master weights */
     r->sharded = r->w->tp > 1 || r->w->pp > 1 || (zero && r->w->dp > 1);
     rc = resume(r, seed);
@@ -483,9 +538,9 @@ static int setup(run *r)
     if (rc)
         return rc;
     size_t bucket = (size_t)tr_deck_int(r->d, "parallel", "bucket_kib") * 1024 / sizeof(float);
-    tr_dp_init(&r->dp, r->w->dp_group, r->model.grads, r->model.nparams, bucket, zero);
+    tr_dp_init(&r->dp, r->w->dp_group, r->dev, r->model.grads, r->model.nparams, bucket, zero);
     if (r->precision) {
-        tr_dp_store_lowp(&r->dp, r->model.k, r->precision);
+        tr_dp_store_lowp(&r->dp, r->precision);
         /* a checkpoint loaded the master weights: the parameters are their rounding */
         tr_optim_give_params(&r->opt, &r->model);
         tr_dp_gather_params(&r->dp, r->model.params);
@@ -504,7 +559,7 @@ static int setup(run *r)
     if (r->peak_gflops <= 0) {
         /* every rank measures its own share of the node at once, as it will train */
         tr_barrier(r->w->world);
-        double mine = tr_calibrate_peak_gflops(&tr_cpu_kernels), sum = 0;
+        double mine = r->dev->peak_gflops(), sum = 0;
         tr_allreduce(&mine, &sum, 1, TR_F64, TR_SUM, r->w->world);
         r->peak_gflops = sum / r->w->size;
     }
@@ -524,6 +579,9 @@ static void teardown(run *r)
     tr_free(r->fwd_req);
     tr_optim_free(&r->opt);
     tr_model_free(&r->model);
+    tr_free(r->eval_x);
+    if (r->dev)
+        r->dev->release();
     if (r->lm) {
         tr_token_data_close(&r->tokens);
         tr_lm_free(r);
@@ -552,7 +610,7 @@ static int train_step(run *r, long step, double *loss_sum, long *correct, double
         tr_loader_next(r->loader, step, &px, &y);
         x = px;
     }
-    memset(m->grads, 0, m->nparams * sizeof(float));
+    m->dev->zero(m->grads, m->nparams * sizeof(float));
     size_t tps = (size_t)m->targets_per_sample;
     /* the mean over every target of the global batch, times the loss scale */
     float scale = (float)(r->scaler.scale / ((double)r->global_batch * (double)tps));

@@ -111,6 +111,19 @@ static void add_state(tr_train_ckpt *c, const tr_layer *l, const tr_param *p, co
         own_sliced(t, p, state, o, w);
 }
 
+/* The host copy the tensors of a device buffer point into (the buffer itself when
+ * the device's memory is the host's). */
+static float *host_view(tr_train_ckpt *c, float *device, size_t floats)
+{
+    if (!device || c->dev->host_memory)
+        return device;
+    struct tr_ckpt_mirror *mi = &c->mirror[c->nmirror++];
+    mi->device = device;
+    mi->bytes = floats * sizeof(float);
+    mi->host = tr_alloc(mi->bytes, "checkpoint staging (host copy of device memory)");
+    return mi->host;
+}
+
 static char *resolved_deck_text(const tr_deck *d)
 {
     char *buf = NULL;
@@ -140,6 +153,11 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
     snprintf(c->resume, sizeof c->resume, "%s", tr_deck_str(d, "checkpoint", "resume"));
     c->last_written = -1;
 
+    c->dev = m->dev;
+    size_t slice = o->hi - o->lo;
+    float *om = host_view(c, o->m, slice), *ov = host_view(c, o->v, slice);
+    float *master = host_view(c, o->master, slice);
+    float *params = master ? NULL : host_view(c, m->params, m->nparams);
     int states = o->kind == TR_OPT_ADAMW ? 2 : 1;
     c->tensors = tr_alloc((size_t)m->ntensors * (1 + states) * sizeof *c->tensors,
                           "checkpoint tensor list");
@@ -148,15 +166,15 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
             for (int p = 0; p < m->layers[i].nparams; p++) {
                 const tr_layer *l = &m->layers[i];
                 const tr_param *pr = &l->params[p];
-                if (s < 0 && o->master) /* the fp32 master weights, kept like state */
-                    add_state(c, l, pr, NULL, o->master, m, o, w);
+                if (s < 0 && master) /* the fp32 master weights, kept like state */
+                    add_state(c, l, pr, NULL, master, m, o, w);
                 else if (s < 0)
-                    own_replicated(add(c, l, pr, NULL), pr, pr->value, w);
+                    own_replicated(add(c, l, pr, NULL), pr, params + pr->offset, w);
                 else if (o->kind == TR_OPT_SGD)
-                    add_state(c, l, pr, "momentum", o->m, m, o, w);
+                    add_state(c, l, pr, "momentum", om, m, o, w);
                 else
-                    add_state(c, l, pr, s == 0 ? "adam_m" : "adam_v", s == 0 ? o->m : o->v, m,
-                              o, w);
+                    add_state(c, l, pr, s == 0 ? "adam_m" : "adam_v", s == 0 ? om : ov, m, o,
+                              w);
             }
     snprintf(c->meta.model, sizeof c->meta.model, "%s", m->name);
     snprintf(c->meta.optimizer, sizeof c->meta.optimizer, "%s",
@@ -174,6 +192,9 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
 void tr_train_ckpt_free(tr_train_ckpt *c)
 {
     tr_free(c->tensors);
+    for (int i = 0; i < c->nmirror; i++)
+        tr_free(c->mirror[i].host);
+    c->nmirror = 0;
     free(c->deck_text);
     c->tensors = NULL;
     c->deck_text = NULL;
@@ -186,6 +207,8 @@ static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *ste
     int rc = tr_ckpt_read(path, &meta, c->tensors, c->ntensors, w->world, err, errlen);
     if (rc)
         return rc;
+    for (int i = 0; i < c->nmirror; i++)
+        c->dev->upload(c->mirror[i].device, c->mirror[i].host, c->mirror[i].bytes);
     *step = meta.step;
     c->last_written = meta.step;
     /* the scaler goes on where it was; a file without one (fp32, bf16, or older)
@@ -254,6 +277,8 @@ int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double ep
     meta.loss_scale = c->scaler->scale;
     meta.loss_scale_good = c->scaler->good;
     meta.skipped_steps = c->scaler->skipped;
+    for (int i = 0; i < c->nmirror; i++)
+        c->dev->download(c->mirror[i].host, c->mirror[i].device, c->mirror[i].bytes);
     tr_ckpt_stats st = {0};
     int rc = tr_ckpt_write(c->dir, &meta, c->tensors, c->ntensors, w->world, &st, err, errlen);
     if (rc)

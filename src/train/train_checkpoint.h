@@ -24,6 +24,15 @@ typedef struct tr_train_ckpt {
     char *deck_text;   /* the resolved deck, saved in every checkpoint */
     long last_written; /* step of the newest checkpoint this run wrote or loaded */
     tr_loss_scale *scaler; /* saved with each checkpoint, restored by a load */
+    /* a device whose memory is not the host's: the tensors point into host copies
+     * of its buffers, downloaded before a write and uploaded after a read */
+    const tr_device *dev;
+    struct tr_ckpt_mirror {
+        void *device;
+        float *host;
+        size_t bytes;
+    } mirror[4];
+    int nmirror;
 } tr_train_ckpt;
 
 /* The tensor list for this rank's model (its stage's layers, its shards) and its

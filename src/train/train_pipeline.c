@@ -109,8 +109,7 @@ void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total, int t
                     w->pp_group);
         } else { /* the full row of logits from the vocabulary shards */
             int v0, Vl;
-            const float *lg = tr_gpt_stage_logits(m, ctx - 1, &v0, &Vl);
-            memcpy(full + v0, lg, (size_t)Vl * sizeof *full);
+            tr_gpt_stage_logits(m, ctx - 1, full, &v0, &Vl);
             for (int q = 0; q < w->tp; q++)
                 counts[q] = (size_t)Vl, counts[w->tp + q] = (size_t)q * Vl;
             if (w->tp > 1)

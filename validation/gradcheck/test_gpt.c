@@ -93,7 +93,7 @@ static void build(tr_model *m)
     tr_gpt_config cfg = {.L = L, .NH = NH, .C = C, .T = T, .V = V, .vocab_pad = PAD};
     char err[256];
     CHECK(tr_gpt_build(m, &cfg, err, sizeof err) == 0, "build: %s", err);
-    tr_model_allocate(m, &tr_cpu_kernels, B);
+    tr_model_allocate(m, &tr_cpu_device, B);
 }
 
 typedef struct ready_log {

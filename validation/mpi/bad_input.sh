@@ -95,6 +95,20 @@ expect gpt-zero-range 2 64 "parallel.zero" "$gdeck" "${gtok[@]}" model.vocab_siz
 printf 'not a token file at all, just some text that is long enough' >"$WORK/bad.tok"
 expect gpt-corrupt-tokens 2 65 "bad.tok" "$gdeck" "${gtok[@]}" model.vocab_size=300 data.val_tokens="$WORK/bad.tok"
 
+# [system] device = cuda where it cannot train: a build without CUDA says how to build
+# with it; a CUDA build on a machine without a usable GPU (this one) says so, with
+# CUDA's reason and the host; on a GPU machine the GPUs are chosen and checked, and
+# pipeline parallelism is refused there for now (NCCL point-to-point on one stream)
+case $("$TRAINER" --version | tail -n 1) in
+  "CPU-only build")
+    expect cuda-not-built 2 64 "command line 'system.device=cuda': \[system\] device = cuda, but this trainer was built without CUDA: .*cmake -DTRAINER_CUDA=ON" "$deck" system.device=cuda ;;
+  *"no usable GPU"*)
+    expect cuda-no-gpu 2 64 "command line 'system.device=cuda': \[system\] device = cuda, but host $(hostname) has no usable GPU: .+; or set device = cpu" "$deck" system.device=cuda ;;
+  *)
+    # a GPU machine: pp is refused on GPUs (with one GPU, the second rank is refused first)
+    expect cuda-pp 2 64 "pipeline parallelism does not run on GPUs yet|device = cuda, but" "$gdeck" "${gtok[@]}" system.device=cuda parallel.pp=2 ;;
+esac
+
 # the command line itself
 "$TRAINER" --bogus >"$WORK/out" 2>"$WORK/err"
 rc=$?

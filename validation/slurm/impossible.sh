@@ -7,8 +7,8 @@
 #   The trainer refuses, exit 64 on every rank, the message printed once, the job
 #   FAILED and not requeued, what Slurm grants but the layout cannot use: more
 #   threads than the CPUs the job holds, a tensor-parallel group that does not fit
-#   the ranks of a node, and (today) the GPU script as written, whose CUDA device is
-#   not built yet.
+#   the ranks of a node, and (today) the GPU script as written on this machine,
+#   which has no usable GPU.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/validation/slurm_cluster.sh"
 slurm_require
@@ -63,9 +63,10 @@ check "threads: the message names the override and the fix" grep -q \
 DECK=$WORK/gpt.in DEVICE=cpu TP=2 PP=1 OVERRIDES="train.batch_size=6 train.micro_batches=1" \
   failed tp-straddles "tp = 2 does not divide the 3 ranks on this node" jobs/gpt_512gpu.sh \
   --nodes=1 --ntasks-per-node=3 --cpus-per-task=1 --gpus-per-node=0
-# the GPU script as written, shrunk to one node: [system] device = cuda waits on the
-# CUDA backend, and says so at once rather than requeueing
-DECK=$WORK/gpt.in failed cuda-not-yet "device = 'cuda' is not one of: cpu" jobs/gpt_512gpu.sh \
+# the GPU script as written, shrunk to one node: [system] device = cuda cannot train
+# here (a CUDA build: no usable GPU; a build without CUDA: not built in), and says so
+# at once rather than requeueing
+DECK=$WORK/gpt.in failed cuda-not-yet "device = cuda, but" jobs/gpt_512gpu.sh \
   --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=2
 check "no job left in the queue" [ -z "$(squeue -h -o %i)" ]
 finish

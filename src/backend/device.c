@@ -1,0 +1,129 @@
+/* device.c: the CPU device and the guarded CPU device (device.h). */
+#include "backend/device.h"
+#include "backend/calibrate.h"
+#include "core/error.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ---- the CPU: host memory, nothing reserved ------------------------------------ */
+
+static int cpu_reserve(size_t bytes, char *err, size_t errlen) { return 0; }
+/* measured: a short GEMM timing on the rank's own threads */
+static double cpu_peak(void) { return tr_calibrate_peak_gflops(&tr_cpu_kernels); }
+static void *cpu_alloc(size_t bytes, const char *what) { return tr_alloc(bytes, what); }
+static void cpu_release(void) {}
+static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_move(void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+}
+
+const tr_device tr_cpu_device = {
+    .name = "cpu",
+    .k = &tr_cpu_kernels,
+    .host_memory = 1,
+    .reserve = cpu_reserve,
+    .alloc = cpu_alloc,
+    .free = tr_free,
+    .release = cpu_release,
+    .zero = cpu_zero,
+    .upload = cpu_move,
+    .download = cpu_move,
+    .copy = cpu_move,
+    .peak_gflops = cpu_peak,
+    .open = NULL,
+    .close = NULL,
+};
+
+/* ---- the guarded CPU: one arena, unreadable outside kernels and transfers ------ */
+
+static tr_arena g_arena;
+static int g_depth; /* open() nesting */
+
+static void protect(int prot)
+{
+    if (g_arena.base && mprotect(g_arena.base, g_arena.size, prot))
+        tr_fatal(TR_EXIT_OSERR, "mprotect of the guarded device arena: %s", strerror(errno));
+}
+
+void tr_guarded_open(void)
+{
+    if (g_depth++ == 0)
+        protect(PROT_READ | PROT_WRITE);
+}
+
+void tr_guarded_close(void)
+{
+    if (g_depth <= 0)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: guarded device closed more often than opened");
+    if (--g_depth == 0)
+        protect(PROT_NONE);
+}
+
+static int guarded_reserve(size_t bytes, char *err, size_t errlen)
+{
+    if (g_arena.base)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: the guarded device reserved twice");
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t size = (bytes + page - 1) / page * page;
+    void *p = mmap(NULL, size ? size : page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "mmap of %.1f MiB failed",
+                 (double)size / 1048576.0);
+        return TR_EXIT_OSERR;
+    }
+    g_arena.base = p;
+    g_arena.size = size ? size : page;
+    g_arena.used = 0;
+    g_depth = 0;
+    return 0;
+}
+
+/* mmap's pages start zero */
+static void *guarded_alloc(size_t bytes, const char *what) { return tr_arena_take(&g_arena, bytes, what); }
+
+static void guarded_free(void *p) {}
+
+static void guarded_release(void)
+{
+    if (g_arena.base)
+        munmap(g_arena.base, g_arena.size);
+    memset(&g_arena, 0, sizeof g_arena);
+    g_depth = 0;
+}
+
+static void guarded_zero(void *p, size_t bytes)
+{
+    tr_guarded_open();
+    memset(p, 0, bytes);
+    tr_guarded_close();
+}
+
+static void guarded_move(void *dst, const void *src, size_t bytes)
+{
+    tr_guarded_open();
+    cpu_move(dst, src, bytes);
+    tr_guarded_close();
+}
+
+const tr_device tr_guarded_device = {
+    .name = "cpu-guarded",
+    .k = &tr_guarded_kernels,
+    .host_memory = 0,
+    .reserve = guarded_reserve,
+    .alloc = guarded_alloc,
+    .free = guarded_free,
+    .release = guarded_release,
+    .zero = guarded_zero,
+    .upload = guarded_move,
+    .download = guarded_move,
+    .copy = guarded_move,
+    .peak_gflops = cpu_peak,
+    .open = tr_guarded_open,
+    .close = tr_guarded_close,
+};

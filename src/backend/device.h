@@ -1,0 +1,86 @@
+/* device.h: where a rank's model memory lives and how data gets in and out of it.
+ *
+ * The model, optimizer and gradient buffers live in device memory: ordinary host
+ * memory on the CPU, GPU memory under CUDA. Code outside the kernels never reads or
+ * writes them directly; it goes through this table (upload, download, zero, copy)
+ * or through the collectives of comm.h. The CPU's table is plain memcpy/memset, so
+ * the trainer runs one code path everywhere.
+ *
+ * The guarded CPU device (system.device = cpu-guarded) checks that rule without a
+ * GPU: its memory is one arena that is unreadable (mprotect PROT_NONE) except while
+ * a kernel, a transfer of this table or a collective runs, so host code that would
+ * read GPU memory dies at once with SIGSEGV. Slow (two mprotect calls per kernel);
+ * for tests.
+ *
+ * Memory is reserved once, up front, with the size the memory plan computed
+ * (reserve), and handed out from there (alloc), so a run that does not fit fails at
+ * start-up with the plan's numbers rather than in the middle of a step. */
+#ifndef TR_DEVICE_H
+#define TR_DEVICE_H
+
+#include "backend/kernels.h"
+#include "core/error.h"
+
+#include <stddef.h>
+
+typedef struct tr_device {
+    const char *name;
+    const tr_kernels *k;
+    int host_memory; /* its memory is the host's: host code may use it directly */
+    /* Reserves `bytes` of device memory for the allocations to come; 0, or an exit
+     * code with err set (out of memory). The CPU reserves nothing. */
+    int (*reserve)(size_t bytes, char *err, size_t errlen);
+    void *(*alloc)(size_t bytes, const char *what); /* zeroed, 256-byte aligned */
+    void (*free)(void *p);
+    void (*release)(void); /* gives the reservation back; every alloc is then gone */
+    void (*zero)(void *p, size_t bytes);
+    void (*upload)(void *dst, const void *host_src, size_t bytes);
+    void (*download)(void *host_dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes); /* within the device */
+    /* Peak GFLOP/s of one rank's share of the device for MFU (0: unknown). */
+    double (*peak_gflops)(void);
+    /* Collectives on device memory run between these (guarded device; else NULL). */
+    void (*open)(void);
+    void (*close)(void);
+} tr_device;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+extern const tr_device tr_cpu_device;
+extern const tr_device tr_guarded_device;
+#ifdef TRAINER_HAVE_CUDA
+extern const tr_device tr_gpu_device; /* src/cuda/cuda_device_memory.cu */
+#endif
+
+/* Bytes a reservation needs for allocations of these sizes: each is rounded up to
+ * the 256-byte alignment. */
+static inline size_t tr_device_round(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+/* A reservation handed out in order, never reused (the devices that reserve). */
+typedef struct tr_arena {
+    unsigned char *base;
+    size_t size, used;
+} tr_arena;
+
+static inline void *tr_arena_take(tr_arena *a, size_t bytes, const char *what)
+{
+    size_t n = tr_device_round(bytes ? bytes : 1);
+    if (!a->base || a->used + n > a->size)
+        tr_fatal(TR_EXIT_SOFTWARE,
+                 "bug: the memory plan reserved %zu bytes of device memory, %s needs %zu more "
+                 "after %zu", a->size, what, n, a->used);
+    void *p = a->base + a->used;
+    a->used += n;
+    return p;
+}
+
+/* The guarded device's arena: readable between open and close (they nest). */
+void tr_guarded_open(void);
+void tr_guarded_close(void);
+extern const tr_kernels tr_guarded_kernels;
+#ifdef __cplusplus
+}
+#endif
+
+#endif

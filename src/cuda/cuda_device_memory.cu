@@ -1,0 +1,84 @@
+/* cuda_device_memory.cu: the GPU as a tr_device (backend/device.h): one cudaMalloc
+ * per rank at start-up, sized by the memory plan, handed out 256-byte aligned; the
+ * transfers and fills go on the backend's one stream, so they are ordered with the
+ * kernels (a download waits for everything queued before it). */
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_common.h"
+
+#include "backend/device.h"
+
+#include <stdio.h>
+
+static tr_arena g_arena;
+
+static int gpu_reserve(size_t bytes, char *err, size_t errlen)
+{
+    if (g_arena.base)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: the GPU's memory reserved twice");
+    (void)tr_cuda_stream(); /* the context first: its own small buffers come before */
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        (void)cudaMemGetInfo(&free_b, &total_b);
+        snprintf(err, errlen, "%.2f GiB of GPU memory asked for, %.2f GiB free of %.2f GiB",
+                 (double)bytes / 1073741824.0, (double)free_b / 1073741824.0,
+                 (double)total_b / 1073741824.0);
+        return TR_EXIT_OSERR;
+    }
+    TR_CUDA_CHECK(e);
+    g_arena.base = (unsigned char *)p;
+    g_arena.size = bytes ? bytes : 256;
+    g_arena.used = 0;
+    TR_CUDA_CHECK(cudaMemsetAsync(p, 0, g_arena.size, tr_cuda_stream()));
+    return 0;
+}
+
+/* zeroed by the reservation's memset */
+static void *gpu_alloc(size_t bytes, const char *what) { return tr_arena_take(&g_arena, bytes, what); }
+
+static void gpu_free(void *) {} /* the reservation is given back whole */
+
+static void gpu_release(void)
+{
+    if (g_arena.base) {
+        TR_CUDA_CHECK(cudaStreamSynchronize(tr_cuda_stream()));
+        TR_CUDA_CHECK(cudaFree(g_arena.base));
+    }
+    g_arena.base = NULL;
+    g_arena.size = g_arena.used = 0;
+}
+
+static void gpu_zero(void *p, size_t bytes)
+{
+    if (bytes)
+        TR_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, tr_cuda_stream()));
+}
+
+static void gpu_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src)
+        TR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, tr_cuda_stream()));
+}
+
+/* fp32 math without TF32: the peak depends on the GPU model and clocks, so MFU on a
+ * GPU comes from system.peak_gflops (0 here: not measured) */
+static double gpu_peak(void) { return 0.0; }
+
+extern "C" const tr_device tr_gpu_device = {
+    .name = "cuda",
+    .k = &tr_cuda_kernels,
+    .host_memory = 0,
+    .reserve = gpu_reserve,
+    .alloc = gpu_alloc,
+    .free = gpu_free,
+    .release = gpu_release,
+    .zero = gpu_zero,
+    .upload = tr_cuda_upload,
+    .download = tr_cuda_download,
+    .copy = gpu_copy,
+    .peak_gflops = gpu_peak,
+    .open = NULL,
+    .close = NULL,
+};

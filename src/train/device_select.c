@@ -1,0 +1,102 @@
+/* device_select.c: [system] device. The choice of each rank's GPU is in
+ * src/cuda/cuda_device.cu (what one rank sees); this file adds what needs the other
+ * ranks: no two ranks of a node on one physical GPU, and one verdict for the job.
+ *
+ * Two ranks on one GPU are refused rather than allowed by a deck key: NCCL does not
+ * support one device twice in a communicator (it "may lead to hangs"), and the two
+ * would split the GPU's memory and time anyway. */
+#include "device_select.h"
+#include "core/error.h"
+#ifdef TRAINER_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_device.h"
+#endif
+
+#include <stdio.h>
+#include <string.h>
+
+#ifdef TRAINER_HAVE_CUDA
+/* What each rank of a node tells the others about its GPU. */
+typedef struct gpu_choice {
+    int ok, rank;
+    char pci_bus_id[32];
+} gpu_choice;
+
+/* TR_EXIT_USAGE with the message in err when two ranks of this node chose one
+ * physical GPU; every rank of the node reaches the same verdict. Collective. */
+static int check_one_rank_per_gpu(const tr_world *w, const tr_cuda_device *dev, int ok,
+                                  const char *where, char *err, size_t errlen)
+{
+    gpu_choice mine = {ok, w->rank, ""};
+    memcpy(mine.pci_bus_id, dev->pci_bus_id, sizeof mine.pci_bus_id);
+    gpu_choice *all = tr_alloc((size_t)w->local_size * sizeof *all, "the node's GPU choices");
+    tr_comm_node_allgather(w, &mine, sizeof mine, all);
+    int distinct = 0, a = -1, b = -1;
+    for (int i = 0; i < w->local_size; i++) {
+        if (!all[i].ok)
+            continue;
+        int first = 1;
+        for (int j = 0; j < i; j++)
+            if (all[j].ok && !strcmp(all[j].pci_bus_id, all[i].pci_bus_id)) {
+                first = 0;
+                if (a < 0)
+                    a = j, b = i;
+            }
+        distinct += first;
+    }
+    int rc = 0;
+    if (a >= 0) {
+        snprintf(err, errlen,
+                 "%s: [system] device = cuda, but ranks %d and %d on host %s would share one "
+                 "GPU (PCI %s): the %d ranks of this node found %d distinct GPU%s. Run one "
+                 "rank per GPU: no more ranks per node than GPUs (srun --ntasks-per-node=N "
+                 "--gpus-per-task=1, or mpirun --map-by ppr:N:node), or give each rank its "
+                 "own GPU through CUDA_VISIBLE_DEVICES",
+                 where, all[a].rank, all[b].rank, dev->host, all[a].pci_bus_id, w->local_size,
+                 distinct, distinct == 1 ? "" : "s");
+        rc = TR_EXIT_USAGE;
+    }
+    tr_free(all);
+    return rc;
+}
+#endif
+
+int tr_device_select(const tr_deck *d, const tr_world *w)
+{
+    if (strcmp(tr_deck_str(d, "system", "device"), "cuda"))
+        return 0; /* cpu: main.c has set up the CPU backend */
+    char where[1400], err[4096] = "";
+    tr_deck_where(d, "system", "device", where, sizeof where);
+#ifndef TRAINER_HAVE_CUDA
+    snprintf(err, sizeof err,
+             "%s: [system] device = cuda, but this trainer was built without CUDA: rebuild it "
+             "with the CUDA backend, cmake -DTRAINER_CUDA=ON (needs nvcc, cuBLAS and NCCL; "
+             "README, Building), or set device = cpu",
+             where);
+    return tr_comm_agree(w, TR_EXIT_USAGE, err);
+#else
+    tr_cuda_device dev;
+    char why[2048];
+    int rc = tr_cuda_device_choose(w->local_rank, w->local_size, &dev, why, sizeof why);
+    if (rc)
+        snprintf(err, sizeof err, "%s: [system] device = cuda, but %s; or set device = cpu",
+                 where, why);
+    char shared[2048]; /* every rank takes part, whatever its own verdict */
+    if (check_one_rank_per_gpu(w, &dev, rc == 0, where, shared, sizeof shared) && !rc) {
+        rc = TR_EXIT_USAGE;
+        snprintf(err, sizeof err, "%s", shared);
+    }
+    rc = tr_comm_agree(w, rc, err);
+    if (rc)
+        return rc;
+    tr_cuda_init(dev.index); /* the backend's stream and cuBLAS handle, on this GPU */
+    if (w->rank == 0) {
+        printf("device: cuda, one GPU per rank (rank 0: %s, device %d of %d, PCI %s, %.0f GiB, "
+               "host %s)\n",
+               dev.name, dev.index, dev.visible, dev.pci_bus_id,
+               (double)dev.memory_bytes / (1024.0 * 1024.0 * 1024.0), dev.host);
+        fflush(stdout);
+    }
+    return 0;
+#endif
+}

@@ -1,0 +1,404 @@
+/* test_nccl.c (MPI, one rank per GPU, at most 4): every call of comm.h on device
+ * buffers, which go through NCCL, against the same call on host buffers, which go
+ * through MPI, on the same data and the same groups: all-reduce (sum, max, min; f32,
+ * f64, i32, i64; in place and not), the non-blocking all-reduce with tr_test and
+ * tr_wait, the reduce to a root, all-gatherv (equal pieces: NCCL's all-gather;
+ * uneven ones: fused broadcasts), send/recv and isend, and bcast.
+ *
+ * Values are small integers, so every summation order gives the same floats and
+ * the two sides must agree bit for bit.
+ *
+ * Stream order (comm.h): before each float call on the device the buffer is written
+ * by kernels still queued on the compute stream (three 2048^3 GEMMs, about 50 GFLOP,
+ * ahead of a scale by 2), and right after it a scale by 0.5 is queued there, with no
+ * host wait in between; the host side (MPI) runs after that. A communication stream
+ * that did not wait for the compute stream would reduce the unscaled values, and a
+ * compute stream that did not wait for the communication would scale before the
+ * result lands: either way the numbers differ.
+ *
+ * Groups: the world and the grid's groups (4 ranks: tp 2 x pp 2, with the embedding
+ * group; 2 ranks: pp 2; 3: dp 3; 1: all of size 1), each with its NCCL communicator.
+ * Point-to-point needs 2 ranks or more (one GPU: skipped, and said).
+ *
+ * Launched by on_gpus.sh, which runs `test_nccl --gpus` first, without MPI: it
+ * prints how many GPUs are usable, or why none is and exits 77 (CTest: skipped). */
+#include "backend/kernels.h"
+#include "comm/comm.h"
+#include "core/error.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_device.h"
+#include "cuda/cuda_probe.h"
+#include "test_util.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static tr_world W;
+static const tr_kernels *gpu = &tr_cuda_kernels;
+
+/* ---- the compute stream kept busy ------------------------------------------------ */
+
+enum { D = 2048 };
+static float *g_a, *g_b, *g_c; /* [D, D] each, device */
+
+static void busy_compute_stream(void)
+{
+    for (int i = 0; i < 3; i++)
+        gpu->gemm(0, 0, D, D, D, 1.0f, g_a, D, g_b, D, 0.0f, g_c, D);
+}
+
+/* ---- values ---------------------------------------------------------------------- */
+
+static size_t esize(tr_dtype t) { return (t == TR_F32 || t == TR_I32) ? 4 : 8; }
+
+/* element i of rank r's data: an integer in [-30, 30] */
+static long value(int r, size_t i, int salt)
+{
+    return (long)(((size_t)(r + 1) * 37 + i * 11 + (size_t)salt) % 61) - 30;
+}
+
+static void put(void *p, tr_dtype t, size_t i, long v)
+{
+    switch (t) {
+    case TR_F32: ((float *)p)[i] = (float)v; break;
+    case TR_F64: ((double *)p)[i] = (double)v; break;
+    case TR_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case TR_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    }
+}
+
+static void fill(void *p, tr_dtype t, size_t n, int r, int salt)
+{
+    for (size_t i = 0; i < n; i++)
+        put(p, t, i, value(r, i, salt));
+}
+
+/* a host buffer and its device twin with the same bytes */
+typedef struct twin {
+    void *h, *d;
+    size_t bytes;
+} twin;
+
+static twin twin_new(size_t bytes)
+{
+    twin b = {malloc(bytes ? bytes : 1), tr_cuda_alloc(bytes, "test buffer"), bytes};
+    if (!b.h)
+        tr_fatal(TR_EXIT_OSERR, "test: out of host memory");
+    return b;
+}
+
+static void twin_upload(twin *b) { tr_cuda_upload(b->d, b->h, b->bytes); }
+
+static void twin_free(twin *b)
+{
+    free(b->h);
+    tr_cuda_free(b->d);
+}
+
+/* Device result (fetched through the compute stream) equal to the host's, bit for
+ * bit; names the first difference. */
+static void same(const twin *b, tr_dtype t, const char *what)
+{
+    unsigned char *got = malloc(b->bytes ? b->bytes : 1);
+    tr_cuda_download(got, b->d, b->bytes);
+    size_t es = esize(t), bad = b->bytes / es;
+    for (size_t i = 0; i < b->bytes / es && bad == b->bytes / es; i++)
+        if (memcmp(got + i * es, (unsigned char *)b->h + i * es, es))
+            bad = i;
+    CHECK(bad == b->bytes / es, "[rank %d] %s: NCCL and MPI differ first at element %zu of %zu",
+          W.rank, what, bad, b->bytes / es);
+    free(got);
+}
+
+/* f32 only: x *= a, queued on the compute stream */
+static void dev_scale(twin *b, size_t n, float a) { gpu->scale(b->d, n, a); }
+
+static void host_scale(twin *b, size_t n, float a)
+{
+    for (size_t i = 0; i < n; i++)
+        ((float *)b->h)[i] *= a;
+}
+
+/* ---- the calls ------------------------------------------------------------------- */
+
+static const char *type_name(tr_dtype t)
+{
+    return t == TR_F32 ? "f32" : t == TR_F64 ? "f64" : t == TR_I32 ? "i32" : "i64";
+}
+
+static void test_allreduce(tr_group *g, const char *gname, tr_dtype t, tr_redop op, size_t n,
+                           int in_place)
+{
+    char what[160];
+    snprintf(what, sizeof what, "allreduce %s %s n=%zu %s on %s",
+             op == TR_SUM ? "sum" : op == TR_MAX ? "max" : "min", type_name(t), n,
+             in_place ? "in place" : "out of place", gname);
+    size_t bytes = n * esize(t);
+    twin s = twin_new(bytes), r = twin_new(bytes);
+    fill(s.h, t, n, tr_group_rank(g), 1);
+    fill(r.h, t, n, 99, 2); /* overwritten */
+    twin_upload(&s);
+    twin_upload(&r);
+    twin *out = in_place ? &s : &r;
+    int f32 = t == TR_F32;
+    if (f32) {
+        busy_compute_stream();
+        dev_scale(&s, n, 2.0f);
+    }
+    tr_allreduce(s.d, out->d, n, t, op, g);
+    if (f32) {
+        dev_scale(out, n, 0.5f);
+        host_scale(&s, n, 2.0f);
+    }
+    tr_allreduce(s.h, out->h, n, t, op, g);
+    if (f32)
+        host_scale(out, n, 0.5f);
+    same(out, t, what);
+    twin_free(&s);
+    twin_free(&r);
+}
+
+/* buckets of one buffer reduced in place, non-blocking, as data_parallel.c does */
+static void test_iallreduce(tr_group *g, const char *gname)
+{
+    enum { NB = 4 };
+    size_t m = ((size_t)1 << 18) + 5, n = NB * m;
+    twin x = twin_new(n * sizeof(float));
+    fill(x.h, TR_F32, n, tr_group_rank(g), 3);
+    twin_upload(&x);
+    busy_compute_stream();
+    dev_scale(&x, n, 2.0f);
+    tr_request hreq[NB], dreq[NB];
+    memset(hreq, 0, sizeof hreq);
+    memset(dreq, 0, sizeof dreq);
+    for (int b = 0; b < NB; b++) {
+        float *d = (float *)x.d + b * m;
+        tr_iallreduce(d, d, m, TR_F32, TR_SUM, g, &dreq[b]);
+        CHECK(dreq[b].active == TR_REQ_NCCL, "[rank %d] bucket %d on %s: request active = %d",
+              W.rank, b, gname, dreq[b].active);
+    }
+    /* the first bucket by polling, as backward does between its kernels */
+    double t0 = tr_wtime();
+    int done = 0;
+    while (!(done = tr_test(&dreq[0])) && tr_wtime() - t0 < 60)
+        ;
+    CHECK(done && !dreq[0].active, "[rank %d] tr_test never saw bucket 0 on %s finish", W.rank,
+          gname);
+    for (int b = 0; b < NB; b++) {
+        tr_wait(&dreq[b]); /* a no-op for bucket 0 */
+        CHECK(!dreq[b].active, "[rank %d] bucket %d still active after tr_wait", W.rank, b);
+    }
+    dev_scale(&x, n, 0.5f);
+    host_scale(&x, n, 2.0f);
+    for (int b = 0; b < NB; b++) {
+        float *h = (float *)x.h + b * m;
+        tr_iallreduce(h, h, m, TR_F32, TR_SUM, g, &hreq[b]);
+    }
+    for (int b = 0; b < NB; b++)
+        tr_wait(&hreq[b]);
+    host_scale(&x, n, 0.5f);
+    char what[120];
+    snprintf(what, sizeof what, "iallreduce of %d buckets of %zu on %s", NB, m, gname);
+    same(&x, TR_F32, what);
+    twin_free(&x);
+}
+
+static void test_ireduce(tr_group *g, const char *gname, int root)
+{
+    size_t n = 100003;
+    twin x = twin_new(n * sizeof(float));
+    fill(x.h, TR_F32, n, tr_group_rank(g), 4);
+    twin_upload(&x);
+    busy_compute_stream();
+    dev_scale(&x, n, 2.0f);
+    tr_request hreq = {0}, dreq = {0};
+    tr_ireduce(x.d, n, TR_F32, TR_SUM, root, g, &dreq);
+    tr_wait(&dreq);
+    dev_scale(&x, n, 0.5f);
+    host_scale(&x, n, 2.0f);
+    tr_ireduce(x.h, n, TR_F32, TR_SUM, root, g, &hreq);
+    tr_wait(&hreq);
+    host_scale(&x, n, 0.5f);
+    char what[120];
+    snprintf(what, sizeof what, "ireduce to root %d on %s (others keep theirs)", root, gname);
+    same(&x, TR_F32, what);
+    twin_free(&x);
+}
+
+static void test_allgatherv(tr_group *g, const char *gname, int uneven)
+{
+    int size = tr_group_size(g), me = tr_group_rank(g);
+    size_t counts[8], displs[8], total = 0;
+    if (size > 8) { /* on_gpus.sh starts at most 4 ranks */
+        CHECK(size <= 8, "allgatherv test: a group of %d ranks", size);
+        return;
+    }
+    for (int r = 0; r < size; r++) {
+        counts[r] = uneven ? 1000 + 317 * (size_t)r : 4099;
+        displs[r] = total;
+        total += counts[r];
+    }
+    if (uneven && size > 1)
+        counts[1] = 0; /* an empty piece */
+    twin x = twin_new(total * sizeof(float));
+    for (size_t i = 0; i < total; i++)
+        ((float *)x.h)[i] = -1000.0f; /* others' pieces: to be overwritten */
+    for (size_t i = 0; i < counts[me]; i++)
+        ((float *)x.h)[displs[me] + i] = (float)value(me, i, 5);
+    twin_upload(&x);
+    busy_compute_stream();
+    dev_scale(&x, total, 2.0f);
+    tr_allgatherv(x.d, counts, displs, TR_F32, g);
+    dev_scale(&x, total, 0.5f);
+    host_scale(&x, total, 2.0f);
+    tr_allgatherv(x.h, counts, displs, TR_F32, g);
+    host_scale(&x, total, 0.5f);
+    int right = 1; /* the host side against the known answer too */
+    for (int r = 0; r < size; r++)
+        for (size_t i = 0; i < counts[r]; i++)
+            right &= ((float *)x.h)[displs[r] + i] == (float)value(r, i, 5);
+    CHECK(right, "[rank %d] MPI allgatherv on %s gave wrong pieces", W.rank, gname);
+    char what[120];
+    snprintf(what, sizeof what, "allgatherv %s pieces on %s", uneven ? "uneven" : "equal",
+             gname);
+    same(&x, TR_F32, what);
+    twin_free(&x);
+}
+
+static void test_bcast(tr_group *g, const char *gname, tr_dtype t, int root)
+{
+    size_t n = 65537, bytes = n * esize(t);
+    twin x = twin_new(bytes);
+    fill(x.h, t, n, tr_group_rank(g) == root ? 7 : 8, 6); /* only root's must survive */
+    twin_upload(&x);
+    tr_bcast(x.d, n, t, root, g);
+    tr_bcast(x.h, n, t, root, g);
+    char what[120];
+    snprintf(what, sizeof what, "bcast %s from root %d on %s", type_name(t), root, gname);
+    same(&x, t, what);
+    twin_free(&x);
+}
+
+/* A ring: each rank sends to the next and receives from the previous. Even ranks
+ * send first and odd ranks receive first, so it completes under NCCL's rule (a send
+ * ends only when its receive is posted) with any number of ranks. */
+static void test_p2p(tr_group *g, const char *gname, int nonblocking)
+{
+    int size = tr_group_size(g), me = tr_group_rank(g);
+    int next = (me + 1) % size, prev = (me + size - 1) % size;
+    size_t n = 300007;
+    twin out = twin_new(n * sizeof(float)), in = twin_new(n * sizeof(float));
+    fill(out.h, TR_F32, n, me, 7);
+    fill(in.h, TR_F32, n, 99, 8);
+    twin_upload(&out);
+    twin_upload(&in);
+    busy_compute_stream();
+    dev_scale(&out, n, 2.0f);
+    tr_request req[2] = {{{0}, 0}, {{0}, 0}};
+    for (int side = 0; side < 2; side++) { /* the device (NCCL), then the host (MPI) */
+        if (side == 1)
+            host_scale(&out, n, 2.0f);
+        void *o = side ? out.h : out.d, *i = side ? in.h : in.d;
+        for (int step = 0; step < 2; step++) {
+            int sending = (step == 0) == (me % 2 == 0);
+            if (sending && nonblocking)
+                tr_isend(o, n, TR_F32, next, 3, g, &req[side]);
+            else if (sending)
+                tr_send(o, n, TR_F32, next, 3, g);
+            else
+                tr_recv(i, n, TR_F32, prev, 3, g);
+        }
+        tr_wait(&req[side]);
+        if (side == 0)
+            dev_scale(&in, n, 0.5f);
+    }
+    host_scale(&in, n, 0.5f);
+    int right = 1;
+    for (size_t i = 0; i < n; i++)
+        right &= ((float *)in.h)[i] == (float)value(prev, i, 7);
+    CHECK(right, "[rank %d] MPI ring on %s: wrong data from rank %d", W.rank, gname, prev);
+    char what[120];
+    snprintf(what, sizeof what, "%s ring on %s", nonblocking ? "isend/recv" : "send/recv",
+             gname);
+    same(&in, TR_F32, what);
+    twin_free(&out);
+    twin_free(&in);
+}
+
+static void test_group(tr_group *g, const char *gname)
+{
+    CHECK(tr_group_has_nccl(g), "[rank %d] %s has no NCCL communicator", W.rank, gname);
+    const tr_dtype types[4] = {TR_F32, TR_F64, TR_I32, TR_I64};
+    for (int i = 0; i < 4; i++)
+        test_allreduce(g, gname, types[i], TR_SUM, 1000, i % 2);
+    test_allreduce(g, gname, TR_F32, TR_SUM, ((size_t)1 << 20) + 3, 1);
+    test_allreduce(g, gname, TR_F32, TR_SUM, 1, 0);
+    test_allreduce(g, gname, TR_F32, TR_MAX, 4097, 1);
+    test_allreduce(g, gname, TR_I32, TR_MAX, 4097, 0);
+    test_allreduce(g, gname, TR_F64, TR_MIN, 4097, 1);
+    test_iallreduce(g, gname);
+    test_ireduce(g, gname, tr_group_size(g) - 1);
+    test_ireduce(g, gname, 0);
+    test_allgatherv(g, gname, 0);
+    test_allgatherv(g, gname, 1);
+    test_bcast(g, gname, TR_F32, 0);
+    test_bcast(g, gname, TR_I64, tr_group_size(g) - 1);
+    if (tr_group_size(g) > 1) {
+        test_p2p(g, gname, 0);
+        test_p2p(g, gname, 1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    char why[200];
+    int ngpu = tr_cuda_device_count(why, sizeof why);
+    if (argc > 1 && !strcmp(argv[1], "--gpus")) { /* on_gpus.sh, before mpiexec */
+        if (ngpu < 1) {
+            printf("SKIPPED: %s\n", why);
+            return 77;
+        }
+        printf("%d\n", ngpu);
+        return 0;
+    }
+    tr_comm_init(&argc, &argv, &W);
+    tr_cuda_device dev;
+    char err[2048] = "";
+    int rc = tr_cuda_device_choose(W.local_rank, W.local_size, &dev, err, sizeof err);
+    if (tr_comm_agree(&W, rc, err)) {
+        tr_comm_finalize(&W);
+        return 1;
+    }
+    tr_cuda_init(dev.index);
+    if (W.rank == 0)
+        printf("%d rank%s, rank 0 on %s (PCI %s)\n", W.size, W.size == 1 ? "" : "s", dev.name,
+               dev.pci_bus_id);
+    g_a = tr_cuda_alloc((size_t)D * D * sizeof(float), "busy A");
+    g_b = tr_cuda_alloc((size_t)D * D * sizeof(float), "busy B");
+    g_c = tr_cuda_alloc((size_t)D * D * sizeof(float), "busy C");
+
+    int pp = W.size % 2 == 0 ? 2 : 1, tp = W.size == 4 ? 2 : 1;
+    tr_comm_make_grid(&W, W.size / (tp * pp), tp, pp);
+    rc = tr_comm_use_nccl(&W, err, sizeof err);
+    CHECK(rc == 0, "tr_comm_use_nccl: %s", err);
+    test_group(W.world, "world");
+    test_group(W.dp_group, "dp group");
+    test_group(W.tp_group, "tp group");
+    test_group(W.pp_group, "pp group");
+    if (W.emb_group)
+        test_group(W.emb_group, "embedding group");
+    if (W.size == 1 && W.rank == 0)
+        printf("one GPU: point-to-point not tested (it needs two ranks)\n");
+
+    int counts[2] = {tr_test_passed, tr_test_failed}; /* host: MPI */
+    tr_allreduce(counts, counts, 2, TR_I32, TR_SUM, W.world);
+    if (W.rank == 0)
+        printf("%d passed, %d failed (all %d ranks)\n", counts[0], counts[1], W.size);
+    tr_cuda_free(g_a);
+    tr_cuda_free(g_b);
+    tr_cuda_free(g_c);
+    tr_comm_finalize(&W);
+    return counts[1] ? 1 : 0;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# guarded_device.sh: the device code path, checked on the CPU. system.device =
+# cpu-guarded keeps every model, gradient and optimizer buffer in one arena that is
+# unreadable except inside a kernel, a transfer of the device table or an MPI call,
+# as GPU memory is to host code; any host code that reads or writes it directly dies
+# with SIGSEGV. Each run must finish, and give bit-identically the losses of the same
+# run on the plain CPU device (the same kernels): the MLP and the CNN at 2 ranks, the
+# layout GPT at 1 rank, tp 2, pp 2 with ZeRO 1 and fp16-mixed, dp 2 x tp 2 with
+# sampling, and a GPT checkpoint written and resumed through the guarded device.
+source "$(dirname "$0")/../lib.sh"
+layout_gpt_setup
+G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" train.steps=8)
+same() { # same NAME NP args...: cpu and cpu-guarded runs, identical metrics.csv
+  local name=$1 np=$2; shift 2
+  run "$np" "$WORK/$name.cpu.out" "$WORK/err" "$@" run.dir="$WORK/$name.cpu"
+  check "$name, cpu: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
+  run "$np" "$WORK/$name.out" "$WORK/err" "$@" system.device=cpu-guarded run.dir="$WORK/$name"
+  check "$name, cpu-guarded: exit $RC $(grep -m3 -i 'error\|signal\|fail' "$WORK/err")" [ "$RC" = 0 ]
+  check "$name: cpu-guarded gives the cpu's losses bit for bit" \
+    diff <(cut -d, -f1-7 "$WORK/$name.cpu/metrics.csv") <(cut -d, -f1-7 "$WORK/$name/metrics.csv")
+}
+if [ -f "$SRC/data/mnist/train-images-idx3-ubyte" ]; then
+  same mlp 2 inputs/mnist.in train.steps=30 train.eval_every=15 train.log_every=1 run.progress=off
+  same cnn 2 inputs/mnist_cnn.in train.steps=6 train.log_every=1 train.eval_batch_size=200 \
+    data.train_limit=2000 run.progress=off
+fi
+same gpt1 1 "${G[@]}"
+same gpt_tp2 2 "${G[@]}" parallel.tp=2
+same gpt_3d 4 "${G[@]}" parallel.tp=2 parallel.pp=2 parallel.zero=1 train.precision=fp16-mixed
+same gpt_sample 4 "${G[@]}" parallel.tp=2 sample.length=6
+sample_text() { grep -A2 '^sample' "$1" | tail -n +2; } # the text, not the timing
+check "sampling printed the same text" diff <(sample_text "$WORK/gpt_sample.cpu.out") \
+  <(sample_text "$WORK/gpt_sample.out")
+# a checkpoint through the host copies: stopped at step 4, resumed, the same run
+run 2 "$WORK/out" "$WORK/err" "${G[@]}" parallel.zero=1 system.device=cpu-guarded \
+  run.dir="$WORK/cut" run.stop_after_steps=4
+check "cpu-guarded stopped at step 4: exit $RC (75 expected)" [ "$RC" = 75 ]
+run 2 "$WORK/out" "$WORK/err" "${G[@]}" parallel.zero=1 system.device=cpu-guarded run.dir="$WORK/cut"
+check "cpu-guarded resumed: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
+run 2 "$WORK/out" "$WORK/err" "${G[@]}" parallel.zero=1 run.dir="$WORK/straight"
+check "resumed through the guarded device: the uninterrupted cpu run's checkpoint" h5_same \
+  "$WORK/straight/checkpoints/step_00000008.h5" "$WORK/cut/checkpoints/step_00000008.h5"
+check "no rank left running" no_leftover_ranks
+finish
