@@ -32,6 +32,17 @@ tr_gemm_split tr_cpu_gemm_plan(int M, int N, int K, int nthreads);
 
 void tr_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* Threads a kernel may start here: omp_get_max_threads(), or 1 inside a parallel
+ * region (no nesting). */
+int tr_cpu_threads(void);
+/* For kernels that run several GEMMs (and their own loops) in one parallel region:
+ * the rows (ROWS, NONE) or columns (COLS) [lo, hi) of C that thread t of nth computes
+ * under `plan` (NONE: all rows to thread 0), and that share of tr_cpu_gemm's work.
+ * The blocks are those tr_cpu_gemm uses, so the results are the same bits. */
+void tr_cpu_gemm_range(tr_gemm_split plan, int t, int nth, int M, int N, int *lo, int *hi);
+void tr_cpu_gemm_part(tr_gemm_split plan, int t, int nth, int transA, int transB, int M, int N,
+                      int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc);
 
 /* cpu_kernels.c */
 void tr_cpu_linear_forward(float *out, const float *inp, const float *w, const float *b, int B,
@@ -54,15 +65,31 @@ void tr_cpu_round_lowp(float *x, size_t n, int format);
 void tr_cpu_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n);
 
 /* cpu_conv.c */
-/* 1 when the convolution runs samples in parallel (per-thread partial gradients),
- * 0 when it runs them serially with threaded GEMMs (few samples or little work). */
-int tr_cpu_conv_sample_parallel(const tr_conv_shape *s);
+/* How a convolution runs; exposed so tests can force each path. */
+typedef enum {
+    TR_CONV_DIRECT = 0,       /* few channels: direct loops, 8 samples in the lanes
+                                 (cpu_conv_direct.c); gradient sums per group of 8 */
+    TR_CONV_GEMM_SAMPLES = 1, /* im2col + GEMM, threads take samples (per-thread
+                                 partial gradients) */
+    TR_CONV_GEMM_SERIAL = 2,  /* im2col + GEMM, samples in turn, GEMMs split over
+                                 threads (few samples or little work) */
+} tr_conv_path;
+tr_conv_path tr_cpu_conv_path(const tr_conv_shape *s);
 size_t tr_cpu_conv_scratch_floats(const tr_conv_shape *s);
 void tr_cpu_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
                            const tr_conv_shape *s, float *scratch);
 void tr_cpu_conv2d_backward(float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, const tr_conv_shape *s,
                             float *scratch);
+
+/* cpu_conv_direct.c (through cpu_conv.c, which picks the path) */
+int tr_cpu_conv_direct_ok(const tr_conv_shape *s);
+size_t tr_cpu_conv_direct_scratch_floats(const tr_conv_shape *s);
+void tr_cpu_conv_direct_forward(float *out, const float *inp, const float *w, const float *b,
+                                const tr_conv_shape *s, float *scratch);
+void tr_cpu_conv_direct_backward(float *dinp, float *dw, float *db, const float *dout,
+                                 const float *inp, const float *w, const tr_conv_shape *s,
+                                 float *scratch);
 
 /* cpu_optim.c */
 void tr_cpu_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n,

@@ -1,5 +1,10 @@
-/* cpu_conv.c: 2-D convolution (stride 1, square kernel, zero padding) on the CPU as
- * im2col + GEMM.
+/* cpu_conv.c: 2-D convolution (stride 1, square kernel, zero padding) on the CPU:
+ * the choice of path (tr_cpu_conv_path), and the im2col + GEMM path.
+ *
+ * Few channels (up to 16 in, 64 out: LeNet's layers) go to the direct convolution of
+ * cpu_conv_direct.c, eight samples to a vector; there the GEMMs of im2col would be too
+ * small for BLAS (conv1: 6 x 784 x 25 per sample), and it ran 2-4x faster. Everything
+ * else takes im2col + GEMM, below.
  *
  * For a sample x[cin, h, w], im2col lays the receptive fields out as
  * col[cin k k, ho wo] (row r = (c k + ky) k + kx), so that
@@ -81,15 +86,26 @@ static int sample_threads(int B)
     return nt < B ? nt : (B > 0 ? B : 1);
 }
 
-int tr_cpu_conv_sample_parallel(const tr_conv_shape *s)
+/* 1 when the GEMM path runs samples in parallel (per-thread partial gradients), 0
+ * when it runs them serially with threaded GEMMs (few samples or little work). */
+static int gemm_sample_parallel(const tr_conv_shape *s)
 {
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double macs = (double)s->B * s->cout * s->cin * s->k * s->k * s->ho * s->wo;
     return nt > 1 && s->B >= nt && macs >= CONV_PAR_MIN_MACS;
 }
 
+tr_conv_path tr_cpu_conv_path(const tr_conv_shape *s)
+{
+    if (tr_cpu_conv_direct_ok(s))
+        return TR_CONV_DIRECT;
+    return gemm_sample_parallel(s) ? TR_CONV_GEMM_SAMPLES : TR_CONV_GEMM_SERIAL;
+}
+
 size_t tr_cpu_conv_scratch_floats(const tr_conv_shape *s)
 {
+    if (tr_cpu_conv_direct_ok(s))
+        return tr_cpu_conv_direct_scratch_floats(s);
     return (size_t)sample_threads(s->B) * slot_for(s).total;
 }
 
@@ -319,7 +335,11 @@ void tr_cpu_conv2d_forward(float *out, const float *inp, const float *w, const f
     size_t in_n = (size_t)s->cin * s->h * s->w, out_n = (size_t)s->cout * s->ho * s->wo;
     size_t slot = slot_for(s).total;
     int chunk = chunk_for(s);
-    if (!tr_cpu_conv_sample_parallel(s)) {
+    if (tr_cpu_conv_direct_ok(s)) {
+        tr_cpu_conv_direct_forward(out, inp, w, b, s, scratch);
+        return;
+    }
+    if (!gemm_sample_parallel(s)) {
         for (int i = 0; i < s->B; i++)
             forward_one(out + i * out_n, inp + i * in_n, w, b, s, scratch, 1);
         return;
@@ -429,7 +449,11 @@ void tr_cpu_conv2d_backward(float *dinp, float *dw, float *db, const float *dout
     size_t in_n = (size_t)s->cin * s->h * s->w, out_n = (size_t)s->cout * s->ho * s->wo;
     size_t dw_n = (size_t)s->cout * s->cin * s->k * s->k;
     slot_sizes z = slot_for(s);
-    if (!tr_cpu_conv_sample_parallel(s)) {
+    if (tr_cpu_conv_direct_ok(s)) {
+        tr_cpu_conv_direct_backward(dinp, dw, db, dout, inp, w, s, scratch);
+        return;
+    }
+    if (!gemm_sample_parallel(s)) {
         /* few samples: straight into dw/db, in sample order, GEMMs split over threads */
         for (int i = 0; i < s->B; i++)
             backward_one(dinp ? dinp + i * in_n : NULL, dw, db, dout + i * out_n,

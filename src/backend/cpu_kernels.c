@@ -8,51 +8,80 @@
  * No loop here reduces floating point across threads: each output element is
  * written by one thread, in a fixed order, so results are bit-identical run to run. */
 #include "backend/cpu_backend.h"
+#include "backend/cpu_simd.h"
 #include "backend/lowp_math.h"
 #include "backend/transformer_kernels.h"
 #include "core/error.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
-/* Elements below which a loop runs serially: about 10 us of simple work. */
-#define PAR_MIN_ELEMS ((size_t)1 << 15)
-/* Column block of the bias-gradient reduction: one thread sums over the batch for
- * these columns, so the sum order never depends on the thread count. */
-#define BIAS_BLOCK 256
+/* Elements below which a loop runs serially: a few microseconds of simple work, about
+ * what waking the team costs (16K: the MLP's 128 x 256 activations run on both
+ * threads, which wait for each other less than one waits for the other). */
+#define PAR_MIN_ELEMS ((size_t)1 << 14)
+
+/* out[i, cols] = b[cols] for the rows or columns [lo, hi) that tr_cpu_gemm_range gave
+ * this thread: its block of C, which its share of the GEMM then accumulates onto. */
+static void bias_block(float *out, const float *b, int B, int OUT, tr_gemm_split plan, int lo,
+                       int hi)
+{
+    if (plan == TR_GEMM_SPLIT_COLS) {
+        for (int i = 0; i < B; i++)
+            memcpy(out + (size_t)i * OUT + lo, b + lo, (size_t)(hi - lo) * sizeof(float));
+        return;
+    }
+    for (int i = lo; i < hi; i++)
+        memcpy(out + (size_t)i * OUT, b, (size_t)OUT * sizeof(float));
+}
 
 void tr_cpu_linear_forward(float *out, const float *inp, const float *w, const float *b, int B,
                            int IN, int OUT)
 {
     /* Write the bias first and let the GEMM accumulate onto it (beta = 1): one pass
-     * over out instead of a GEMM pass and then a bias pass. */
-    float beta = 0.0f;
-    if (b) {
-#pragma omp parallel for schedule(static) if ((size_t)B * OUT > PAR_MIN_ELEMS)
-        for (int i = 0; i < B; i++)
-            memcpy(out + (size_t)i * OUT, b, (size_t)OUT * sizeof(float));
-        beta = 1.0f;
+     * over out instead of a GEMM pass and then a bias pass. Each thread writes the bias
+     * into its own block of out and then computes that block: one parallel region. */
+    int nt = tr_cpu_threads();
+    tr_gemm_split plan = tr_cpu_gemm_plan(B, OUT, IN, nt);
+#pragma omp parallel num_threads(nt) if (plan != TR_GEMM_SPLIT_NONE)
+    {
+        int t = omp_get_thread_num(), nth = omp_get_num_threads(), lo, hi;
+        tr_cpu_gemm_range(plan, t, nth, B, OUT, &lo, &hi);
+        if (b && hi > lo)
+            bias_block(out, b, B, OUT, plan, lo, hi);
+        tr_cpu_gemm_part(plan, t, nth, 0, 1, B, OUT, IN, 1.0f, inp, IN, w, IN, b ? 1.0f : 0.0f,
+                         out, OUT);
     }
-    tr_cpu_gemm(0, 1, B, OUT, IN, 1.0f, inp, IN, w, IN, beta, out, OUT);
 }
 
 void tr_cpu_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, int B, int IN, int OUT)
 {
-    if (dinp) /* dinp[B,IN] = dout[B,OUT] w[OUT,IN] */
-        tr_cpu_gemm(0, 0, B, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f, dinp, IN);
-    /* dw[OUT,IN] += dout^T[OUT,B] inp[B,IN] */
-    tr_cpu_gemm(1, 0, OUT, IN, B, 1.0f, dout, OUT, inp, IN, 1.0f, dw, IN);
-    if (!db)
-        return;
-    int nblk = (OUT + BIAS_BLOCK - 1) / BIAS_BLOCK;
-#pragma omp parallel for schedule(static) if ((size_t)B * OUT > PAR_MIN_ELEMS && nblk > 1)
-    for (int blk = 0; blk < nblk; blk++) {
-        int j0 = blk * BIAS_BLOCK, j1 = j0 + BIAS_BLOCK < OUT ? j0 + BIAS_BLOCK : OUT;
-        for (int i = 0; i < B; i++) {
-            const float *d = dout + (size_t)i * OUT;
-            for (int j = j0; j < j1; j++)
-                db[j] += d[j];
+    /* The input gradient, the weight gradient and the bias gradient in one parallel
+     * region: they are independent, so no barrier between them either. */
+    int nt = tr_cpu_threads();
+    tr_gemm_split pin = dinp ? tr_cpu_gemm_plan(B, IN, OUT, nt) : TR_GEMM_SPLIT_NONE;
+    tr_gemm_split pw = tr_cpu_gemm_plan(OUT, IN, B, nt);
+    int par = pin != TR_GEMM_SPLIT_NONE || pw != TR_GEMM_SPLIT_NONE ||
+              (db && (size_t)B * OUT > PAR_MIN_ELEMS);
+#pragma omp parallel num_threads(nt) if (par)
+    {
+        int t = omp_get_thread_num(), nth = omp_get_num_threads();
+        if (dinp) /* dinp[B,IN] = dout[B,OUT] w[OUT,IN] */
+            tr_cpu_gemm_part(pin, t, nth, 0, 0, B, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f, dinp,
+                             IN);
+        /* dw[OUT,IN] += dout^T[OUT,B] inp[B,IN] */
+        tr_cpu_gemm_part(pw, t, nth, 1, 0, OUT, IN, B, 1.0f, dout, OUT, inp, IN, 1.0f, dw, IN);
+        /* db += the column sums of dout: each column by one thread, over the batch in
+         * order, so neither the sum nor its order depends on the thread count */
+        if (db) {
+            int j0 = (int)((long)OUT * t / nth), j1 = (int)((long)OUT * (t + 1) / nth);
+            for (int i = 0; i < B; i++) {
+                const float *d = dout + (size_t)i * OUT;
+                for (int j = j0; j < j1; j++)
+                    db[j] += d[j];
+            }
         }
     }
 }
@@ -75,6 +104,87 @@ void tr_cpu_relu_backward(float *dinp, const float *dout, const float *out, size
     }
 }
 
+/* 2 x 2 windows over rows r0 and r1 of a plane, 8 windows at a time: the even and
+ * odd columns of each row are split into vectors and compared lane-wise, so a window
+ * costs a few vector operations instead of three unpredictable branches. Order and
+ * ties as the general loop: (0,0), (0,1), (1,0), (1,1), a later element only when
+ * strictly greater (a NaN never wins, nor loses its place once it holds it). `base`
+ * is r0's index in the plane, W the plane's width.
+ * A last group of fewer than 8 windows still loads 16 columns and stores 8 results
+ * where that stays inside the plane (xend, yend: the ends of its input and output):
+ * the loads then read the next rows, and the extra results land on the next row's
+ * outputs, which the next call overwrites (rows go in order, a plane on one thread).
+ * Elsewhere (a plane's last rows) it reads and writes only its own elements; the
+ * masked store is slow on AMD, hence not used on every row. */
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) /* no memcpy calls */
+static void maxpool2_rows(float *y, int *am, const float *r0, const float *r1, int Wo,
+                          int base, int W, const float *xend, const float *yend)
+{
+    const tr_v8i even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = even + 1;
+    for (int ox = 0; ox < Wo; ox += 8) {
+        int n = Wo - ox < 8 ? Wo - ox : 8, lo = 2 * n < 8 ? 2 * n : 8, hi = 2 * n - lo;
+        const float *p0 = r0 + 2 * ox, *p1 = r1 + 2 * ox;
+        int spill = p1 + 16 <= xend && y + ox + 8 <= yend;
+        tr_v8 a0, a1, b0, b1;
+        if (n == 8 || spill) {
+            a0 = v8_load(p0), a1 = v8_load(p0 + 8), b0 = v8_load(p1), b1 = v8_load(p1 + 8);
+        } else {
+            a0 = v8_load_n(p0, lo), a1 = v8_load_n(p0 + 8, hi);
+            b0 = v8_load_n(p1, lo), b1 = v8_load_n(p1 + 8, hi);
+        }
+        tr_v8 c[4] = {__builtin_shuffle(a0, a1, even), __builtin_shuffle(a0, a1, odd),
+                      __builtin_shuffle(b0, b1, even), __builtin_shuffle(b0, b1, odd)};
+        tr_v8i i0 = base + 2 * (ox + (tr_v8i){0, 1, 2, 3, 4, 5, 6, 7});
+        tr_v8i off[4] = {i0, i0 + 1, i0 + W, i0 + W + 1};
+        tr_v8 m = c[0];
+        tr_v8i best = off[0];
+        for (int e = 1; e < 4; e++) {
+            tr_v8i gt = c[e] > m; /* all ones where strictly greater */
+            m = (tr_v8)(((tr_v8i)c[e] & gt) | ((tr_v8i)m & ~gt));
+            best = (off[e] & gt) | (best & ~gt);
+        }
+        if (n == 8 || spill) {
+            v8_store(y + ox, m);
+            memcpy(am + ox, &best, sizeof best);
+        } else {
+            for (int i = 0; i < n; i++) {
+                y[ox + i] = m[i];
+                am[ox + i] = best[i];
+            }
+        }
+    }
+}
+
+static void maxpool2_plane(float *y, int *am, const float *x, int H, int W)
+{
+    int Ho = H / 2, Wo = W / 2;
+    const float *xend = x + (size_t)H * W, *yend = y + (size_t)Ho * Wo;
+    for (int oy = 0; oy < Ho; oy++) {
+        const float *r0 = x + (size_t)2 * oy * W;
+        maxpool2_rows(y + (size_t)oy * Wo, am + (size_t)oy * Wo, r0, r0 + W, Wo, 2 * oy * W,
+                      W, xend, yend);
+    }
+}
+
+/* Any k: the first element of the window wins ties, as in PyTorch. */
+static void maxpool_plane(float *y, int *am, const float *x, int H, int W, int k)
+{
+    int Ho = H / k, Wo = W / k;
+    for (int oy = 0; oy < Ho; oy++) {
+        for (int ox = 0; ox < Wo; ox++) {
+            int best = oy * k * W + ox * k;
+            for (int dy = 0; dy < k; dy++) {
+                int row = (oy * k + dy) * W + ox * k;
+                for (int dx = 0; dx < k; dx++)
+                    if (x[row + dx] > x[best])
+                        best = row + dx;
+            }
+            y[oy * Wo + ox] = x[best];
+            am[oy * Wo + ox] = best;
+        }
+    }
+}
+
 void tr_cpu_maxpool_forward(float *out, int *argmax, const float *inp, int B, int C, int H,
                             int W, int k)
 {
@@ -85,20 +195,51 @@ void tr_cpu_maxpool_forward(float *out, int *argmax, const float *inp, int B, in
         const float *x = inp + (size_t)p * H * W;
         float *y = out + (size_t)p * Ho * Wo;
         int *am = argmax + (size_t)p * Ho * Wo;
-        for (int oy = 0; oy < Ho; oy++) {
-            for (int ox = 0; ox < Wo; ox++) {
-                int best = oy * k * W + ox * k; /* first element wins ties, as in PyTorch */
-                for (int dy = 0; dy < k; dy++) {
-                    int row = (oy * k + dy) * W + ox * k;
-                    for (int dx = 0; dx < k; dx++)
-                        if (x[row + dx] > x[best])
-                            best = row + dx;
-                }
-                y[oy * Wo + ox] = x[best];
-                am[oy * Wo + ox] = best;
-            }
-        }
+        if (k == 2)
+            maxpool2_plane(y, am, x, H, W);
+        else
+            maxpool_plane(y, am, x, H, W, k);
     }
+}
+
+/* 8 windows' gradients into r0[0 .. 16) and r1[0 .. 16): the window's winner (am, an
+ * index in the plane; i0 is r0's first window's) gets g, the other three zero. The
+ * winner's value is moved bit for bit (a mask, no arithmetic), as a scatter would. */
+static void maxpool2_back8(float *r0, float *r1, tr_v8 g, tr_v8i am, int i0, int W)
+{
+    const tr_v8i lo = {0, 8, 1, 9, 2, 10, 3, 11}, hi = lo + 4;
+    tr_v8i gv = (tr_v8i)g, i = i0 + 2 * (tr_v8i){0, 1, 2, 3, 4, 5, 6, 7};
+    tr_v8i e0 = gv & (am == i), e1 = gv & (am == i + 1), e2 = gv & (am == i + W);
+    tr_v8i e3 = gv & (am == i + W + 1);
+    v8_store(r0, (tr_v8)__builtin_shuffle(e0, e1, lo));
+    v8_store(r0 + 8, (tr_v8)__builtin_shuffle(e0, e1, hi));
+    v8_store(r1, (tr_v8)__builtin_shuffle(e2, e3, lo));
+    v8_store(r1 + 8, (tr_v8)__builtin_shuffle(e2, e3, hi));
+}
+
+/* One plane, 2 x 2 windows, rows of at least 8 of them: every input written once, 8
+ * windows at a time, instead of zeroing the plane and scattering (half the time at
+ * LeNet's 28 x 28). A row ends on a group that overlaps the one before: the same
+ * values written twice. Columns and rows no window covers: zero. Shorter rows keep
+ * the scatter, which writes less than 16-column groups would. */
+static void maxpool2_plane_backward(float *dx, const float *dy, const int *am, int H, int W)
+{
+    int Ho = H / 2, Wo = W / 2;
+    for (int oy = 0; oy < Ho; oy++) {
+        float *r0 = dx + (size_t)2 * oy * W, *r1 = r0 + W;
+        const float *g = dy + (size_t)oy * Wo;
+        const int *a = am + (size_t)oy * Wo, base = 2 * oy * W;
+        for (int ox = 0; ox < Wo; ox += 8) {
+            int o = ox + 8 <= Wo ? ox : Wo - 8;
+            tr_v8i av;
+            memcpy(&av, a + o, sizeof av);
+            maxpool2_back8(r0 + 2 * o, r1 + 2 * o, v8_load(g + o), av, base + 2 * o, W);
+        }
+        if (W & 1)
+            r0[W - 1] = r1[W - 1] = 0.0f;
+    }
+    if (H & 1)
+        memset(dx + (size_t)(H - 1) * W, 0, (size_t)W * sizeof(float));
 }
 
 void tr_cpu_maxpool_backward(float *dinp, const float *dout, const int *argmax, int B, int C,
@@ -111,6 +252,10 @@ void tr_cpu_maxpool_backward(float *dinp, const float *dout, const int *argmax, 
         float *dx = dinp + (size_t)p * H * W;
         const float *dy = dout + (size_t)p * Ho * Wo;
         const int *am = argmax + (size_t)p * Ho * Wo;
+        if (k == 2 && Wo >= 8) {
+            maxpool2_plane_backward(dx, dy, am, H, W);
+            continue;
+        }
         memset(dx, 0, (size_t)H * W * sizeof(float));
         /* windows do not overlap (stride k), so each input gets at most one term */
         for (int o = 0; o < Ho * Wo; o++)

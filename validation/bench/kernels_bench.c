@@ -1,22 +1,29 @@
 /* kernels_bench.c: throughput of the CPU kernels on the shapes the shipped models use:
  * the GEMM of the MLP's first layer (M=128, N=256, K=784), the linear forward and
- * backward of the MLP 784-256-256-10 at B=128, and the two LeNet convolutions.
+ * backward of the MLP 784-256-256-10 at B=128, the two LeNet convolutions, and a
+ * training step of each model (LeNet, the MLP with SGD) kernel by kernel, in the order
+ * the model calls them: where a step's time goes, without a profiler.
  *
  * Not part of CTest (timings are not pass/fail). Build and run from the repository
  * root, e.g.:
- *   gcc -std=c17 -O3 -march=x86-64-v2 -fopenmp -Isrc \
+ *   gcc -std=c17 -O3 -march=x86-64-v3 -fno-math-errno -fno-trapping-math -fopenmp -Isrc \
  *       -I/usr/include/x86_64-linux-gnu/openblas-pthread validation/bench/kernels_bench.c \
  *       src/backend/cpu_*.c src/core/error.c -lopenblas -lm -o /tmp/kernels_bench
  *   /tmp/kernels_bench 2                          # threads
+ *   /tmp/kernels_bench 2 lenet                    # only the LeNet step, kernel by kernel
+ *   /tmp/kernels_bench 2 mlp                      # only the MLP step, kernel by kernel
  *   OPENBLAS_CORETYPE=Haswell /tmp/kernels_bench 2
- * Each figure is the best of 5 trials of ~0.2 s: the best is the least disturbed by
- * other processes, which is what a kernel comparison wants. */
+ * Each figure is the best of 5 trials of ~0.2 s (the step breakdowns: of 7 trials of
+ * 40 or 80 steps, per kernel): the best is the least disturbed by other processes,
+ * which is what a kernel comparison wants. On a shared 2-core VM the figures still
+ * move by 30 % from one process to the next: compare builds in alternation. */
 #include "backend/cpu_backend.h"
 #include "core/error.h"
 
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef void (*bench_fn)(void *ctx);
 
@@ -135,6 +142,212 @@ static void bench_conv(int B, int cin, int hw, int cout, int k, int pad, const c
     tr_free(c.scratch);
 }
 
+/* ---- the LeNet training step, kernel by kernel ---- */
+/* The kernels of one training step of models/cnn.c (batch B), in the order the model
+ * calls them, each timed on its own: where a step's time goes, without a profiler. */
+enum { NL_STEPS = 40, NL_TRIALS = 7 };
+typedef struct lenet {
+    int B;
+    tr_conv_shape c1, c2;
+    float *x, *w1, *b1, *w2, *b2, *f1, *fb1, *f2, *fb2, *f3, *fb3; /* input, params */
+    float *g[10];                                                  /* their gradients */
+    float *a[11], *d[11];  /* activations after each layer, their gradients */
+    int *am1, *am2, *labels;
+    float *probs, *losses, *s1, *s2;
+} lenet;
+
+static double tnow(void) { return omp_get_wtime(); }
+
+static void bench_lenet(int B)
+{
+    lenet n = {.B = B};
+    n.c1 = (tr_conv_shape){.B = B, .cin = 1, .h = 28, .w = 28, .cout = 6, .k = 5, .pad = 2,
+                           .ho = 28, .wo = 28};
+    n.c2 = (tr_conv_shape){.B = B, .cin = 6, .h = 14, .w = 14, .cout = 16, .k = 5, .pad = 0,
+                           .ho = 10, .wo = 10};
+    /* per-sample sizes of the activations: conv1, relu1, pool1, conv2, relu2, pool2,
+     * fc1, relu3, fc2, relu4, fc3 */
+    const size_t sz[11] = {4704, 4704, 1176, 1600, 1600, 400, 120, 120, 84, 84, 10};
+    const size_t psz[10] = {150, 6, 2400, 16, 48000, 120, 10080, 84, 840, 10};
+    n.x = random_floats((size_t)B * 784);
+    float **p[10] = {&n.w1, &n.b1, &n.w2, &n.b2, &n.f1, &n.fb1, &n.f2, &n.fb2, &n.f3, &n.fb3};
+    for (int i = 0; i < 10; i++) {
+        *p[i] = random_floats(psz[i]);
+        for (size_t j = 0; j < psz[i]; j++)
+            (*p[i])[j] *= 0.2f;
+        n.g[i] = random_floats(psz[i]);
+    }
+    for (int i = 0; i < 11; i++) {
+        n.a[i] = random_floats((size_t)B * sz[i]);
+        n.d[i] = random_floats((size_t)B * sz[i]);
+    }
+    n.am1 = tr_alloc((size_t)B * 1176 * sizeof(int), "argmax");
+    n.am2 = tr_alloc((size_t)B * 400 * sizeof(int), "argmax");
+    n.labels = tr_alloc((size_t)B * sizeof(int), "labels");
+    for (int i = 0; i < B; i++)
+        n.labels[i] = i % 10;
+    n.probs = random_floats((size_t)B * 10);
+    n.losses = random_floats((size_t)B);
+    n.s1 = tr_alloc(tr_cpu_conv_scratch_floats(&n.c1) * sizeof(float), "scratch");
+    n.s2 = tr_alloc(tr_cpu_conv_scratch_floats(&n.c2) * sizeof(float), "scratch");
+
+    static const char *names[] = {"conv1 fwd", "relu1 fwd", "pool1 fwd", "conv2 fwd",
+        "relu2 fwd", "pool2 fwd", "fc1 fwd", "relu3 fwd", "fc2 fwd", "relu4 fwd", "fc3 fwd",
+        "softmax+xent", "softmax bwd", "fc3 bwd", "relu4 bwd", "fc2 bwd", "relu3 bwd",
+        "fc1 bwd", "pool2 bwd", "relu2 bwd", "conv2 bwd", "pool1 bwd", "relu1 bwd",
+        "conv1 bwd (no dinp)"};
+    enum { NK = sizeof names / sizeof *names };
+    /* per kernel and for the whole step: the best trial's mean, the trial least
+     * disturbed by other processes */
+    double best[NK], best_total = 1e30;
+    for (int k = 0; k < NK; k++)
+        best[k] = 1e30;
+    for (int trial = -1; trial < NL_TRIALS; trial++) { /* trial -1: warm-up */
+        double t[NK] = {0}, total = 0.0;
+        for (int step = 0; step < NL_STEPS; step++) {
+            double t0 = tnow(), ts = t0, t1;
+            int k = 0;
+#define TICK() (t1 = tnow(), t[k++] += t1 - t0, t0 = t1)
+            double ls;
+            long ok;
+            tr_cpu_conv2d_forward(n.a[0], n.x, n.w1, n.b1, &n.c1, n.s1); TICK();
+            tr_cpu_relu_forward(n.a[1], n.a[0], (size_t)B * sz[1]); TICK();
+            tr_cpu_maxpool_forward(n.a[2], n.am1, n.a[1], B, 6, 28, 28, 2); TICK();
+            tr_cpu_conv2d_forward(n.a[3], n.a[2], n.w2, n.b2, &n.c2, n.s2); TICK();
+            tr_cpu_relu_forward(n.a[4], n.a[3], (size_t)B * sz[4]); TICK();
+            tr_cpu_maxpool_forward(n.a[5], n.am2, n.a[4], B, 16, 10, 10, 2); TICK();
+            tr_cpu_linear_forward(n.a[6], n.a[5], n.f1, n.fb1, B, 400, 120); TICK();
+            tr_cpu_relu_forward(n.a[7], n.a[6], (size_t)B * sz[7]); TICK();
+            tr_cpu_linear_forward(n.a[8], n.a[7], n.f2, n.fb2, B, 120, 84); TICK();
+            tr_cpu_relu_forward(n.a[9], n.a[8], (size_t)B * sz[9]); TICK();
+            tr_cpu_linear_forward(n.a[10], n.a[9], n.f3, n.fb3, B, 84, 10); TICK();
+            tr_cpu_softmax_xent_forward(n.probs, n.losses, n.a[10], n.labels, B, 10, &ls, &ok);
+            TICK();
+            tr_cpu_softmax_xent_backward(n.d[10], n.probs, n.labels, 1.0f / B, B, 10); TICK();
+            tr_cpu_linear_backward(n.d[9], n.g[8], n.g[9], n.d[10], n.a[9], n.f3, B, 84, 10);
+            TICK();
+            tr_cpu_relu_backward(n.d[8], n.d[9], n.a[9], (size_t)B * sz[9]); TICK();
+            tr_cpu_linear_backward(n.d[7], n.g[6], n.g[7], n.d[8], n.a[7], n.f2, B, 120, 84);
+            TICK();
+            tr_cpu_relu_backward(n.d[6], n.d[7], n.a[7], (size_t)B * sz[7]); TICK();
+            tr_cpu_linear_backward(n.d[5], n.g[4], n.g[5], n.d[6], n.a[5], n.f1, B, 400, 120);
+            TICK();
+            tr_cpu_maxpool_backward(n.d[4], n.d[5], n.am2, B, 16, 10, 10, 2); TICK();
+            tr_cpu_relu_backward(n.d[3], n.d[4], n.a[4], (size_t)B * sz[4]); TICK();
+            tr_cpu_conv2d_backward(n.d[2], n.g[2], n.g[3], n.d[3], n.a[2], n.w2, &n.c2, n.s2);
+            TICK();
+            tr_cpu_maxpool_backward(n.d[1], n.d[2], n.am1, B, 6, 28, 28, 2); TICK();
+            tr_cpu_relu_backward(n.d[0], n.d[1], n.a[1], (size_t)B * sz[1]); TICK();
+            tr_cpu_conv2d_backward(NULL, n.g[0], n.g[1], n.d[0], n.x, n.w1, &n.c1, n.s1);
+            TICK();
+#undef TICK
+            total += t0 - ts;
+        }
+        if (trial < 0)
+            continue;
+        for (int k = 0; k < NK; k++)
+            best[k] = t[k] < best[k] ? t[k] : best[k];
+        best_total = total < best_total ? total : best_total;
+    }
+    printf("LeNet training step, B=%d, kernels only (best of %d trials of %d steps): %.3f ms "
+           "= %.0f samples/s\n", B, NL_TRIALS, NL_STEPS, best_total / NL_STEPS * 1e3,
+           B * NL_STEPS / best_total);
+    double sum = 0.0;
+    for (int k = 0; k < NK; k++)
+        sum += best[k];
+    for (int k = 0; k < NK; k++)
+        printf("  %-24s %8.1f us %5.1f%%\n", names[k], best[k] / NL_STEPS * 1e6,
+               100.0 * best[k] / sum);
+    /* the buffers live until the process ends: a benchmark, not a library */
+}
+
+/* ---- the MLP training step, kernel by kernel ---- */
+/* The kernels of one training step of models/mlp.c 784-256-256-10 (batch B) with SGD
+ * momentum, as train.c calls them: zero the gradients, forward, backward, the gradient
+ * norm, the update of each tensor. */
+static void bench_mlp_step(int B)
+{
+    const int dims[4] = {784, 256, 256, 10};
+    size_t np = 0, off[7];
+    for (int l = 0; l < 3; l++) {
+        off[2 * l] = np;
+        np += (size_t)dims[l] * dims[l + 1];
+        off[2 * l + 1] = np;
+        np += (size_t)dims[l + 1];
+    }
+    off[6] = np;
+    float *par = random_floats(np), *grad = random_floats(np), *mom = random_floats(np);
+    for (size_t i = 0; i < np; i++)
+        par[i] *= 0.1f;
+    float *x = random_floats((size_t)B * 784), *a[6], *d[6];
+    const int asz[6] = {256, 256, 256, 256, 10, 10}; /* fc1, relu1, fc2, relu2, fc3, probs */
+    for (int i = 0; i < 6; i++) {
+        a[i] = random_floats((size_t)B * asz[i]);
+        d[i] = random_floats((size_t)B * asz[i]);
+    }
+    float *losses = random_floats((size_t)B);
+    int *labels = tr_alloc((size_t)B * sizeof(int), "labels");
+    for (int i = 0; i < B; i++)
+        labels[i] = i % 10;
+    static const char *names[] = {"zero grads", "fc1 fwd", "relu1 fwd", "fc2 fwd", "relu2 fwd",
+        "fc3 fwd", "softmax+xent", "softmax bwd", "fc3 bwd", "relu2 bwd", "fc2 bwd",
+        "relu1 bwd", "fc1 bwd (no dinp)", "sum_squares", "sgd (6 tensors)"};
+    enum { NK = sizeof names / sizeof *names };
+    double best[NK], best_total = 1e30;
+    for (int k = 0; k < NK; k++)
+        best[k] = 1e30;
+    for (int trial = -1; trial < NL_TRIALS; trial++) {
+        double t[NK] = {0}, total = 0.0;
+        for (int step = 0; step < NL_STEPS * 2; step++) {
+            double t0 = tnow(), ts = t0, t1;
+            int k = 0;
+#define TICK() (t1 = tnow(), t[k++] += t1 - t0, t0 = t1)
+            double ls;
+            long ok;
+            memset(grad, 0, np * sizeof(float)); TICK();
+            tr_cpu_linear_forward(a[0], x, par + off[0], par + off[1], B, 784, 256); TICK();
+            tr_cpu_relu_forward(a[1], a[0], (size_t)B * 256); TICK();
+            tr_cpu_linear_forward(a[2], a[1], par + off[2], par + off[3], B, 256, 256); TICK();
+            tr_cpu_relu_forward(a[3], a[2], (size_t)B * 256); TICK();
+            tr_cpu_linear_forward(a[4], a[3], par + off[4], par + off[5], B, 256, 10); TICK();
+            tr_cpu_softmax_xent_forward(a[5], losses, a[4], labels, B, 10, &ls, &ok); TICK();
+            tr_cpu_softmax_xent_backward(d[4], a[5], labels, 1.0f / B, B, 10); TICK();
+            tr_cpu_linear_backward(d[3], grad + off[4], grad + off[5], d[4], a[3], par + off[4],
+                                   B, 256, 10); TICK();
+            tr_cpu_relu_backward(d[2], d[3], a[3], (size_t)B * 256); TICK();
+            tr_cpu_linear_backward(d[1], grad + off[2], grad + off[3], d[2], a[1], par + off[2],
+                                   B, 256, 256); TICK();
+            tr_cpu_relu_backward(d[0], d[1], a[1], (size_t)B * 256); TICK();
+            tr_cpu_linear_backward(NULL, grad + off[0], grad + off[1], d[0], x, par + off[0], B,
+                                   784, 256); TICK();
+            volatile double sq = tr_cpu_sum_squares(grad, np);
+            (void)sq;
+            TICK();
+            for (int p = 0; p < 6; p++)
+                tr_cpu_sgd_update(par + off[p], mom + off[p], grad + off[p], off[p + 1] - off[p],
+                                  1e-4f, 0.9f, 0.0f);
+            TICK();
+#undef TICK
+            total += t0 - ts;
+        }
+        if (trial < 0)
+            continue;
+        for (int k = 0; k < NK; k++)
+            best[k] = t[k] < best[k] ? t[k] : best[k];
+        best_total = total < best_total ? total : best_total;
+    }
+    int steps = NL_STEPS * 2;
+    printf("MLP training step, B=%d, kernels only (best of %d trials of %d steps): %.3f ms "
+           "= %.0f samples/s\n", B, NL_TRIALS, steps, best_total / steps * 1e3,
+           B * steps / best_total);
+    double sum = 0.0;
+    for (int k = 0; k < NK; k++)
+        sum += best[k];
+    for (int k = 0; k < NK; k++)
+        printf("  %-24s %8.1f us %5.1f%%\n", names[k], best[k] / steps * 1e6,
+               100.0 * best[k] / sum);
+}
+
 int main(int argc, char **argv)
 {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
@@ -142,6 +355,14 @@ int main(int argc, char **argv)
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("threads %d, OPENBLAS_CORETYPE=%s, OpenBLAS core %s\n", omp_get_max_threads(),
            ct ? ct : "(unset)", tr_cpu_blas_corename());
+    if (argc > 2 && !strcmp(argv[2], "lenet")) { /* only the step breakdowns */
+        bench_lenet(128);
+        return 0;
+    }
+    if (argc > 2 && !strcmp(argv[2], "mlp")) {
+        bench_mlp_step(128);
+        return 0;
+    }
 
     gemm_ctx g = {128, 256, 784, NULL, NULL, NULL};
     g.A = random_floats((size_t)g.M * g.K);
@@ -174,5 +395,7 @@ int main(int argc, char **argv)
 
     bench_conv(128, 1, 28, 6, 5, 2, "LeNet conv1 1->6 k5 pad2 28x28 B=128 f+b");
     bench_conv(128, 6, 14, 16, 5, 0, "LeNet conv2 6->16 k5 14x14 B=128 f+b");
+    bench_lenet(128);
+    bench_mlp_step(128);
     return 0;
 }

@@ -4,7 +4,8 @@
 #
 # Run from the repository root after building (scripts/build.sh):
 #     validation/bench/mnist.sh
-# Knobs (environment): TR_REPS (trainer runs per case, median taken; 5: a run trains
+# Knobs (environment): TRAINER (the binary; ./trainer, the build's link in the repository
+# root), TR_REPS (trainer runs per case, median taken; 5: a run trains
 # for only 1-5 s and varies a lot), REPS (timed torch epochs per case, median; 3),
 # CASES (subset of "a b c"), QUIET_WAIT (seconds to wait for an idle machine before
 # each measurement; 60), QUIET_PCT (machine-wide CPU busy % that counts as idle; 10),
@@ -48,7 +49,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
 PY=/usr/bin/python3
-TRAINER=./trainer
+TRAINER=${TRAINER:-./trainer}
 TORCH=validation/bench/torch_mnist.py
 REPS=${REPS:-3}
 TR_REPS=${TR_REPS:-5}

@@ -1,9 +1,12 @@
 /* test_cpu_kernels.c: the CPU kernels against naive double-precision references,
  * with 2 OpenMP threads: GEMM in all four transpose combinations on shapes that take
- * each threading path (serial, row blocks, column blocks), convolution on shapes that
- * take each of its paths, max pooling with ties, the optimizer updates against values
- * worked out by hand, sum_squares, and run-to-run bit-identity of the kernels that
- * combine per-thread partial results. */
+ * each threading path (serial, row blocks, column blocks), the linear layer on shapes
+ * whose GEMMs take different paths in one call, convolution on shapes that take each
+ * of its paths (direct with samples in lanes, im2col + GEMM sample-parallel or serial)
+ * and each tile shape of the direct one, max pooling to the bit against a reference
+ * (ties, NaN, odd sizes, the vector path's edges), the optimizer updates against
+ * values worked out by hand, sum_squares, and run-to-run bit-identity of the kernels
+ * that combine per-thread or per-group partial results. */
 #include "backend/cpu_backend.h"
 #include "core/error.h"
 #include "fd_check.h"
@@ -97,6 +100,9 @@ static void test_gemm(void)
         {100, 50, 70, TR_GEMM_SPLIT_ROWS}, /* uneven: 56 + 44 rows */
         {8, 256, 160, TR_GEMM_SPLIT_COLS}, /* too few rows: column blocks */
         {20, 1000, 20, TR_GEMM_SPLIT_COLS},
+        {64, 256, 100, TR_GEMM_SPLIT_ROWS}, /* both could be cut, short K: rows */
+        {64, 256, 300, TR_GEMM_SPLIT_COLS}, /* long K: the larger of M and N, here N */
+        {256, 64, 300, TR_GEMM_SPLIT_ROWS}, /* ... here M */
         {16, 24, 1000, TR_GEMM_SPLIT_NONE}, /* big enough, but no dimension to cut */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -115,6 +121,90 @@ static void test_gemm(void)
     /* K = 0: C = beta C (CBLAS itself rejects the lda a zero K implies) */
     check_gemm(0, 0, (gemm_case){4, 6, 0, TR_GEMM_SPLIT_NONE}, 1.0f, 0.5f, 0);
     check_gemm(1, 1, (gemm_case){4, 6, 0, TR_GEMM_SPLIT_NONE}, 1.0f, 0.0f, 0);
+}
+
+/* ---- linear layer ---------------------------------------------------------------- */
+
+/* Linear forward and backward against double references, on shapes whose GEMMs take
+ * different threading plans within one call (the MLP's first layer: forward cut along
+ * N, weight gradient along M; its last: forward along M, weight gradient along N) and
+ * serially; the gradients accumulate onto what is there, the input gradient overwrites. */
+static void check_linear(int B, int IN, int OUT)
+{
+    float *x = falloc((size_t)B * IN, "x"), *w = falloc((size_t)OUT * IN, "w");
+    float *b = falloc((size_t)OUT, "b"), *y = falloc((size_t)B * OUT, "y");
+    float *dy = falloc((size_t)B * OUT, "dy"), *dx = falloc((size_t)B * IN, "dx");
+    float *dw = falloc((size_t)OUT * IN, "dw"), *db = falloc((size_t)OUT, "db");
+    fd_fill_uniform(x, (size_t)B * IN, -1, 1, 800);
+    fd_fill_uniform(w, (size_t)OUT * IN, -1, 1, 801);
+    fd_fill_uniform(b, (size_t)OUT, -1, 1, 802);
+    fd_fill_uniform(dy, (size_t)B * OUT, -1, 1, 803);
+    for (size_t i = 0; i < (size_t)B * IN; i++)
+        dx[i] = NAN; /* overwritten */
+    for (size_t i = 0; i < (size_t)OUT * IN; i++)
+        dw[i] = 0.5f; /* accumulated onto */
+    for (int j = 0; j < OUT; j++)
+        db[j] = -0.5f;
+    tr_cpu_linear_forward(y, x, w, b, B, IN, OUT);
+    tr_cpu_linear_backward(dx, dw, db, dy, x, w, B, IN, OUT);
+    /* error bound: (n + 2) u sum |terms| per element, as for the GEMM */
+    long bad = 0;
+    for (int i = 0; i < B; i++)
+        for (int j = 0; j < OUT; j++) {
+            double s = b[j], a = fabs(b[j]);
+            for (int k = 0; k < IN; k++) {
+                s += (double)x[(size_t)i * IN + k] * w[(size_t)j * IN + k];
+                a += fabs((double)x[(size_t)i * IN + k] * w[(size_t)j * IN + k]);
+            }
+            bad += !(fabs(y[(size_t)i * OUT + j] - s) <= (IN + 2) * U * a + 1e-30);
+        }
+    for (int i = 0; i < B; i++)
+        for (int k = 0; k < IN; k++) {
+            double s = 0, a = 0;
+            for (int j = 0; j < OUT; j++) {
+                s += (double)dy[(size_t)i * OUT + j] * w[(size_t)j * IN + k];
+                a += fabs((double)dy[(size_t)i * OUT + j] * w[(size_t)j * IN + k]);
+            }
+            bad += !(fabs(dx[(size_t)i * IN + k] - s) <= (OUT + 2) * U * a + 1e-30);
+        }
+    for (int j = 0; j < OUT; j++) {
+        double sb = -0.5, ab = 0.5;
+        for (int i = 0; i < B; i++) {
+            sb += dy[(size_t)i * OUT + j];
+            ab += fabs(dy[(size_t)i * OUT + j]);
+        }
+        bad += !(fabs(db[j] - sb) <= (B + 2) * U * ab);
+        for (int k = 0; k < IN; k++) {
+            double s = 0.5, a = 0.5;
+            for (int i = 0; i < B; i++) {
+                s += (double)dy[(size_t)i * OUT + j] * x[(size_t)i * IN + k];
+                a += fabs((double)dy[(size_t)i * OUT + j] * x[(size_t)i * IN + k]);
+            }
+            bad += !(fabs(dw[(size_t)j * IN + k] - s) <= (B + 2) * U * a);
+        }
+    }
+    CHECK(bad == 0, "linear B=%d %d -> %d: %ld elements off the reference", B, IN, OUT, bad);
+    tr_free(x);
+    tr_free(w);
+    tr_free(b);
+    tr_free(y);
+    tr_free(dy);
+    tr_free(dx);
+    tr_free(dw);
+    tr_free(db);
+}
+
+static void test_linear(void)
+{
+    CHECK(tr_cpu_gemm_plan(128, 256, 784, 2) == TR_GEMM_SPLIT_COLS &&
+              tr_cpu_gemm_plan(256, 784, 128, 2) == TR_GEMM_SPLIT_ROWS &&
+              tr_cpu_gemm_plan(128, 10, 256, 2) == TR_GEMM_SPLIT_ROWS &&
+              tr_cpu_gemm_plan(10, 256, 128, 2) == TR_GEMM_SPLIT_COLS,
+          "linear test shapes no longer take the plans they were chosen for");
+    check_linear(128, 784, 256); /* forward cols, dinp cols, dw rows */
+    check_linear(128, 256, 10);  /* forward rows, dinp rows, dw cols */
+    check_linear(3, 7, 5);       /* all serial */
+    check_linear(40, 300, 33);   /* uneven blocks */
 }
 
 /* ---- convolution ---------------------------------------------------------------- */
@@ -168,11 +258,12 @@ static double max_abs_diff(const float *a, const double *b, size_t n)
     return m;
 }
 
-static void check_conv(tr_conv_shape s, int sample_parallel, const char *what)
+static void check_conv(tr_conv_shape s, tr_conv_path path, const char *what)
 {
     s.ho = s.h + 2 * s.pad - s.k + 1;
     s.wo = s.w + 2 * s.pad - s.k + 1;
-    CHECK(tr_cpu_conv_sample_parallel(&s) == sample_parallel, "conv %s: wrong path", what);
+    CHECK(tr_cpu_conv_path(&s) == path, "conv %s: path %d, expected %d", what,
+          (int)tr_cpu_conv_path(&s), (int)path);
     size_t nx = (size_t)s.B * s.cin * s.h * s.w, ny = (size_t)s.B * s.cout * s.ho * s.wo;
     size_t nw = (size_t)s.cout * s.cin * s.k * s.k;
     float *x = falloc(nx, "x"), *w = falloc(nw, "w"), *b = falloc((size_t)s.cout, "b");
@@ -234,26 +325,131 @@ static void check_conv(tr_conv_shape s, int sample_parallel, const char *what)
 
 static void test_conv(void)
 {
+    const tr_conv_path D = TR_CONV_DIRECT, GS = TR_CONV_GEMM_SAMPLES, G1 = TR_CONV_GEMM_SERIAL;
+    /* direct (few channels): odd widths, partial lane groups, every tile width */
     check_conv((tr_conv_shape){.B = 5, .cin = 3, .h = 12, .w = 11, .cout = 16, .k = 3, .pad = 1},
-               1, "B=5 k3 pad1 (sample-parallel, uneven split)");
+               D, "B=5 k3 pad1 (one partial lane group)");
     check_conv((tr_conv_shape){.B = 1, .cin = 3, .h = 12, .w = 11, .cout = 16, .k = 3, .pad = 1},
-               0, "B=1 k3 pad1 (serial samples, threaded GEMM)");
+               D, "B=1 k3 pad1 (one lane used)");
     check_conv((tr_conv_shape){.B = 4, .cin = 2, .h = 3, .w = 1, .cout = 3, .k = 3, .pad = 2},
-               0, "3x1 input k3 pad2 (windows mostly padding)");
+               D, "3x1 input k3 pad2 (windows mostly padding, odd cout)");
     check_conv((tr_conv_shape){.B = 3, .cin = 4, .h = 5, .w = 5, .cout = 2, .k = 1, .pad = 0},
-               0, "k1 pad0 (col is the input)");
-    check_conv((tr_conv_shape){.B = 4, .cin = 64, .h = 8, .w = 8, .cout = 16, .k = 1, .pad = 0},
-               1, "k1 pad0 sample-parallel");
+               D, "k1 pad0");
     check_conv((tr_conv_shape){.B = 8, .cin = 6, .h = 12, .w = 12, .cout = 16, .k = 5, .pad = 0},
-               1, "B=8 LeNet-like");
-    /* several GEMM chunks per thread, the last one short (chunk_for in cpu_conv.c) */
+               D, "B=8 LeNet-like");
     check_conv((tr_conv_shape){.B = 23, .cin = 6, .h = 14, .w = 14, .cout = 16, .k = 5, .pad = 0},
-               1, "B=23 LeNet conv2 (several chunks)");
-    check_conv((tr_conv_shape){.B = 7, .cin = 1, .h = 28, .w = 28, .cout = 6, .k = 5, .pad = 2},
-               1, "B=7 LeNet conv1 pad2 (several chunks)");
+               D, "B=23 LeNet conv2 (groups of 8, the last short)");
+    check_conv((tr_conv_shape){.B = 19, .cin = 1, .h = 28, .w = 28, .cout = 6, .k = 5, .pad = 2},
+               D, "B=19 LeNet conv1 pad2");
+    check_conv((tr_conv_shape){.B = 9, .cin = 5, .h = 9, .w = 17, .cout = 7, .k = 7, .pad = 3},
+               D, "B=9 k7 pad3 (kernel columns in two tiles)");
+    check_conv((tr_conv_shape){.B = 17, .cin = 2, .h = 6, .w = 40, .cout = 5, .k = 2, .pad = 1},
+               D, "B=17 k2 pad1, wide rows (even k, many column tiles)");
+    check_conv((tr_conv_shape){.B = 3, .cin = 2, .h = 12, .w = 10, .cout = 3, .k = 9, .pad = 4},
+               D, "k9 pad4 (kernel columns in tiles of 5 and 4)");
+    check_conv((tr_conv_shape){.B = 10, .cin = 3, .h = 11, .w = 13, .cout = 4, .k = 13, .pad = 6},
+               D, "k13 pad6 (three tiles of kernel columns)");
+    check_conv((tr_conv_shape){.B = 2, .cin = 1, .h = 9, .w = 9, .cout = 1, .k = 8, .pad = 0},
+               D, "k8 pad0, one channel each");
+    /* im2col + GEMM (many channels) */
+    check_conv((tr_conv_shape){.B = 4, .cin = 64, .h = 8, .w = 8, .cout = 16, .k = 1, .pad = 0},
+               GS, "k1 pad0 cin 64 (col is the input), sample-parallel");
+    check_conv((tr_conv_shape){.B = 1, .cin = 20, .h = 12, .w = 11, .cout = 8, .k = 3, .pad = 1},
+               G1, "B=1 cin 20 k3 pad1 (serial samples, threaded GEMM)");
+    check_conv((tr_conv_shape){.B = 3, .cin = 17, .h = 3, .w = 1, .cout = 3, .k = 3, .pad = 2},
+               G1, "cin 17, 3x1 input k3 pad2 (little work: serial)");
+    check_conv((tr_conv_shape){.B = 2, .cin = 20, .h = 5, .w = 5, .cout = 2, .k = 1, .pad = 0},
+               G1, "k1 pad0 cin 20, serial (col is the input)");
+    check_conv((tr_conv_shape){.B = 23, .cin = 24, .h = 14, .w = 14, .cout = 16, .k = 5, .pad = 0},
+               GS, "B=23 cin 24 (several GEMM chunks per thread, the last short)");
+    check_conv((tr_conv_shape){.B = 23, .cin = 17, .h = 6, .w = 6, .cout = 4, .k = 3, .pad = 1},
+               GS, "B=23 cin 17 (GEMM chunks of 8 samples, the last short)");
+    check_conv((tr_conv_shape){.B = 2, .cin = 1, .h = 4, .w = 4, .cout = 2, .k = 2, .pad = 2},
+               G1, "pad > k - 1 (no direct path)");
 }
 
 /* ---- pooling, relu, softmax ----------------------------------------------------- */
+
+/* The reference: first element of the window wins ties, a later one only when
+ * strictly greater (so a NaN in first place stays, elsewhere never wins). */
+static void naive_maxpool(float *y, int *am, const float *x, int planes, int H, int W, int k)
+{
+    int Ho = H / k, Wo = W / k;
+    for (int p = 0; p < planes; p++)
+        for (int oy = 0; oy < Ho; oy++)
+            for (int ox = 0; ox < Wo; ox++) {
+                const float *xp = x + (size_t)p * H * W;
+                int best = oy * k * W + ox * k;
+                for (int dy = 0; dy < k; dy++)
+                    for (int dx = 0; dx < k; dx++) {
+                        int i = (oy * k + dy) * W + ox * k + dx;
+                        best = xp[i] > xp[best] ? i : best;
+                    }
+                y[((size_t)p * Ho + oy) * Wo + ox] = xp[best];
+                am[((size_t)p * Ho + oy) * Wo + ox] = best;
+            }
+}
+
+/* Pooling against the reference, to the bit, on shapes that take every path of the
+ * 2 x 2 kernel (8 windows at a time, a short last group inside a plane and at its
+ * end, odd sizes, planes split over threads) and k = 3; values from a small set, so
+ * that windows tie, with some NaNs; and the backward must route each gradient to the
+ * saved winner and zero the rest. */
+static void test_maxpool_shapes(void)
+{
+    const int shapes[][5] = {/* B, C, H, W, k */
+                             {2, 3, 28, 28, 2}, {128, 6, 28, 28, 2}, {3, 16, 10, 10, 2},
+                             {64, 16, 10, 10, 2}, {2, 2, 5, 5, 2}, {1, 1, 2, 2, 2},
+                             {2, 3, 7, 33, 2}, {1, 2, 4, 2, 2}, {3, 2, 9, 9, 3},
+                             {2, 1, 3, 17, 2}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        int B = shapes[c][0], C = shapes[c][1], H = shapes[c][2], W = shapes[c][3];
+        int k = shapes[c][4], Ho = H / k, Wo = W / k, planes = B * C;
+        size_t nx = (size_t)planes * H * W, ny = (size_t)planes * Ho * Wo;
+        float *x = falloc(nx, "x"), *y = falloc(ny + 8, "y"), *ry = falloc(ny, "ry");
+        float *dy = falloc(ny, "dy"), *dx = falloc(nx, "dx");
+        int *am = tr_alloc((ny + 8) * sizeof(int), "am"), *ram = tr_alloc(ny * sizeof(int), "");
+        for (size_t i = 0; i < nx; i++) { /* 7 values: many ties; NaN about 1 in 50 */
+            float u = tr_rng_uniform(7, c, i);
+            x[i] = u < 0.02f ? NAN : (float)((int)(u * 7.0f) - 3);
+        }
+        fd_fill_uniform(dy, ny, -1, 1, 700 + c);
+        for (int i = 0; i < 8; i++) { /* guards after the output: never written */
+            y[ny + i] = -7.0f;
+            am[ny + i] = -7;
+        }
+        tr_cpu_maxpool_forward(y, am, x, B, C, H, W, k);
+        naive_maxpool(ry, ram, x, planes, H, W, k);
+        long bad = 0;
+        for (size_t i = 0; i < ny; i++)
+            bad += am[i] != ram[i] || memcmp(&y[i], &ry[i], sizeof(float)) != 0;
+        for (int i = 0; i < 8; i++)
+            bad += y[ny + i] != -7.0f || am[ny + i] != -7;
+        CHECK(bad == 0, "maxpool %dx%dx%dx%d k%d: %ld outputs differ from the reference", B, C,
+              H, W, k, bad);
+        for (size_t i = 0; i < nx; i++)
+            dx[i] = NAN;
+        tr_cpu_maxpool_backward(dx, dy, am, B, C, H, W, k);
+        bad = 0;
+        for (int p = 0; p < planes; p++)
+            for (int i = 0; i < H * W; i++) {
+                float want = 0.0f;
+                for (int o = 0; o < Ho * Wo; o++)
+                    if (ram[(size_t)p * Ho * Wo + o] == i)
+                        want = dy[(size_t)p * Ho * Wo + o];
+                bad += dx[(size_t)p * H * W + i] != want;
+            }
+        CHECK(bad == 0, "maxpool backward %dx%dx%dx%d k%d: %ld inputs wrong", B, C, H, W, k,
+              bad);
+        tr_free(x);
+        tr_free(y);
+        tr_free(ry);
+        tr_free(dy);
+        tr_free(dx);
+        tr_free(am);
+        tr_free(ram);
+    }
+}
 
 static void test_maxpool(void)
 {
@@ -276,6 +472,8 @@ static void test_maxpool(void)
         sum += dx[i];
     CHECK(dx[0] == 1 && dx[7] == 2 && dx[16] == 3 && dx[12] == 4 && sum == 10,
           "maxpool backward routes to the winners only (sum %g)", sum);
+
+    test_maxpool_shapes();
 
     float r[4] = {-1.0f, 0.0f, 2.0f, NAN}, ro[4], rd[4] = {5, 6, 7, 8};
     tr_cpu_relu_forward(ro, r, 4);
@@ -398,7 +596,7 @@ static void test_determinism(void)
     tr_conv_shape s = {.B = 9, .cin = 3, .h = 12, .w = 12, .cout = 8, .k = 3, .pad = 1};
     s.ho = s.h;
     s.wo = s.w;
-    CHECK(tr_cpu_conv_sample_parallel(&s), "determinism test does not use per-thread partials");
+    CHECK(tr_cpu_conv_path(&s) == TR_CONV_DIRECT, "determinism test misses the direct path");
     size_t nx = (size_t)s.B * s.cin * s.h * s.w, ny = (size_t)s.B * s.cout * s.h * s.w;
     size_t nw = (size_t)s.cout * s.cin * 9;
     float *x = falloc(nx, "x"), *w = falloc(nw, "w"), *dy = falloc(ny, "dy");
@@ -465,6 +663,7 @@ int main(void)
     printf("OpenBLAS core: %s, OpenMP threads: %d\n", tr_cpu_blas_corename(),
            omp_get_max_threads());
     test_gemm();
+    test_linear();
     test_conv();
     test_maxpool();
     test_optim();

@@ -413,13 +413,32 @@ int main(void)
     rig_init(&r, tr_conv2d_make("conv", (tr_shape){3, 5, 4}, 3, 1, 0), 2, 0, 180);
     check_layer("conv k1 pad0", &r, 0.25f);
     rig_free(&r);
-    /* the shapes above are small enough to run serially; this one is big enough for
-     * samples in parallel with per-thread gradient partials */
-    rig_init(&r, tr_conv2d_make("conv", (tr_shape){2, 10, 10}, 16, 5, 2), 4, 0, 200);
-    tr_conv_shape cs = {.B = 4, .cin = 2, .h = 10, .w = 10, .cout = 16, .k = 5, .pad = 2,
+    /* the shapes above (few channels) take the direct path with samples in vector
+     * lanes; this one fills more than one group of 8 samples, whose gradient sums are
+     * added at the end */
+    rig_init(&r, tr_conv2d_make("conv", (tr_shape){2, 10, 10}, 16, 5, 2), 11, 0, 200);
+    tr_conv_shape cs = {.B = 11, .cin = 2, .h = 10, .w = 10, .cout = 16, .k = 5, .pad = 2,
                         .ho = 10, .wo = 10};
-    CHECK(tr_cpu_conv_sample_parallel(&cs), "conv gradcheck misses the sample-parallel path");
-    check_layer("conv k5 pad2 B=4 parallel", &r, 0.25f);
+    CHECK(tr_cpu_conv_path(&cs) == TR_CONV_DIRECT, "conv gradcheck misses the direct path");
+    check_layer("conv k5 pad2 B=11 direct, two lane groups", &r, 0.25f);
+    rig_free(&r);
+    /* many input channels: im2col + GEMM, samples in turn (little work) and samples in
+     * parallel with per-thread gradient partials. Sums of 150-180 terms over 2048
+     * outputs carry more rounding noise in L; the layer is bilinear, so a larger eps
+     * (1) divides that noise down without any truncation error. */
+    rig_init(&r, tr_conv2d_make("conv", (tr_shape){17, 5, 4}, 3, 3, 1), 2, 0, 210);
+    cs = (tr_conv_shape){.B = 2, .cin = 17, .h = 5, .w = 4, .cout = 3, .k = 3, .pad = 1,
+                         .ho = 5, .wo = 4};
+    CHECK(tr_cpu_conv_path(&cs) == TR_CONV_GEMM_SERIAL, "conv gradcheck misses the serial "
+          "GEMM path");
+    check_layer("conv cin 17 k3 pad1 B=2 im2col serial", &r, 1.0f);
+    rig_free(&r);
+    rig_init(&r, tr_conv2d_make("conv", (tr_shape){20, 8, 8}, 8, 3, 1), 4, 0, 230);
+    cs = (tr_conv_shape){.B = 4, .cin = 20, .h = 8, .w = 8, .cout = 8, .k = 3, .pad = 1,
+                         .ho = 8, .wo = 8};
+    CHECK(tr_cpu_conv_path(&cs) == TR_CONV_GEMM_SAMPLES, "conv gradcheck misses the "
+          "sample-parallel GEMM path");
+    check_layer("conv cin 20 k3 pad1 B=4 im2col sample-parallel", &r, 1.0f);
     rig_free(&r);
 
     rig_init(&r, tr_maxpool_make("pool", (tr_shape){3, 6, 6}, 2), 2, 1, 220);
