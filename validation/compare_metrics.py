@@ -1,7 +1,8 @@
 """compare_metrics.py: compare the train-loss curves of metrics.csv files.
 
-usage: compare_metrics.py REFERENCE OTHER... [--rtol R] [--exact] [--min-steps N]
-Compares the 'loss' column of the rows with phase == 'train', step by step.
+usage: compare_metrics.py REFERENCE OTHER... [--rtol R] [--exact] [--min-steps N] [--first N]
+Compares the 'loss' column of the rows with phase == 'train', step by step
+(--first N: only the first N of them).
 --exact demands the same text (bit-identical floats, %.9g); otherwise the largest
 relative difference must stay below --rtol. Prints the worst step per file.
 """
@@ -23,14 +24,16 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--exact", action="store_true")
     ap.add_argument("--min-steps", type=int, default=1)
+    ap.add_argument("--first", type=int, default=0, help="compare only the first N train rows")
     a = ap.parse_args()
-    ref = train_losses(a.reference)
+    cut = a.first if a.first > 0 else None
+    ref = train_losses(a.reference)[:cut]
     bad = 0
     if len(ref) < a.min_steps:
         print(f"{a.reference}: only {len(ref)} train rows, need {a.min_steps}")
         return 1
     for path in a.others:
-        other = train_losses(path)
+        other = train_losses(path)[:cut]
         if [s for s, _ in other] != [s for s, _ in ref]:
             print(f"{path}: steps differ from {a.reference}")
             bad += 1

@@ -3,13 +3,21 @@
 # the same loss curve up to fp32 summation order, and the same command twice gives
 # bit-identical losses.
 #
-# Tolerance: 1e-5 relative on every step's training loss. The ranks sum the same
-# per-sample gradients in a different order (per-rank partial sums, then the
-# all-reduce), which moves each step by about 1e-7 relative; measured here: at
-# most 2.4e-7 (MLP, SGD, 100 steps) and 4e-8 (CNN, AdamW, 60 steps). Training can
-# amplify such differences chaotically where the loss escapes a plateau abruptly
-# (the CNN with SGD at lr 0.2 reached 7e-3 at step 57 at -np 8), so the CNN runs
-# with AdamW, whose curve here is smooth while it learns (2.31 -> 1.2).
+# Tolerance. The ranks sum the same per-sample gradients in a different order
+# (per-rank partial sums, then the all-reduce), which moves each step by about
+# 1e-8 to 1e-7 relative. MLP (SGD, 100 steps): 1e-5 relative on every step's loss;
+# measured at most 4.5e-7.
+# CNN (AdamW, 60 steps): 1e-6 over the first 20 steps and 1e-3 over all 60. A
+# pre-activation within an ulp of zero can change sign between rank counts; the
+# ReLU kink then routes one element's gradient differently, and AdamW (which
+# divides by the root of small second moments) amplifies that into a lasting
+# separation. Measured here: the first 20 steps stay below 5e-9; over 60 steps
+# -np 4 stays at 3.4e-8 while -np 2 and -np 8 separate and reach 3.0e-4 and
+# 3.2e-4. (Run by hand at -np 1, 2, 8 with 2 threads per rank: six seeds of seven
+# stayed below 6e-8 for all 60 steps.) The first tier still catches small
+# faults: leaving one gradient element of 62006 out of the all-reduce moved the
+# curves 5e-5 within 20 steps. (The CNN with SGD at lr 0.2 escapes its plateau abruptly and amplifies
+# far more, so it runs with AdamW.)
 source "$(dirname "$0")/../lib.sh"
 require_data
 RUN_TIMEOUT=300
@@ -25,8 +33,16 @@ for model in mlp cnn; do
       "${common[@]}" run.dir="$WORK/$model-np$np"
     check "$model -np $np exit code $RC: $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
   done
-  check "$model loss curves at np 2, 4, 8 match np 1" "$PYTHON" validation/compare_metrics.py \
-    --rtol 1e-5 --min-steps $MIN "$WORK/$model-np1/metrics.csv" "$WORK/$model-np"{2,4,8}/metrics.csv
+  curves=("$WORK/$model-np1/metrics.csv" "$WORK/$model-np"{2,4,8}/metrics.csv)
+  if [ "$model" = mlp ]; then
+    check "mlp loss curves at np 2, 4, 8 match np 1 (1e-5)" "$PYTHON" validation/compare_metrics.py \
+      --rtol 1e-5 --min-steps $MIN "${curves[@]}"
+  else
+    check "cnn loss curves at np 2, 4, 8 match np 1 over 20 steps (1e-6)" "$PYTHON" \
+      validation/compare_metrics.py --rtol 1e-6 --first 20 --min-steps 20 "${curves[@]}"
+    check "cnn loss curves at np 2, 4, 8 match np 1 over all steps (1e-3)" "$PYTHON" \
+      validation/compare_metrics.py --rtol 1e-3 --min-steps $MIN "${curves[@]}"
+  fi
 done
 
 # the same command twice: bit-identical, with the background prefetcher on
