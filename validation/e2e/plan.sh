@@ -20,7 +20,7 @@ import re, sys
 m = re.search(r'total +([0-9.]+) (B|KiB|MiB|GiB)', open('$WORK/plan').read())
 print(int(float(m.group(1)) * {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}[m.group(2)]))")
 # (not under AddressSanitizer, whose redzones and quarantine are memory of its own)
-if ldd "$TRAINER" | grep -q libasan; then
+if sanitized; then
   echo "sanitizer build: the resident-memory comparisons are not meaningful, skipped"
 else
   /usr/bin/time -f "%M" -o "$WORK/rss" "$TRAINER" "${args[@]}" >"$WORK/out" 2>"$WORK/err"
@@ -44,7 +44,7 @@ planned=$("$PYTHON" -c "
 import re
 m = re.search(r'total +([0-9.]+) (B|KiB|MiB|GiB)', open('$WORK/plan_tp_pp').read())
 print(int(float(m.group(1)) * {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}[m.group(2)]))")
-if ! ldd "$TRAINER" | grep -q libasan; then
+if ! sanitized; then
   run 4 "$WORK/out" "$WORK/err" "${args[@]}" "${lay[@]}"
   check "the planned tp x pp run: exit $RC $(tail -2 "$WORK/err")" grep -q "^done" "$WORK/out"
   rss=$("$PYTHON" -c "import json; print(int(json.load(open('$WORK/run4/summary.json'))['peak_rss_bytes']))")

@@ -40,7 +40,7 @@ resume() {
 # (the sanitizer build leaves out the resumes to and from 1 rank, for time:
 # mpi.checkpoint_shards reads shards whole and whole files as shards under it)
 ASAN=0
-ldd "$TRAINER" | grep -q libasan && ASAN=1
+sanitized && ASAN=1
 [ "$ASAN" = 1 ] || resume 1 at_1 "$ck"
 resume 4 at_tp4 "$ck" parallel.tp=4
 resume 4 at_dp2_pp2_zero2 "$ck" parallel.pp=2 parallel.zero=2

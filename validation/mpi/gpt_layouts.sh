@@ -19,7 +19,7 @@ RUN_TIMEOUT=180
 # it leaves out the layouts marked "also" below, whose code paths the others take.
 STEPS=20
 ASAN=0
-ldd "$TRAINER" | grep -q libasan && STEPS=6 ASAN=1
+sanitized && STEPS=6 ASAN=1
 common+=(train.steps=$STEPS)
 
 also() { [ "$ASAN" = 1 ] || layout "$@"; } # a release-build-only layout

@@ -13,7 +13,7 @@ G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" train.steps=8)
 # under the sanitizers (which check memory themselves, slowly) only the layout with
 # the most code paths and the resume
 ASAN=0
-ldd "$TRAINER" | grep -q libasan && ASAN=1
+sanitized && ASAN=1
 same() { # same NAME NP args...: cpu and cpu-guarded runs, identical metrics.csv
   local name=$1 np=$2; shift 2
   run "$np" "$WORK/$name.cpu.out" "$WORK/err" "$@" run.dir="$WORK/$name.cpu"

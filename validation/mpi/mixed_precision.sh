@@ -15,7 +15,7 @@
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
 ASAN=0
-ldd "$TRAINER" | grep -q libasan && ASAN=1
+sanitized && ASAN=1
 STEPS=40
 [ "$ASAN" = 1 ] && STEPS=16
 G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" train.steps=$STEPS)

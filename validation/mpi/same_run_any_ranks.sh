@@ -24,7 +24,7 @@ RUN_TIMEOUT=300
 common=(train.log_every=1 train.eval_every=0 run.progress=off)
 # the sanitizer build checks memory, not the curves' length: shorter runs there
 MLP=100 CNN=60 AGAIN=50 MIN=50
-ldd "$TRAINER" | grep -q libasan && MLP=50 CNN=20 AGAIN=20 MIN=20
+sanitized && MLP=50 CNN=20 AGAIN=20 MIN=20
 
 for model in mlp cnn; do
   if [ "$model" = mlp ]; then extra=(train.steps=$MLP); else extra=(train.steps=$CNN optim.name=adamw optim.lr=0.001); fi

@@ -14,7 +14,7 @@ source "$(dirname "$0")/../lib.sh"
 args=(inputs/gpt_brown.in model.n_embd=512 model.n_head=8 model.seq_len=32 train.batch_size=4
   data.format=random_tokens train.steps=3 train.log_every=1 data.val_limit=0 checkpoint.every=0 checkpoint.at_end=false sample.length=0
   system.peak_gflops=100 run.progress=off)
-if ldd "$TRAINER" | grep -q libasan; then # the state's ratio only: a smaller model
+if sanitized; then # the state's ratio only: a smaller model
   args+=(model.n_embd=128 model.n_head=4)
 fi
 for z in 0 1; do
@@ -24,7 +24,7 @@ done
 # (resident memory is compared only outside AddressSanitizer, whose shadow memory and
 # quarantine are memory of its own)
 asan=0
-ldd "$TRAINER" | grep -q libasan && asan=1
+sanitized && asan=1
 check "ZeRO-1 cuts the optimizer state 3.5x and the resident memory with it" "$PYTHON" - "$WORK" "$asan" <<'PY'
 import json, sys
 z0, z1 = (json.load(open(f"{sys.argv[1]}/z{z}/summary.json")) for z in (0, 1))

@@ -20,6 +20,7 @@ tiny_gpt_deck "$WORK/gpt.in"
 slurm_start
 
 STEPS=500
+sanitized && STEPS=250 # interrupted at step 100 either way
 export TRAINER DECK=$WORK/gpt.in DEVICE=cpu TP=1 PP=1
 export OVERRIDES="train.batch_size=8 train.micro_batches=2 train.steps=$STEPS"
 # the script's #SBATCH size, shrunk on the command line (it overrides #SBATCH lines);
