@@ -43,6 +43,9 @@ void tr_cpu_gemm_range(tr_gemm_split plan, int t, int nth, int M, int N, int *lo
 void tr_cpu_gemm_part(tr_gemm_split plan, int t, int nth, int transA, int transB, int M, int N,
                       int K, float alpha, const float *A, int lda, const float *B, int ldb,
                       float beta, float *C, int ldc);
+/* Does nothing: the CPU's fp32 GEMM of bf16/fp16 values is already the 16-bit GEMM
+ * with fp32 accumulation that set_gemm_precision asks for (kernels.h). */
+void tr_cpu_set_gemm_precision(int format);
 
 /* cpu_kernels.c */
 void tr_cpu_linear_forward(float *out, const float *inp, const float *w, const float *b, int B,

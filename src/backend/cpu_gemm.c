@@ -139,3 +139,9 @@ void tr_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const
     tr_cpu_gemm_part(plan, omp_get_thread_num(), omp_get_num_threads(), transA, transB, M, N, K,
                      alpha, A, lda, B, ldb, beta, C, ldc);
 }
+
+/* Mixed precision changes nothing here. A bf16 (fp16) value has 8 (11) significant
+ * bits, so the product of two has at most 16 (22) and is exact in fp32's 24: the fp32
+ * GEMM of inputs the model has rounded is the bf16 (fp16) GEMM with fp32 accumulation
+ * that a GPU's tensor cores compute, up to the order of the additions. */
+void tr_cpu_set_gemm_precision(int format) { (void)format; }

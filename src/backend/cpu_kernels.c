@@ -366,6 +366,7 @@ const tr_kernels tr_cpu_kernels = {
     .sum_squares = tr_cpu_sum_squares,
     .scale = tr_cpu_scale,
     .round_lowp = tr_cpu_round_lowp,
+    .set_gemm_precision = tr_cpu_set_gemm_precision,
     .embedding_forward = tr_cpu_embedding_forward,
     .embedding_backward = tr_cpu_embedding_backward,
     .layernorm_forward = tr_cpu_layernorm_forward,

@@ -126,6 +126,13 @@ static void guarded_round_lowp(float *x, size_t n, int format)
     tr_guarded_close();
 }
 
+static void guarded_set_gemm_precision(int format)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.set_gemm_precision(format);
+    tr_guarded_close();
+}
+
 static void guarded_embedding_forward(float *out, const int *tok, const float *wte, const float *wpe, int B, int T, int C, int V)
 {
     tr_guarded_open();
@@ -273,6 +280,7 @@ const tr_kernels tr_guarded_kernels = {
     .sum_squares = guarded_sum_squares,
     .scale = guarded_scale,
     .round_lowp = guarded_round_lowp,
+    .set_gemm_precision = guarded_set_gemm_precision,
     .embedding_forward = guarded_embedding_forward,
     .embedding_backward = guarded_embedding_backward,
     .layernorm_forward = guarded_layernorm_forward,

@@ -77,6 +77,19 @@ typedef struct tr_kernels {
      * Where the working copy of parameters and activations lives in fp32 memory (the
      * CPU backend) this is its 16-bit storage. */
     void (*round_lowp)(float *x, size_t n, int format);
+    /* Mixed precision: the format (a tr_precision) the run stores parameters and
+     * activations in, told before the first kernel (the trainer does so once, at
+     * start-up; it applies to every product queued after it). From then on the
+     * matrix products (gemm, linear, conv, attention) may round their inputs to
+     * `format` and multiply them exactly, accumulating in fp32: the GPU does this on
+     * its tensor cores. fp32 (the default) keeps fp32 products (no TF32). The CPU
+     * ignores it: the inputs it multiplies are, where the model stores them, already
+     * of the format, and the product of two bf16 or two fp16 values is exact in
+     * fp32, so its fp32 GEMM already is a 16-bit GEMM with fp32 accumulation. Where
+     * an input was not rounded (attention's probabilities and softmax gradient inside
+     * its kernels, the classifiers' input images) the GPU's products differ from the
+     * CPU's by that input's rounding (src/cuda/cuda_gemm.cu). */
+    void (*set_gemm_precision)(int format);
 
     /* The transformer's kernels: shapes, saved tensors and rules as documented in
      * transformer_kernels.h (dimension letters B, T, C, NH, V, Vp there). */

@@ -10,6 +10,29 @@
 
 #include <cublas_v2.h>
 
+/* cublasGemmEx and cublasGemmStridedBatchedEx (mixed precision's tensor-core GEMMs,
+ * cuda_gemm.cu): cublas_api.h overloads both in C++ with an older signature (a
+ * cudaDataType compute type), so decltype(&name) is ambiguous and the types of the C
+ * functions are spelled out here. The static_asserts pick the overload with exactly
+ * this type, so a header whose declaration differs fails to compile; their operands
+ * are unevaluated, so they do not reference the symbols (the library is dlopened). */
+typedef cublasStatus_t (*tr_cublas_gemm_ex_fn)(cublasHandle_t, cublasOperation_t,
+                                               cublasOperation_t, int, int, int, const void *,
+                                               const void *, cudaDataType, int, const void *,
+                                               cudaDataType, int, const void *, void *,
+                                               cudaDataType, int, cublasComputeType_t,
+                                               cublasGemmAlgo_t);
+typedef cublasStatus_t (*tr_cublas_gemm_strided_batched_ex_fn)(
+    cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+    const void *, cudaDataType, int, long long, const void *, cudaDataType, int, long long,
+    const void *, void *, cudaDataType, int, long long, int, cublasComputeType_t,
+    cublasGemmAlgo_t);
+static_assert(sizeof(static_cast<tr_cublas_gemm_ex_fn>(&cublasGemmEx)) != 0,
+              "cublasGemmEx's C declaration");
+static_assert(sizeof(static_cast<tr_cublas_gemm_strided_batched_ex_fn>(
+                  &cublasGemmStridedBatchedEx)) != 0,
+              "cublasGemmStridedBatchedEx's C declaration");
+
 typedef struct tr_cublas_api {
     decltype(&cublasCreate) Create; /* cublas_v2.h maps these names to their _v2 */
     decltype(&cublasSetStream) SetStream;
@@ -17,6 +40,8 @@ typedef struct tr_cublas_api {
     decltype(&cublasSetMathMode) SetMathMode;
     decltype(&cublasSetAtomicsMode) SetAtomicsMode;
     decltype(&cublasSgemmStridedBatched) SgemmStridedBatched;
+    tr_cublas_gemm_ex_fn GemmEx;
+    tr_cublas_gemm_strided_batched_ex_fn GemmStridedBatchedEx;
     decltype(&cublasGetStatusString) GetStatusString;
     decltype(&cublasGetStatusName) GetStatusName;
 } tr_cublas_api;
@@ -34,6 +59,8 @@ void tr_cublas_load(void);
 #define cublasSetMathMode tr_cublas.SetMathMode
 #define cublasSetAtomicsMode tr_cublas.SetAtomicsMode
 #define cublasSgemmStridedBatched tr_cublas.SgemmStridedBatched
+#define cublasGemmEx tr_cublas.GemmEx
+#define cublasGemmStridedBatchedEx tr_cublas.GemmStridedBatchedEx
 #define cublasGetStatusString tr_cublas.GetStatusString
 #define cublasGetStatusName tr_cublas.GetStatusName
 

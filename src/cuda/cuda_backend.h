@@ -15,8 +15,11 @@
  *    do the ones that validate tokens, targets or labels on the way in
  *    (embedding_forward/backward, xent_padded_forward/backward,
  *    softmax_xent_forward: one outside [0, V) is a fatal bug report, as on the CPU).
- *  - GEMMs (linear layers, convolutions) are cuBLAS fp32 (no TF32), so results
- *    match the CPU to rounding, not bit for bit. Reductions use fixed orders:
+ *  - GEMMs (linear layers, convolutions, attention) are cuBLAS fp32 (no TF32), so
+ *    results match the CPU to rounding, not bit for bit; after set_gemm_precision
+ *    with bf16 or fp16 they run on tensor cores with fp32 accumulation, which is
+ *    the CPU's computation for inputs already of that format (cuda_gemm.cu says
+ *    which inputs are not and get rounded there). Reductions use fixed orders:
  *    results are identical run to run on the same GPU model, and no floating-point
  *    atomics are used anywhere.
  *
@@ -55,6 +58,16 @@ void tr_cuda_upload(void *dst_device, const void *src_host, size_t bytes);
 void tr_cuda_download(void *dst_host, const void *src_device, size_t bytes);
 /* Waits for every kernel queued so far. */
 void tr_cuda_synchronize(void);
+
+/* The strided-batched GEMM the attention kernels are made of, for the tests and
+ * benchmarks (the trainer reaches it through the table): row-major
+ * C_i = alpha op(A_i) op(B_i) + beta C_i for i < count, X_i = X + i stride_X, device
+ * pointers, the precision of set_gemm_precision as the table's gemm. An empty problem
+ * (M, N, K or count < 1) is fatal. */
+void tr_cuda_gemm_strided_batched(int transA, int transB, int M, int N, int K, float alpha,
+                                  const float *A, int lda, long long strideA, const float *B,
+                                  int ldb, long long strideB, float beta, float *C, int ldc,
+                                  long long strideC, int count);
 
 #ifdef __cplusplus
 }

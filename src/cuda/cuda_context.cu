@@ -44,6 +44,8 @@ void tr_cublas_load(void)
         {(void **)&a.SetMathMode, "cublasSetMathMode"},
         {(void **)&a.SetAtomicsMode, "cublasSetAtomicsMode"},
         {(void **)&a.SgemmStridedBatched, "cublasSgemmStridedBatched"},
+        {(void **)&a.GemmEx, "cublasGemmEx"},
+        {(void **)&a.GemmStridedBatchedEx, "cublasGemmStridedBatchedEx"},
         {(void **)&a.GetStatusString, "cublasGetStatusString"},
         {(void **)&a.GetStatusName, "cublasGetStatusName"},
     };
@@ -85,9 +87,15 @@ static tr_cuda_ctx make_ctx(int device)
     TR_CUBLAS_CHECK(cublasCreate(&c.blas));
     TR_CUBLAS_CHECK(cublasSetStream(c.blas, c.stream));
     /* fp32 products in fp32: the default math mode, stated so that nobody turns on
-     * TF32 (10-bit mantissa) by accident; the CPU comparison tests assume fp32. */
+     * TF32 (10-bit mantissa) by accident; the CPU comparison tests assume fp32. It
+     * governs cublasSgemm*, which fp32 runs use. Mixed precision's tensor cores are
+     * asked for per call instead, by the compute type of cublasGemmEx (cuda_gemm.cu),
+     * which this mode does not override. */
     TR_CUBLAS_CHECK(cublasSetMathMode(c.blas, CUBLAS_DEFAULT_MATH));
-    /* no atomics inside cuBLAS either: its results stay identical run to run */
+    /* no atomics inside cuBLAS either: its results stay identical run to run (cuBLAS
+     * promises bit-wise equal results from run to run on GPUs of one architecture and
+     * SM count with one toolkit, while one stream is active, as here; the atomics mode
+     * is the stated exception) */
     TR_CUBLAS_CHECK(cublasSetAtomicsMode(c.blas, CUBLAS_ATOMICS_NOT_ALLOWED));
     TR_CUDA_CHECK(cudaMalloc(&c.d_partial, TR_CUDA_REDUCE_BLOCKS * sizeof(double)));
     TR_CUDA_CHECK(cudaMalloc(&c.d_result, sizeof(double)));

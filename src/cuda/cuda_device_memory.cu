@@ -62,8 +62,9 @@ static void gpu_copy(void *dst, const void *src, size_t bytes)
         TR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, tr_cuda_stream()));
 }
 
-/* fp32 math without TF32: the peak depends on the GPU model and clocks, so MFU on a
- * GPU comes from system.peak_gflops (0 here: not measured) */
+/* The peak depends on the GPU model, its clocks and the precision (fp32 without TF32,
+ * or tensor cores in bf16/fp16-mixed), so MFU on a GPU comes from system.peak_gflops
+ * (0 here: not measured) */
 static double gpu_peak(void) { return 0.0; }
 
 extern "C" const tr_device tr_gpu_device = {

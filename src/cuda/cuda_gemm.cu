@@ -1,4 +1,4 @@
-/* cuda_gemm.cu: row-major SGEMM over cuBLAS, and the linear layer built on it.
+/* cuda_gemm.cu: row-major GEMM over cuBLAS, and the linear layer built on it.
  *
  * cuBLAS is column-major. A row-major matrix X[r, c] with row stride ld is, read
  * column-major, the matrix X^T with leading dimension ld. So the row-major
@@ -6,9 +6,35 @@
  * is the column-major C^T = alpha op(B)^T op(A)^T + beta C^T: swap the operands
  * (B first), swap M and N, and keep each operand's own transpose flag (the stored
  * column-major X^T is transposed exactly when the row-major call transposes X).
- * The leading dimensions are the row-major strides as given. */
+ * The leading dimensions are the row-major strides as given.
+ *
+ * Precision (set_gemm_precision, kernels.h). fp32: cublasSgemm, TF32 off
+ * (cuda_context.cu), the CPU's fp32 GEMM up to summation order. bf16-mixed and
+ * fp16-mixed: cublasGemmEx on the same fp32 buffers (A, B and C all CUDA_R_32F) with
+ * compute type CUBLAS_COMPUTE_32F_FAST_16BF or _FAST_16F, which lets cuBLAS
+ * down-convert A and B to bf16 (fp16) or to TF32 and multiply them on tensor cores,
+ * accumulating in fp32 (C is read and written in fp32). The model has rounded almost
+ * every input to the run's format already (tr_model_round), and such a value is exact
+ * in bf16 (fp16) and in TF32 alike (TF32 has fp32's exponent and 10 mantissa bits;
+ * bf16 has 7, fp16 10 and a narrower exponent), so whichever conversion cuBLAS picks
+ * is exact and the products are the CPU's exact fp32 products of the same values:
+ * this is the bf16 (fp16) GEMM with fp32 accumulation that the CPU emulates. Inputs
+ * that the model has not rounded are rounded here, by cuBLAS, where the CPU
+ * multiplies them unrounded: inside attention_forward the probabilities of O = A V
+ * (the model rounds the att it stores only afterwards, so backward's dV = A^T dO
+ * reads rounded ones), inside attention_backward the softmax gradient dS of
+ * dQ = dS K and dK = dS^T Q, and the classifiers' input images in their first
+ * layer. In fp16-mixed a dS beyond 65504 becomes inf here and the step is skipped
+ * as any fp16 overflow is (the loss scale halves), where the CPU would go on.
+ * alpha and beta are host floats (the handle's pointer mode stays the default,
+ * host), the scale type CUDA_R_32F that these compute types take. Algorithm
+ * CUBLAS_GEMM_DEFAULT: cuBLAS's heuristic (the _TENSOR_OP variant is deprecated and
+ * the same). Determinism: as for SGEMM, one stream and no atomics (cuda_context.cu).
+ */
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
+
+#include "backend/lowp_math.h" /* tr_precision */
 
 static cublasOperation_t op(int trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
@@ -23,6 +49,23 @@ __global__ static void scale_matrix_kernel(float *C, int M, int N, int ldc, floa
     }
 }
 
+/* The run's format (tr_precision): which cuBLAS routine the products use. Host state
+ * read when a GEMM is queued, so a change applies to the GEMMs queued after it. */
+static int g_gemm_format = TR_PREC_FP32;
+
+void tr_cuda_set_gemm_precision(int format)
+{
+    if (format != TR_PREC_FP32 && format != TR_PREC_BF16 && format != TR_PREC_FP16)
+        tr_fatal(TR_EXIT_SOFTWARE, "set_gemm_precision: %d is not a tr_precision", format);
+    g_gemm_format = format;
+}
+
+/* The tensor-core compute type of a 16-bit format (see the top of this file). */
+static cublasComputeType_t fast_compute_type(int format)
+{
+    return format == TR_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F;
+}
+
 void tr_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
@@ -35,22 +78,36 @@ void tr_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, cons
         TR_CUDA_LAUNCHED();
         return;
     }
-    TR_CUBLAS_CHECK(cublasSgemm(ctx->blas, op(transB), op(transA), N, M, K, &alpha, B, ldb, A,
-                                lda, &beta, C, ldc));
+    if (g_gemm_format == TR_PREC_FP32) {
+        TR_CUBLAS_CHECK(cublasSgemm(ctx->blas, op(transB), op(transA), N, M, K, &alpha, B, ldb,
+                                    A, lda, &beta, C, ldc));
+        return;
+    }
+    TR_CUBLAS_CHECK(cublasGemmEx(ctx->blas, op(transB), op(transA), N, M, K, &alpha, B,
+                                 CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
+                                 fast_compute_type(g_gemm_format), CUBLAS_GEMM_DEFAULT));
 }
 
-void tr_cuda_gemm_strided_batched(int transA, int transB, int M, int N, int K, float alpha,
-                                  const float *A, int lda, long long strideA, const float *B,
-                                  int ldb, long long strideB, float beta, float *C, int ldc,
-                                  long long strideC, int count)
+extern "C" void tr_cuda_gemm_strided_batched(int transA, int transB, int M, int N, int K,
+                                             float alpha, const float *A, int lda,
+                                             long long strideA, const float *B, int ldb,
+                                             long long strideB, float beta, float *C, int ldc,
+                                             long long strideC, int count)
 {
     if (M <= 0 || N <= 0 || K <= 0 || count <= 0)
         tr_fatal(TR_EXIT_SOFTWARE, "gemm_strided_batched: empty problem %d x %d x %d, %d times",
                  M, N, K, count);
     const tr_cuda_ctx *ctx = tr_cuda_ctx_get();
-    TR_CUBLAS_CHECK(cublasSgemmStridedBatched(ctx->blas, op(transB), op(transA), N, M, K, &alpha,
-                                              B, ldb, strideB, A, lda, strideA, &beta, C, ldc,
-                                              strideC, count));
+    if (g_gemm_format == TR_PREC_FP32) {
+        TR_CUBLAS_CHECK(cublasSgemmStridedBatched(ctx->blas, op(transB), op(transA), N, M, K,
+                                                  &alpha, B, ldb, strideB, A, lda, strideA,
+                                                  &beta, C, ldc, strideC, count));
+        return;
+    }
+    TR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        ctx->blas, op(transB), op(transA), N, M, K, &alpha, B, CUDA_R_32F, ldb, strideB, A,
+        CUDA_R_32F, lda, strideA, &beta, C, CUDA_R_32F, ldc, strideC, count,
+        fast_compute_type(g_gemm_format), CUBLAS_GEMM_DEFAULT));
 }
 
 /* ---- linear layer --------------------------------------------------------------- */

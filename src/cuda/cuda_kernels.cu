@@ -26,6 +26,7 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .sum_squares = tr_cuda_sum_squares,
     .scale = tr_cuda_scale,
     .round_lowp = tr_cuda_round_lowp,
+    .set_gemm_precision = tr_cuda_set_gemm_precision,
     .embedding_forward = tr_cuda_embedding_forward,
     .embedding_backward = tr_cuda_embedding_backward,
     .layernorm_forward = tr_cuda_layernorm_forward,

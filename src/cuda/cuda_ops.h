@@ -7,17 +7,15 @@
 #define TR_CUDA_OPS_H
 
 #include "backend/kernels.h" /* tr_conv_shape */
+#include "cuda/cuda_backend.h" /* tr_cuda_gemm_strided_batched */
 
 #include <stddef.h>
 
 /* cuda_gemm.cu */
 void tr_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
-/* Row-major C_i = alpha op(A_i) op(B_i) + beta C_i for i < count, X_i = X + i stride_X. */
-void tr_cuda_gemm_strided_batched(int transA, int transB, int M, int N, int K, float alpha,
-                                  const float *A, int lda, long long strideA, const float *B,
-                                  int ldb, long long strideB, float beta, float *C, int ldc,
-                                  long long strideC, int count);
+/* tr_cuda_gemm_strided_batched: in cuda_backend.h (C-callable, for the tests) */
+void tr_cuda_set_gemm_precision(int format);
 void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const float *b, int B,
                             int IN, int OUT);
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
