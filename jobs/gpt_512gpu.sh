@@ -14,10 +14,11 @@
 #   (ctest -L slurm) runs this very script on a private Slurm, shrunk to one node on
 #   the CPU as a 2-stage pipeline:  DEVICE=cpu PP=2 sbatch --nodes=1
 #   --ntasks-per-node=2 ... .
-#   Waits: pipeline parallelism on GPUs. The CUDA training path runs dp, tp and ZeRO
-#   (never yet on a real GPU: run ctest -L gpu on one node first), but refuses pp > 1
-#   on GPUs for now (exit 64, naming parallel.pp; the job is not requeued), so this
-#   script's PP=8 needs DEVICE=cpu today, or PP=1 with a layout that fits.
+#   Waits: a first run on real GPUs. The CUDA training path runs dp, tp, pp (the
+#   stages' messages as NCCL sends and receives, a communicator and a stream per
+#   direction between neighbours) and ZeRO, but none of it has run on a GPU yet: run
+#   ctest -L gpu on one node first (gpu.pipeline_on_gpu and gpu.test_nccl_pipeline
+#   check the pipeline there).
 #
 # FOR YOUR CLUSTER, change:
 #   - partition and account: uncomment and fill in the two "##SBATCH" lines below;

@@ -83,3 +83,29 @@ layout_gpt_setup() {
     train.eval_every=0 train.log_every=1 optim.name=adamw optim.lr=1e-3
     optim.clip_grad_norm=1.0 optim.weight_decay=0.1 run.progress=off sample.length=0)
 }
+
+# gpu_setup ARGS...: for the scripts of validation/gpu: one step of ARGS on one GPU.
+# Exits 77 (skipped) where no GPU is usable or CUDA is not built in, which the
+# trainer itself reports; any other failure fails the test. Sets GPUS, the GPUs
+# nvidia-smi lists.
+gpu_setup() {
+  run 1 "$WORK/probe" "$WORK/err" "$@" train.steps=1 system.device=cuda run.dir="$WORK/probe.d"
+  if [ "$RC" != 0 ] && grep -q "no usable GPU\|built without CUDA" "$WORK/err"; then
+    echo "skipped: $(grep -m1 -o 'no usable GPU.*\|built without CUDA' "$WORK/err")"
+    exit 77
+  fi
+  check "a first GPU run: exit $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
+  GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+}
+
+# gpu_pair NAME NP RTOL ARGS...: the same run on the CPU ($WORK/NAME.cpu) and on
+# GPUs ($WORK/NAME); the training loss curves must agree within RTOL per step.
+gpu_pair() {
+  local name=$1 np=$2 rtol=$3; shift 3
+  run "$np" "$WORK/$name.cpu.out" "$WORK/err" "$@" run.dir="$WORK/$name.cpu"
+  check "$name, cpu: exit $RC" [ "$RC" = 0 ]
+  run "$np" "$WORK/$name.out" "$WORK/err" "$@" system.device=cuda run.dir="$WORK/$name"
+  check "$name, cuda: exit $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
+  check "$name: cuda follows cpu within $rtol" "$PYTHON" validation/compare_metrics.py \
+    "$WORK/$name.cpu/metrics.csv" "$WORK/$name/metrics.csv" --rtol "$rtol"
+}

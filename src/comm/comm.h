@@ -13,20 +13,29 @@
  * one always use MPI. tr_comm_agree, tr_barrier and tr_comm_node_allgather are
  * always MPI. Every rank of a group must pass the same kind of memory to a call.
  * On device buffers:
- *  - All NCCL work runs on one communication stream per process, in the order the
+ *  - All collectives run on one communication stream per process, in the order the
  *    calls are made, so operations on different groups can never wait on each other
  *    in different orders on different ranks (NCCL's rule for several communicators).
+ *  - Point-to-point calls between neighbours of the pipeline group (ranks r and
+ *    r + 1 of w->pp_group, pp > 1) go over links: per pair and direction, a 2-rank
+ *    NCCL communicator with a stream of its own. Other point-to-point calls use the
+ *    group's communicator on the communication stream.
  *  - Each call first waits (on the GPU) for the work queued so far on the backend's
- *    compute stream (tr_cuda_stream), so it reads what that work wrote.
+ *    compute stream (tr_cuda_stream), so it reads what that work wrote (and a
+ *    receive does not overwrite what that work still reads).
  *  - Blocking calls return at once to the host; the compute stream waits for their
  *    result, so any later work on it (kernels, tr_cuda_download) sees the result.
  *  - Non-blocking ones return a request: tr_test asks whether it has finished,
  *    tr_wait makes the compute stream wait for it (the host does not wait). Until
  *    then the buffer must not be touched, as with MPI.
- *  - Point-to-point: tags are ignored; a pair's messages match in the order they
- *    were sent, and a send finishes only once the peer has posted its receive (both
- *    are NCCL operations that block the communication stream, not the host), so
- *    both ranks must issue matching sends and receives in the same order.
+ *  - Point-to-point: tags are ignored; the messages from one rank to another match
+ *    in the order they were sent, and a send finishes only once the peer has posted
+ *    its receive (both are NCCL operations that block their stream, not the host).
+ *    Over a link each direction is a stream of its own, so the two ranks need only
+ *    post each direction's messages in the same order, as MPI would match them (a
+ *    send up never waits behind a receive from above, as in 1F1B); elsewhere one
+ *    stream holds both directions, so both ranks must issue all their sends and
+ *    receives to each other in the same order.
  *  - Every NCCL or CUDA failure ends the job (tr_fatal) with NCCL's message. */
 #ifndef TR_COMM_H
 #define TR_COMM_H
@@ -90,7 +99,10 @@ void tr_comm_node_allgather(const tr_world *w, const void *mine, size_t bytes, v
 /* Gives every group of the world (world, dp, tp, pp and, where it exists, emb) an
  * NCCL communicator on this rank's current CUDA device, from an ncclUniqueId that
  * the group's rank 0 makes and broadcasts over the group with MPI, and creates the
- * communication stream. Call it after tr_comm_make_grid (the groups must exist) and
+ * communication stream; where pp > 1, also the pipeline group's links (above),
+ * from ids that the lower rank of each pair sends to the upper one, each with its
+ * stream. tr_comm_finalize frees them. Call it after tr_comm_make_grid (the groups
+ * must exist) and
  * after the device is chosen (device_select.c); collective over the world. Groups
  * that already have one are left as they are. Returns 0, or TR_EXIT_USAGE with a
  * message in err in a build without CUDA; any NCCL or CUDA failure is fatal. */

@@ -17,10 +17,18 @@ typedef struct tr_nccl tr_nccl; /* never made without CUDA */
 #include <stdlib.h>
 #include <string.h>
 
+/* Links (comm.h): link[side][dir] is this rank's 2-rank communicator with its
+ * neighbour below (side LINK_BELOW: group rank - 1) or above (LINK_ABOVE: rank + 1)
+ * that carries the messages going up (LINK_UP: from the lower rank of the pair to
+ * the upper) or down (LINK_DOWN). In a link the lower rank is 0, the upper 1. */
+enum { LINK_BELOW = 0, LINK_ABOVE = 1 };
+enum { LINK_UP = 0, LINK_DOWN = 1 };
+
 struct tr_group {
     MPI_Comm comm;
     int rank, size;
-    tr_nccl *nccl; /* NULL: MPI only */
+    tr_nccl *nccl;       /* NULL: MPI only */
+    tr_nccl *link[2][2]; /* [side][dir]; all NULL but on the pipeline group, pp > 1 */
 };
 
 static tr_group g_world_group;
@@ -95,20 +103,42 @@ static tr_nccl *nccl_for(const tr_group *g, const void *buf, const void *other)
     return device ? g->nccl : NULL;
 }
 
-/* Device buffers on a group with NCCL: runs `call` (which names the communicator
- * n_) and RETURNS from the calling function. Nothing at all in a build without
+/* Point-to-point with *peer on buf: the link of that direction where the group has
+ * one to that neighbour (*peer then becomes the peer's rank in the link), else as
+ * nccl_for. sending: 1 for a send, 0 for a receive. */
+static tr_nccl *nccl_p2p_for(const tr_group *g, const void *buf, int *peer, int sending)
+{
+    tr_nccl *n = nccl_for(g, buf, NULL);
+    int above = *peer == g->rank + 1;
+    if (!n || (!above && *peer != g->rank - 1))
+        return n;
+    /* up: I send to the rank above, or receive from the rank below */
+    tr_nccl *l = g->link[above][sending == above ? LINK_UP : LINK_DOWN];
+    if (!l)
+        return n;
+    *peer = above; /* the upper rank of a link is 1 */
+    return l;
+}
+
+/* When `find` (an expression) gives an NCCL communicator: runs `call` (which names
+ * it n_) and RETURNS from the calling function. Nothing at all in a build without
  * CUDA, which has no NCCL to call. */
-#define NCCL_IF_DEVICE(g, buf, other, call)                                               \
+#define NCCL_IF(find, call)                                                               \
     do {                                                                                  \
-        tr_nccl *n_ = nccl_for((g), (buf), (other));                                      \
+        tr_nccl *n_ = (find);                                                             \
         if (n_) {                                                                         \
             call;                                                                         \
             return;                                                                       \
         }                                                                                 \
     } while (0)
 #else
-#define NCCL_IF_DEVICE(g, buf, other, call) ((void)0)
+#define NCCL_IF(find, call) ((void)0)
 #endif
+/* device buffers on a group with NCCL */
+#define NCCL_IF_DEVICE(g, buf, other, call) NCCL_IF(nccl_for((g), (buf), (other)), call)
+/* point-to-point: also chooses the link and rewrites peer (a parameter) for it */
+#define NCCL_P2P_IF_DEVICE(g, buf, peer, sending, call)                                   \
+    NCCL_IF(nccl_p2p_for((g), (buf), &(peer), (sending)), call)
 
 static void group_from(tr_group *g, MPI_Comm c)
 {
@@ -146,9 +176,29 @@ void tr_comm_init(int *argc, char ***argv, tr_world *w)
     w->dp_group = w->tp_group = w->pp_group = w->world;
 }
 
+#ifdef TRAINER_HAVE_CUDA
+/* The sides of this rank's links in the order every rank makes (and frees) them:
+ * first the pairs (k, k + 1) with k even, then those with k odd. In each of the two
+ * phases a rank is in one pair at most, and its partner handles the same pair in
+ * the same phase, so nobody waits on a rank that is busy with another pair, and
+ * the pairs of a phase are made at the same time (no chain along the pipeline). */
+static void link_order(const tr_group *g, int side[2])
+{
+    side[0] = g->rank % 2 ? LINK_BELOW : LINK_ABOVE; /* the pair whose lower rank is even */
+    side[1] = 1 - side[0];
+}
+#endif
+
 static void free_nccl(tr_group *g)
 {
 #ifdef TRAINER_HAVE_CUDA
+    int order[2];
+    link_order(g, order);
+    for (int i = 0; i < 2; i++)
+        for (int dir = LINK_UP; dir <= LINK_DOWN; dir++) {
+            tr_nccl_destroy(g->link[order[i]][dir]);
+            g->link[order[i]][dir] = NULL;
+        }
     tr_nccl_destroy(g->nccl);
 #endif
     g->nccl = NULL;
@@ -260,6 +310,74 @@ void tr_comm_node_allgather(const tr_world *w, const void *mine, size_t bytes, v
     MPI_Comm_free(&local);
 }
 
+#ifdef TRAINER_HAVE_CUDA
+/* The two links (up, down) between this rank and its neighbour on `side`: the lower
+ * rank of the pair makes both ids and sends them to the upper (tag: nothing else is
+ * in flight on the group while it is set up), and both make the links, up first. */
+static void make_link_pair(tr_group *g, int side)
+{
+    enum { TAG_LINK_IDS = 32767 }; /* the largest tag MPI always allows */
+    unsigned char id[2][TR_NCCL_ID_BYTES];
+    int upper = side == LINK_BELOW; /* this rank is the pair's upper one */
+    int peer = upper ? g->rank - 1 : g->rank + 1;
+    if (!upper) {
+        tr_nccl_unique_id(id[LINK_UP]);
+        tr_nccl_unique_id(id[LINK_DOWN]);
+        MPI_CHECK(MPI_Send(id, (int)sizeof id, MPI_BYTE, peer, TAG_LINK_IDS, g->comm));
+    } else {
+        MPI_CHECK(MPI_Recv(id, (int)sizeof id, MPI_BYTE, peer, TAG_LINK_IDS, g->comm,
+                           MPI_STATUS_IGNORE));
+    }
+    for (int dir = LINK_UP; dir <= LINK_DOWN; dir++)
+        g->link[side][dir] = tr_nccl_create(id[dir], 2, upper, 1);
+}
+
+/* Links between neighbouring ranks of g (the pipeline group): one 2-rank NCCL
+ * communicator, with its own stream, per direction of each neighbouring pair.
+ *
+ * Why: a send in NCCL ends only once the peer's receive runs, and holds up its stream
+ * until then. With one stream for both directions, 1F1B deadlocks: stage s queues
+ * the activation of micro-batch i+1 for s+1 and then the receive of i's gradient,
+ * while s+1 queues the send of i's gradient and then the receive of i+1's
+ * activation; each stream waits in its send for a receive queued behind the other
+ * rank's send. With a stream per direction each stream holds one kind of operation
+ * (sends on one side, receives on the other) of one FIFO that both ranks post in
+ * the same order (train_pipeline.c: each direction in micro-batch order).
+ *
+ * Why that cannot deadlock: every wait on the GPU is one the host program already
+ * has under MPI with its worst-case blocking (a send completes only when the
+ * receive is posted): a link's operation waits for the compute stream's work queued
+ * before the call, and for the link's earlier operations, which MPI matches in the
+ * same order (it does not overtake between one pair and tag); the compute stream
+ * waits for a receive or a blocking send where the host would block in it, and for
+ * an isend at tr_wait. So if every rank gets through the schedule under MPI with
+ * rendezvous sends (validation/unit/test_pipeline.c simulates exactly that for every
+ * pp <= 8 and up to 16 micro-batches), every NCCL operation eventually runs. (NCCL
+ * may also hold up the host in a link's first operation until the peer's first one
+ * on it, to connect. The simulation covers that too: a first receive blocks under
+ * MPI anyway, and a stage's first isend of an activation meets the receive that the
+ * next stage posts before anything else in its schedule.)
+ *
+ * What NCCL asks of communicators used concurrently (NCCL's guide, "Using multiple
+ * NCCL communicators concurrently": their kernels must all fit on the GPU together,
+ * and nothing may synchronise the whole device while one of them waits): at most
+ * five NCCL operations are in flight per rank, one on each stream (the collectives'
+ * and up to four links), and the trainer's device memory is one allocation made
+ * before the first step (no cudaMalloc or cudaFree, which synchronise the device,
+ * until the end). */
+static void make_links(tr_group *g)
+{
+    int order[2];
+    link_order(g, order);
+    for (int i = 0; i < 2; i++) {
+        int side = order[i];
+        int peer = side == LINK_ABOVE ? g->rank + 1 : g->rank - 1;
+        if (peer >= 0 && peer < g->size && !g->link[side][LINK_UP])
+            make_link_pair(g, side);
+    }
+}
+#endif
+
 int tr_comm_use_nccl(tr_world *w, char *err, size_t errlen)
 {
 #ifndef TRAINER_HAVE_CUDA
@@ -281,8 +399,10 @@ int tr_comm_use_nccl(tr_world *w, char *err, size_t errlen)
         if (g->rank == 0)
             tr_nccl_unique_id(id);
         MPI_CHECK(MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, g->comm));
-        g->nccl = tr_nccl_create(id, g->size, g->rank);
+        g->nccl = tr_nccl_create(id, g->size, g->rank, 0);
     }
+    if (w->pp > 1) /* after every group's communicator, on every rank */
+        make_links(w->pp_group);
     return 0;
 #endif
 }
@@ -384,7 +504,7 @@ void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dty
 
 void tr_send(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g)
 {
-    NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_send(n_, buf, count, dtype, peer, NULL));
+    NCCL_P2P_IF_DEVICE(g, buf, peer, 1, tr_nccl_send(n_, buf, count, dtype, peer, NULL));
     if (count > INT_MAX)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: send of %zu elements", count);
     MPI_CHECK(MPI_Send(buf, (int)count, mpi_type(dtype), peer, tag, g->comm));
@@ -393,7 +513,7 @@ void tr_send(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, t
 void tr_isend(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g,
               tr_request *req)
 {
-    NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_send(n_, buf, count, dtype, peer, req));
+    NCCL_P2P_IF_DEVICE(g, buf, peer, 1, tr_nccl_send(n_, buf, count, dtype, peer, req));
     if (count > INT_MAX)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: send of %zu elements", count);
     MPI_CHECK(MPI_Isend(buf, (int)count, mpi_type(dtype), peer, tag, g->comm,
@@ -403,7 +523,7 @@ void tr_isend(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, 
 
 void tr_recv(void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g)
 {
-    NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_recv(n_, buf, count, dtype, peer));
+    NCCL_P2P_IF_DEVICE(g, buf, peer, 0, tr_nccl_recv(n_, buf, count, dtype, peer));
     if (count > INT_MAX)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: receive of %zu elements", count);
     MPI_CHECK(MPI_Recv(buf, (int)count, mpi_type(dtype), peer, tag, g->comm, MPI_STATUS_IGNORE));

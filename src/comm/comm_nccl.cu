@@ -2,23 +2,32 @@
  * with NCCL. comm_mpi.c decides which calls come here (comm_nccl.h); this file
  * knows nothing of MPI. Built only with the CUDA backend.
  *
- * Streams. All NCCL operations of the process go on one communication stream, in
- * the order they are called: every rank calls the operations of a group in the same
- * order, so one stream per rank is enough for NCCL's rule on several communicators
- * (operations on them must not be in flight in different orders on different ranks,
- * or their kernels can wait on each other for ever). It is a non-blocking stream of
- * the highest priority: the legacy default stream does not serialise with it, and
- * while backward fills the GPU the scheduler runs communication kernels first.
+ * Streams. Every communicator posts its operations on one stream, in the order they
+ * are called. The collectives of all groups share the process's communication
+ * stream: every rank calls the operations of a group in the same order, so one
+ * stream per rank is enough for NCCL's rule on several communicators (operations on
+ * them must not be in flight in different orders on different ranks, or their
+ * kernels can wait on each other for ever). A link (comm.h: one direction of the
+ * point-to-point traffic between two neighbouring pipeline stages, a 2-rank
+ * communicator) has a stream of its own instead (NCCL runs one communicator's
+ * operations in the order they are issued, so a communicator serves one stream):
+ * a link's stream carries one FIFO that both of its ranks post in the same order,
+ * independent of the other direction and of the collectives (why this never
+ * deadlocks: comm_mpi.c, make_links). Every stream is
+ * non-blocking and of the highest priority: the legacy default stream does not
+ * serialise with it, and while backward fills the GPU the scheduler runs
+ * communication kernels first.
  *
  * Each call records an event on the backend's compute stream (tr_cuda_stream) and
- * makes the communication stream wait for it, so NCCL reads what the kernels queued
- * before the call wrote. A blocking call then records `done` and makes the compute
- * stream wait for it (the host does not wait); a non-blocking one records an event
- * of its own that tr_test queries and tr_wait hands to the compute stream. Events of
- * requests come from a free list that grows to the largest number in flight at
- * once (the first step), so starting one later never allocates. cudaStreamWaitEvent
- * takes the event's state when it is called, so an event may be recorded again at
- * once, which is what lets `queued` and `done` be reused by every call. */
+ * makes the communicator's stream wait for it, so NCCL reads what the kernels queued
+ * before the call wrote (and a receive does not overwrite what they still read). A
+ * blocking call then records `done` and makes the compute stream wait for it (the
+ * host does not wait); a non-blocking one records an event of its own that tr_test
+ * queries and tr_wait hands to the compute stream. Events of requests come from a
+ * free list that grows to the largest number in flight at once (the first step), so
+ * starting one later never allocates. cudaStreamWaitEvent takes the event's state
+ * when it is called, so an event may be recorded again at once, which is what lets
+ * `queued` and `done` be reused by every call on every stream. */
 #include "comm/comm_nccl.h"
 #include "core/error.h"
 #include "cuda/cuda_common.h"
@@ -109,6 +118,8 @@ static_assert(sizeof(cudaEvent_t) <= sizeof(((tr_request *)0)->storage),
 struct tr_nccl {
     ncclComm_t comm;
     int rank, size;
+    cudaStream_t stream; /* g.stream, or its own (own_stream) */
+    int own_stream;
 };
 
 /* ---- errors ---------------------------------------------------------------------- */
@@ -135,7 +146,7 @@ static inline void nccl_check_at(const char *file, int line, ncclResult_t r, con
 static struct {
     int ready;
     int device;
-    cudaStream_t stream; /* every NCCL operation, in call order */
+    cudaStream_t stream; /* the collectives of every group, in call order */
     cudaEvent_t queued;  /* the compute stream's work before a call */
     cudaEvent_t done;    /* the end of a blocking call */
     cudaEvent_t *spare;  /* free events for requests: [nspare] of [cap] */
@@ -149,17 +160,25 @@ static cudaEvent_t new_event(void)
     return e;
 }
 
+/* A communication stream: non-blocking, of the highest priority (see the top). */
+static cudaStream_t new_stream(void)
+{
+    int least = 0, greatest = 0;
+    cudaStream_t s;
+    TR_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    TR_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
+    return s;
+}
+
 static void setup_once(void)
 {
     if (g.ready)
         return;
     /* the backend's context (made here on the current device if it is not yet):
-     * communicators, stream and events all live on its device */
+     * communicators, streams and events all live on its device */
     g.device = tr_cuda_ctx_get()->device;
     TR_CUDA_CHECK(cudaSetDevice(g.device));
-    int least = 0, greatest = 0;
-    TR_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    TR_CUDA_CHECK(cudaStreamCreateWithPriority(&g.stream, cudaStreamNonBlocking, greatest));
+    g.stream = new_stream();
     g.queued = new_event();
     g.done = new_event();
     g.ready = 1;
@@ -184,25 +203,25 @@ static void give_event(cudaEvent_t e)
     g.spare[g.nspare++] = e;
 }
 
-/* The communication stream, after the compute stream's work so far. */
-static cudaStream_t begin(void)
+/* c's stream, after the compute stream's work so far. */
+static cudaStream_t begin(const tr_nccl *c)
 {
     TR_CUDA_CHECK(cudaEventRecord(g.queued, tr_cuda_stream()));
-    TR_CUDA_CHECK(cudaStreamWaitEvent(g.stream, g.queued, 0));
-    return g.stream;
+    TR_CUDA_CHECK(cudaStreamWaitEvent(c->stream, g.queued, 0));
+    return c->stream;
 }
 
-/* After the NCCL call: blocking (req NULL), the compute stream waits for it; else
- * req holds an event recorded after it. */
-static void finish(tr_request *req)
+/* After the NCCL call on c: blocking (req NULL), the compute stream waits for it;
+ * else req holds an event recorded after it. */
+static void finish(const tr_nccl *c, tr_request *req)
 {
     if (!req) {
-        TR_CUDA_CHECK(cudaEventRecord(g.done, g.stream));
+        TR_CUDA_CHECK(cudaEventRecord(g.done, c->stream));
         TR_CUDA_CHECK(cudaStreamWaitEvent(tr_cuda_stream(), g.done, 0));
         return;
     }
     cudaEvent_t e = take_event();
-    TR_CUDA_CHECK(cudaEventRecord(e, g.stream));
+    TR_CUDA_CHECK(cudaEventRecord(e, c->stream));
     memcpy(req->storage, &e, sizeof e);
     req->active = TR_REQ_NCCL;
 }
@@ -242,7 +261,7 @@ extern "C" void tr_nccl_unique_id(void *id)
     memcpy(id, &uid, sizeof uid);
 }
 
-extern "C" tr_nccl *tr_nccl_create(const void *id, int size, int rank)
+extern "C" tr_nccl *tr_nccl_create(const void *id, int size, int rank, int own_stream)
 {
     setup_once();
     TR_CUDA_CHECK(cudaSetDevice(g.device)); /* NCCL binds a communicator to the current one */
@@ -253,6 +272,8 @@ extern "C" tr_nccl *tr_nccl_create(const void *id, int size, int rank)
     NCCL_CHECK(ncclCommInitRank(&c->comm, size, uid, rank));
     c->rank = rank;
     c->size = size;
+    c->own_stream = own_stream;
+    c->stream = own_stream ? new_stream() : g.stream;
     return c;
 }
 
@@ -260,8 +281,10 @@ extern "C" void tr_nccl_destroy(tr_nccl *c)
 {
     if (!c)
         return;
-    TR_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
     NCCL_CHECK(ncclCommDestroy(c->comm));
+    if (c->own_stream) /* after the communicator: nothing of NCCL's is left on it */
+        TR_CUDA_CHECK(cudaStreamDestroy(c->stream));
     tr_free(c);
 }
 
@@ -283,18 +306,18 @@ extern "C" int tr_nccl_is_device(const void *p)
 extern "C" void tr_nccl_allreduce(tr_nccl *c, const void *sendbuf, void *recvbuf, size_t count,
                                   tr_dtype dtype, tr_redop op, tr_request *req)
 {
-    cudaStream_t s = begin();
+    cudaStream_t s = begin(c);
     NCCL_CHECK(ncclAllReduce(sendbuf, recvbuf, count, nccl_type(dtype), nccl_op(op), c->comm, s));
-    finish(req);
+    finish(c, req);
 }
 
 extern "C" void tr_nccl_reduce(tr_nccl *c, void *buf, size_t count, tr_dtype dtype, tr_redop op,
                                int root, tr_request *req)
 {
-    cudaStream_t s = begin();
+    cudaStream_t s = begin(c);
     /* in place on root; the other ranks' recvbuff is ignored, so their buf stays */
     NCCL_CHECK(ncclReduce(buf, buf, count, nccl_type(dtype), nccl_op(op), root, c->comm, s));
-    finish(req);
+    finish(c, req);
 }
 
 extern "C" void tr_nccl_allgatherv(tr_nccl *c, void *buf, const size_t *counts,
@@ -306,7 +329,7 @@ extern "C" void tr_nccl_allgatherv(tr_nccl *c, void *buf, const size_t *counts,
     for (int r = 0; r < c->size; r++)
         if (counts[r] != counts[0] || displs[r] != (size_t)r * counts[0])
             even = 0;
-    cudaStream_t s = begin();
+    cudaStream_t s = begin(c);
     if (even) {
         /* in place: this rank's piece already sits at recvbuff + rank * count */
         NCCL_CHECK(ncclAllGather(b + displs[c->rank] * es, b, counts[0], nccl_type(dtype),
@@ -321,29 +344,29 @@ extern "C" void tr_nccl_allgatherv(tr_nccl *c, void *buf, const size_t *counts,
                                          nccl_type(dtype), r, c->comm, s));
         NCCL_CHECK(ncclGroupEnd());
     }
-    finish(NULL);
+    finish(c, NULL);
 }
 
 extern "C" void tr_nccl_send(tr_nccl *c, const void *buf, size_t count, tr_dtype dtype,
                              int peer, tr_request *req)
 {
-    cudaStream_t s = begin();
+    cudaStream_t s = begin(c);
     NCCL_CHECK(ncclSend(buf, count, nccl_type(dtype), peer, c->comm, s));
-    finish(req);
+    finish(c, req);
 }
 
 extern "C" void tr_nccl_recv(tr_nccl *c, void *buf, size_t count, tr_dtype dtype, int peer)
 {
-    cudaStream_t s = begin();
+    cudaStream_t s = begin(c);
     NCCL_CHECK(ncclRecv(buf, count, nccl_type(dtype), peer, c->comm, s));
-    finish(NULL);
+    finish(c, NULL);
 }
 
 extern "C" void tr_nccl_bcast(tr_nccl *c, void *buf, size_t count, tr_dtype dtype, int root)
 {
-    cudaStream_t s = begin();
+    cudaStream_t s = begin(c);
     NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(dtype), root, c->comm, s));
-    finish(NULL);
+    finish(c, NULL);
 }
 
 /* ---- requests -------------------------------------------------------------------- */

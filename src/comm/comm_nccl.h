@@ -7,8 +7,9 @@
  * travels as bytes that comm_mpi.c broadcasts).
  *
  * Semantics (the stream rules) are those that comm.h states for device buffers. The
- * process has one communication stream, made by the first tr_nccl_create on the
- * device the backend's compute stream lives on. */
+ * process has one communication stream for the collectives of every group, made by
+ * the first tr_nccl_create on the device the backend's compute stream lives on; a
+ * link (comm.h) is a communicator with a stream of its own. */
 #ifndef TR_COMM_NCCL_H
 #define TR_COMM_NCCL_H
 
@@ -28,10 +29,12 @@ typedef struct tr_nccl tr_nccl; /* one group's communicator */
 /* Rank 0 of a group: a new unique id into id[TR_NCCL_ID_BYTES]. */
 void tr_nccl_unique_id(void *id);
 /* Every rank of the group, with the id rank 0 made: the communicator (collective
- * over the group, blocking until all its ranks have called it). */
-tr_nccl *tr_nccl_create(const void *id, int size, int rank);
-/* Waits for the communication stream, then frees the communicator. Every rank of
- * the group calls it, groups in the same order on every rank. */
+ * over the group, blocking until all its ranks have called it). own_stream 0: its
+ * operations go on the process's communication stream; 1: on a stream of its own,
+ * made here (a link: two ranks, one direction of point-to-point traffic). */
+tr_nccl *tr_nccl_create(const void *id, int size, int rank, int own_stream);
+/* Waits for the communicator's stream, then frees the communicator (and its own
+ * stream). Every rank of the group calls it, groups in the same order on every rank. */
 void tr_nccl_destroy(tr_nccl *c);
 
 /* 1 when p is device memory (cudaMalloc), 0 for host memory of any kind. */

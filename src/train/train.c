@@ -411,13 +411,8 @@ static int setup(run *r)
     else
         tr_comm_make_grid(r->w, r->w->size / (tp * pp), tp, pp);
     if (!rc && !r->rt->plan_ranks && !strcmp(tr_deck_str(r->d, "system", "device"), "cuda")) {
-        if (pp > 1) /* see comm.h: NCCL point-to-point on one stream can deadlock there */
-            rc = tr_run_key_error(r, "parallel", "pp",
-                                  "pipeline parallelism does not run on GPUs yet (its NCCL "
-                                  "sends and receives need a stream per direction); use "
-                                  "parallel.pp = 1 with device = cuda, or device = cpu");
-        else
-            rc = tr_comm_use_nccl(r->w, r->err, sizeof r->err);
+        /* pp > 1 too: the pipeline's messages go over links, a stream per direction */
+        rc = tr_comm_use_nccl(r->w, r->err, sizeof r->err);
         rc = tr_comm_agree(r->w, rc, r->err);
         if (rc)
             return rc;

@@ -8,7 +8,9 @@
  * gradients go back with blocking sends. Every receive is blocking. Because no
  * rank ever blocks in a send of an activation, and the schedules run each direction
  * in the same micro-batch order on every stage, every receive is eventually matched:
- * no (pp, micro_batches) deadlocks. */
+ * no (pp, micro_batches) deadlocks. On GPUs the same holds for NCCL, whose sends
+ * and receives wait on the GPU instead of the host: each direction between two
+ * stages is a stream of its own there (comm.h: links). */
 #include "core/error.h"
 #include "models/gpt.h"
 #include "run.h"

@@ -20,6 +20,18 @@
  * group; 2 ranks: pp 2; 3: dp 3; 1: all of size 1), each with its NCCL communicator.
  * Point-to-point needs 2 ranks or more (one GPU: skipped, and said).
  *
+ * Links (comm.h: the pipeline group's point-to-point, a communicator and a stream
+ * per direction between neighbouring stages), on the pp group: neighbours that both
+ * isend to each other and then receive from each other (what 1F1B does between two
+ * stages, and what deadlocks on one stream: each stream's send would wait for a
+ * receive queued behind the other rank's send), with messages larger than NCCL's
+ * buffers so that no send can finish before its receive runs; and the message
+ * protocol of src/train/train_pipeline.c replayed for the real 1F1B and GPipe
+ * schedules (parallel/pipeline.h), warm-up and cool-down included, with kernels
+ * standing in for the stages' forward and backward. A deadlock ends in on_gpus.sh's
+ * time limit. With --pipeline every rank is a stage (pp = ranks, up to 4: the middle
+ * stages have links on both sides) and only the pp group is tested.
+ *
  * Launched by on_gpus.sh, which runs `test_nccl --gpus` first, without MPI: it
  * prints how many GPUs are usable, or why none is and exits 77 (CTest: skipped). */
 #include "backend/kernels.h"
@@ -28,6 +40,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_probe.h"
+#include "parallel/pipeline.h"
 #include "test_util.h"
 
 #include <stdint.h>
@@ -327,6 +340,185 @@ static void test_p2p(tr_group *g, const char *gname, int nonblocking)
     twin_free(&in);
 }
 
+/* ---- links ------------------------------------------------------------------------ */
+
+/* dst = a + b on n floats: a kernel on the device, a loop on the host */
+static void add(int device, float *dst, const float *a, const float *b, size_t n)
+{
+    if (device) {
+        gpu->residual_forward(dst, a, b, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = a[i] + b[i];
+}
+
+/* Pairs (k, k + 1) with k = offset mod 2 of the group's neighbours: each rank isends
+ * ROUNDS messages to its partner, each followed at once by a receive from it. */
+static void test_crossing(tr_group *g, const char *gname, int offset)
+{
+    enum { ROUNDS = 3 };
+    int size = tr_group_size(g), me = tr_group_rank(g);
+    int lower = (me - offset) % 2 == 0 ? me : me - 1;
+    if (lower < 0 || lower + 1 >= size)
+        return; /* no partner at this offset */
+    int partner = lower == me ? me + 1 : lower;
+    size_t n = (size_t)1 << 22; /* 16 MiB: more than NCCL buffers between two GPUs */
+    twin out[ROUNDS], in[ROUNDS];
+    tr_request req[2][ROUNDS];
+    memset(req, 0, sizeof req);
+    for (int k = 0; k < ROUNDS; k++) {
+        out[k] = twin_new(n * sizeof(float));
+        in[k] = twin_new(n * sizeof(float));
+        fill(out[k].h, TR_F32, n, me, 20 + k);
+        twin_upload(&out[k]);
+    }
+    for (int side = 0; side < 2; side++) { /* the device (NCCL links), then the host (MPI) */
+        for (int k = 0; k < ROUNDS; k++) {
+            if (side == 0) {
+                busy_compute_stream();
+                dev_scale(&out[k], n, 2.0f);
+            } else {
+                host_scale(&out[k], n, 2.0f);
+            }
+            tr_isend(side ? out[k].h : out[k].d, n, TR_F32, partner, 3, g, &req[side][k]);
+            tr_recv(side ? in[k].h : in[k].d, n, TR_F32, partner, 3, g);
+            if (side == 0)
+                dev_scale(&in[k], n, 0.5f); /* queued at once: after the receive, on the GPU */
+            else
+                host_scale(&in[k], n, 0.5f);
+        }
+        for (int k = 0; k < ROUNDS; k++)
+            tr_wait(&req[side][k]);
+    }
+    for (int k = 0; k < ROUNDS; k++) {
+        int right = 1;
+        for (size_t i = 0; i < n; i++)
+            right &= ((float *)in[k].h)[i] == (float)value(partner, i, 20 + k);
+        CHECK(right, "[rank %d] MPI crossing on %s: wrong data from rank %d", W.rank, gname,
+              partner);
+        char what[120];
+        snprintf(what, sizeof what, "crossing isend+recv %d with rank %d on %s", k, partner,
+                 gname);
+        same(&in[k], TR_F32, what);
+        twin_free(&out[k]);
+        twin_free(&in[k]);
+    }
+}
+
+/* float buffer of a twin on one side */
+static float *fb(twin *b, int device) { return (float *)(device ? b->d : b->h); }
+
+/* train_pipeline.c's messages for schedule `kind` over M micro-batches, stage s of
+ * the group: forward: in = x (first stage) or the activation received from s - 1,
+ * out = in + bias_s, isent to s + 1 (the last stage keeps it as y); backward: grad =
+ * y (last stage) or the gradient received from s + 1, grad += in (the slot's saved
+ * input: a slot reused too early shows), sent to s - 1 (the first stage keeps it as
+ * dx). The last stage's y and the first's dx, device against host and against the
+ * closed form. */
+enum { MAXM = 16 };
+
+static void test_pipeline_replay(tr_group *g, const char *gname, tr_pipe_schedule kind, int M)
+{
+    int P = tr_group_size(g), s = tr_group_rank(g), first = s == 0, last = s == P - 1;
+    size_t n = ((size_t)1 << 21) + 3, bytes = n * sizeof(float);
+    tr_pipe_op ops[2 * MAXM];
+    int nops = tr_pipeline_ops(kind, P, s, M, ops), slots = tr_pipeline_slots(kind, P, s, M);
+    twin in[MAXM], out[MAXM];
+    for (int k = 0; k < slots; k++)
+        in[k] = twin_new(bytes), out[k] = twin_new(bytes);
+    twin grad = twin_new(bytes), bias = twin_new(bytes), zero = twin_new(bytes);
+    twin x = twin_new(M * bytes), y = twin_new(M * bytes), dx = twin_new(M * bytes);
+    fill(bias.h, TR_F32, n, s, 10);
+    fill(x.h, TR_F32, (size_t)M * n, 0, 11);
+    memset(zero.h, 0, bytes);
+    memset(y.h, 0, M * bytes); /* the device twins start at 0 too */
+    memset(dx.h, 0, M * bytes);
+    twin_upload(&bias);
+    twin_upload(&x);
+    for (int side = 0; side < 2; side++) {
+        int dev = side == 0;
+        float *G = fb(&grad, dev), *B = fb(&bias, dev), *Z = fb(&zero, dev);
+        tr_request req[MAXM];
+        memset(req, 0, sizeof req);
+        for (int k = 0; k < nops; k++) {
+            int i = ops[k].micro, sl = i % slots;
+            float *I = fb(&in[sl], dev), *O = fb(&out[sl], dev);
+            float *Y = fb(&y, dev) + (size_t)i * n;
+            if (!ops[k].backward) {
+                tr_wait(&req[sl]); /* the slot's previous output has left */
+                if (first)
+                    add(dev, I, fb(&x, dev) + (size_t)i * n, Z, n);
+                else
+                    tr_recv(I, n, TR_F32, s - 1, 1, g);
+                if (dev)
+                    busy_compute_stream(); /* the send below must wait for it */
+                add(dev, O, I, B, n);
+                if (last)
+                    add(dev, Y, O, Z, n);
+                else
+                    tr_isend(O, n, TR_F32, s + 1, 1, g, &req[sl]);
+            } else {
+                if (last)
+                    add(dev, G, Y, Z, n);
+                else
+                    tr_recv(G, n, TR_F32, s + 1, 2, g);
+                add(dev, G, G, I, n);
+                if (first)
+                    add(dev, fb(&dx, dev) + (size_t)i * n, G, Z, n);
+                else
+                    tr_send(G, n, TR_F32, s - 1, 2, g);
+            }
+        }
+        for (int k = 0; k < slots; k++)
+            tr_wait(&req[k]);
+    }
+    const char *name = kind == TR_SCHED_1F1B ? "1f1b" : "gpipe";
+    char what[160];
+    if (last || first) { /* the host against the closed form */
+        int right = 1;
+        for (int i = 0; i < M; i++)
+            for (size_t j = 0; j < n; j++) {
+                float xv = (float)value(0, (size_t)i * n + j, 11), acc = xv, sum_in = 0;
+                for (int t = 0; t < P; t++) { /* acc: stage t's input, then its output */
+                    sum_in += acc;
+                    acc += (float)value(t, j, 10);
+                }
+                if (last)
+                    right &= ((float *)y.h)[(size_t)i * n + j] == acc;
+                if (first)
+                    right &= ((float *)dx.h)[(size_t)i * n + j] == acc + sum_in;
+            }
+        CHECK(right, "[rank %d] MPI %s replay, pp %d M %d on %s: wrong results", W.rank, name, P,
+              M, gname);
+    }
+    snprintf(what, sizeof what, "%s replay pp %d M %d on %s: last stage's outputs", name, P, M,
+             gname);
+    same(&y, TR_F32, what);
+    snprintf(what, sizeof what, "%s replay pp %d M %d on %s: first stage's input gradients",
+             name, P, M, gname);
+    same(&dx, TR_F32, what);
+    for (int k = 0; k < slots; k++) {
+        twin_free(&in[k]);
+        twin_free(&out[k]);
+    }
+    twin *rest[] = {&grad, &bias, &zero, &x, &y, &dx};
+    for (size_t k = 0; k < sizeof rest / sizeof *rest; k++)
+        twin_free(rest[k]);
+}
+
+static void test_links(tr_group *g, const char *gname)
+{
+    if (tr_group_size(g) < 2)
+        return;
+    test_crossing(g, gname, 0);
+    test_crossing(g, gname, 1);
+    const int ms[] = {1, 3, 8};
+    for (size_t k = 0; k < sizeof ms / sizeof *ms; k++)
+        test_pipeline_replay(g, gname, TR_SCHED_1F1B, ms[k]);
+    test_pipeline_replay(g, gname, TR_SCHED_GPIPE, 4);
+}
+
 static void test_group(tr_group *g, const char *gname)
 {
     CHECK(tr_group_has_nccl(g), "[rank %d] %s has no NCCL communicator", W.rank, gname);
@@ -360,6 +552,10 @@ int main(int argc, char **argv)
             printf("SKIPPED: %s\n", why);
             return 77;
         }
+        if (ngpu < 2 && argc > 2 && !strcmp(argv[2], "--pipeline")) {
+            printf("SKIPPED: one GPU: a pipeline needs two ranks, one per GPU\n");
+            return 77;
+        }
         printf("%d\n", ngpu);
         return 0;
     }
@@ -379,15 +575,24 @@ int main(int argc, char **argv)
     g_b = tr_cuda_alloc((size_t)D * D * sizeof(float), "busy B");
     g_c = tr_cuda_alloc((size_t)D * D * sizeof(float), "busy C");
 
-    int pp = W.size % 2 == 0 ? 2 : 1, tp = W.size == 4 ? 2 : 1;
+    int pipeline = argc > 1 && !strcmp(argv[1], "--pipeline");
+    if (pipeline && W.size < 2) {
+        printf("SKIPPED: one GPU: a pipeline needs two ranks\n");
+        tr_comm_finalize(&W);
+        return 77;
+    }
+    int pp = pipeline ? W.size : W.size % 2 == 0 ? 2 : 1, tp = W.size == 4 && !pipeline ? 2 : 1;
     tr_comm_make_grid(&W, W.size / (tp * pp), tp, pp);
     rc = tr_comm_use_nccl(&W, err, sizeof err);
     CHECK(rc == 0, "tr_comm_use_nccl: %s", err);
-    test_group(W.world, "world");
-    test_group(W.dp_group, "dp group");
-    test_group(W.tp_group, "tp group");
+    if (!pipeline) {
+        test_group(W.world, "world");
+        test_group(W.dp_group, "dp group");
+        test_group(W.tp_group, "tp group");
+    }
     test_group(W.pp_group, "pp group");
-    if (W.emb_group)
+    test_links(W.pp_group, "pp group");
+    if (W.emb_group && !pipeline)
         test_group(W.emb_group, "embedding group");
     if (W.size == 1 && W.rank == 0)
         printf("one GPU: point-to-point not tested (it needs two ranks)\n");

@@ -9,33 +9,17 @@
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
 G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}")
-run 1 "$WORK/probe" "$WORK/err" "${G[@]}" train.steps=1 system.device=cuda run.dir="$WORK/probe.d"
-if [ "$RC" != 0 ] && grep -q "no usable GPU\|built without CUDA" "$WORK/err"; then
-  echo "skipped: $(grep -m1 -o 'no usable GPU.*\|built without CUDA' "$WORK/err")"
-  exit 77
-fi
-check "a first GPU run: exit $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
-gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-cmp() { "$PYTHON" validation/compare_metrics.py "$@"; }
-pair() { # pair NAME NP RTOL args...: the same run on cpu and cuda
-  local name=$1 np=$2 rtol=$3; shift 3
-  run "$np" "$WORK/$name.cpu.out" "$WORK/err" "$@" run.dir="$WORK/$name.cpu"
-  check "$name, cpu: exit $RC" [ "$RC" = 0 ]
-  run "$np" "$WORK/$name.out" "$WORK/err" "$@" system.device=cuda run.dir="$WORK/$name"
-  check "$name, cuda: exit $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
-  check "$name: cuda follows cpu within $rtol" cmp "$WORK/$name.cpu/metrics.csv" \
-    "$WORK/$name/metrics.csv" --rtol "$rtol"
-}
+gpu_setup "${G[@]}"
 if [ -f "$SRC/data/mnist/train-images-idx3-ubyte" ]; then
-  pair mlp 1 1e-4 inputs/mnist.in train.steps=100 train.log_every=1 run.progress=off
-  pair cnn 1 1e-4 inputs/mnist_cnn.in train.steps=50 train.log_every=1 run.progress=off
+  gpu_pair mlp 1 1e-4 inputs/mnist.in train.steps=100 train.log_every=1 run.progress=off
+  gpu_pair cnn 1 1e-4 inputs/mnist_cnn.in train.steps=50 train.log_every=1 run.progress=off
 fi
-pair gpt 1 1e-4 "${G[@]}"
-pair gpt_bf16 1 1e-2 "${G[@]}" train.precision=bf16-mixed
-if [ "$gpus" -ge 2 ]; then
-  pair gpt_dp2 2 1e-4 "${G[@]}"
-  pair gpt_tp2 2 1e-4 "${G[@]}" parallel.tp=2
-  pair gpt_zero1 2 1e-4 "${G[@]}" parallel.zero=1
+gpu_pair gpt 1 1e-4 "${G[@]}"
+gpu_pair gpt_bf16 1 1e-2 "${G[@]}" train.precision=bf16-mixed
+if [ "$GPUS" -ge 2 ]; then
+  gpu_pair gpt_dp2 2 1e-4 "${G[@]}"
+  gpu_pair gpt_tp2 2 1e-4 "${G[@]}" parallel.tp=2
+  gpu_pair gpt_zero1 2 1e-4 "${G[@]}" parallel.zero=1
 fi
 # a GPU checkpoint resumes on the CPU
 run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=24 run.dir="$WORK/gpt"

@@ -98,15 +98,17 @@ expect gpt-corrupt-tokens 2 65 "bad.tok" "$gdeck" "${gtok[@]}" model.vocab_size=
 # [system] device = cuda where it cannot train: a build without CUDA says how to build
 # with it; a CUDA build on a machine without a usable GPU (this one) says so, with
 # CUDA's reason and the host; on a GPU machine the GPUs are chosen and checked, and
-# pipeline parallelism is refused there for now (NCCL point-to-point on one stream)
-case $("$TRAINER" --version | tail -n 1) in
+# one rank more than the node's GPUs is refused (two ranks would share a GPU)
+probe=$("$TRAINER" --version | tail -n 1)
+case $probe in
   "CPU-only build")
     expect cuda-not-built 2 64 "command line 'system.device=cuda': \[system\] device = cuda, but this trainer was built without CUDA: .*cmake -DTRAINER_CUDA=ON" "$deck" system.device=cuda ;;
   *"no usable GPU"*)
     expect cuda-no-gpu 2 64 "command line 'system.device=cuda': \[system\] device = cuda, but host $(hostname) has no usable GPU: .+; or set device = cpu" "$deck" system.device=cuda ;;
   *)
-    # a GPU machine: pp is refused on GPUs (with one GPU, the second rank is refused first)
-    expect cuda-pp 2 64 "pipeline parallelism does not run on GPUs yet|device = cuda, but" "$gdeck" "${gtok[@]}" system.device=cuda parallel.pp=2 ;;
+    # a GPU machine ("N CUDA devices visible"): N + 1 ranks on this node
+    gpus=$(echo "$probe" | grep -oE '[0-9]+ CUDA device' | cut -d' ' -f1)
+    expect cuda-too-many-ranks $((${gpus:-1} + 1)) 64 "device = cuda, but" "$deck" system.device=cuda ;;
 esac
 
 # the command line itself

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# pipeline_on_gpu.sh: pipeline parallelism on GPUs, whose activations and gradients
+# go between stages as NCCL sends and receives over links (src/comm/comm.h: a
+# communicator and a stream per direction), against the same runs on the CPU. The
+# layout GPT (20 AdamW steps, 4 micro-batches) at pp 2 with 1F1B and with GPipe
+# where 2 GPUs are usable; tp 2 x pp 2, and pp 4 with 8 micro-batches, where 4 are;
+# dp 2 x tp 2 x pp 2 with ZeRO-1 where 8 are. Each must give the CPU's loss curve
+# within 1e-4 relative per step and its validation loss (the pipeline's evaluation
+# forward) within 1e-4 too, as trainer_on_gpu.sh asks of the other layouts; bf16
+# mixed precision at pp 2 within 1e-2. Text is sampled through the pipeline, and a
+# pp 2 GPU checkpoint resumes on GPUs. A deadlock shows as a run stopped at its
+# time limit (exit 124). Exits 77 (skipped) where fewer than 2 GPUs are usable.
+source "$(dirname "$0")/../lib.sh"
+layout_gpt_setup
+G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}")
+gpu_setup "${G[@]}"
+if [ "$GPUS" -lt 2 ]; then
+  echo "skipped: pipeline parallelism needs 2 GPUs (one per stage), $GPUS usable"
+  exit 77
+fi
+
+# pp NAME NP RTOL ARGS...: gpu_pair, and the final validation losses agree within RTOL
+pp() {
+  local name=$1 rtol=$3
+  gpu_pair "$@"
+  check "$name: validation loss on cuda within $rtol of cpu" "$PYTHON" - \
+    "$WORK/$name.cpu/summary.json" "$WORK/$name/summary.json" "$rtol" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["test_loss"] for p in sys.argv[1:3])
+print(f"validation loss: cpu {a:.9g}, cuda {b:.9g}")
+sys.exit(0 if abs(a - b) <= float(sys.argv[3]) * abs(a) else 1)
+PY
+}
+
+pp gpt_pp2 2 1e-4 "${G[@]}" parallel.pp=2
+pp gpt_pp2_gpipe 2 1e-4 "${G[@]}" parallel.pp=2 parallel.schedule=gpipe
+pp gpt_pp2_bf16 2 1e-2 "${G[@]}" parallel.pp=2 train.precision=bf16-mixed
+if [ "$GPUS" -ge 4 ]; then
+  pp gpt_tp2_pp2 4 1e-4 "${G[@]}" parallel.tp=2 parallel.pp=2
+  pp gpt_pp4_m8 4 1e-4 "${G[@]}" parallel.pp=4 train.micro_batches=8
+else
+  echo "tp 2 x pp 2 and pp 4 not run: they need 4 GPUs, $GPUS usable"
+fi
+if [ "$GPUS" -ge 8 ]; then
+  pp gpt_dp2_tp2_pp2_zero1 8 1e-4 "${G[@]}" parallel.tp=2 parallel.pp=2 parallel.zero=1
+fi
+
+# the pp 2 checkpoint at step 20 resumes on GPUs, and samples text through the stages
+run 2 "$WORK/resume.out" "$WORK/err" "${G[@]}" parallel.pp=2 system.device=cuda \
+  train.steps=24 sample.length=16 run.dir="$WORK/gpt_pp2"
+check "pp 2 on cuda resumes its checkpoint and samples: exit $RC $(tail -2 "$WORK/err")" \
+  [ "$RC" = 0 ]
+check "... from step 20" grep -q "resumed from .*step_00000020" "$WORK/resume.out"
+check "... and prints a sample" grep -q "^sample (greedy, 16 tokens" "$WORK/resume.out"
+check "no rank left running" no_leftover_ranks
+finish
