@@ -37,8 +37,10 @@ typedef struct tr_device {
     void (*upload)(void *dst, const void *host_src, size_t bytes);
     void (*download)(void *host_dst, const void *src, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes); /* within the device */
-    /* Peak GFLOP/s of one rank's share of the device for MFU (0: unknown). */
-    double (*peak_gflops)(void);
+    /* Peak GFLOP/s of one rank's share of the device for MFU, in the precision its
+     * products run in (set_gemm_precision comes first), with where the figure comes
+     * from in source[n] for the banner; 0: unknown. */
+    double (*peak_gflops)(char *source, size_t n);
     /* Collectives on device memory run between these (guarded device; else NULL). */
     void (*open)(void);
     void (*close)(void);

@@ -84,7 +84,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("run", "progress", TR_KEY_CHOICE, "auto", 0, 0, "auto|tty|lines|off", "progress display: auto = in place on a terminal, plain lines otherwise"),
 
     K("system", "device", TR_KEY_CHOICE, "cpu", 0, 0, "cpu|cuda|cpu-guarded", "where the math runs: cpu, or cuda (one GPU per rank, NCCL between them); cpu-guarded = the CPU with the model's memory readable only by kernels, transfers and collectives, as on a GPU (a check of the GPU code path; slow, for tests)"),
-    K("system", "peak_gflops", TR_KEY_FLOAT, "0", 0, 1e12, 0, "peak fp32 GFLOP/s of one rank's device for MFU; 0 = measure it at start-up (a short GEMM calibration)"),
+    K("system", "peak_gflops", TR_KEY_FLOAT, "0", 0, 1e12, 0, "peak GFLOP/s of one rank's device for MFU; 0 = the device's figure: a short GEMM calibration on a CPU, the datasheet's dense peak for the run's precision on a listed GPU, else a measured GEMM"),
     K("system", "threads", TR_KEY_INT, "0", 0, 1024, 0, "threads per rank; 0 = cores of the node / ranks on the node"),
 };
 

@@ -4,6 +4,7 @@
  * kernels (a download waits for everything queued before it). */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.h"
+#include "cuda/cuda_ops.h"
 
 #include "backend/device.h"
 
@@ -62,10 +63,6 @@ static void gpu_copy(void *dst, const void *src, size_t bytes)
         TR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, tr_cuda_stream()));
 }
 
-/* The peak depends on the GPU model, its clocks and the precision (fp32 without TF32,
- * or tensor cores in bf16/fp16-mixed), so MFU on a GPU comes from system.peak_gflops
- * (0 here: not measured) */
-static double gpu_peak(void) { return 0.0; }
 
 extern "C" const tr_device tr_gpu_device = {
     .name = "cuda",
@@ -79,7 +76,7 @@ extern "C" const tr_device tr_gpu_device = {
     .upload = tr_cuda_upload,
     .download = tr_cuda_download,
     .copy = gpu_copy,
-    .peak_gflops = gpu_peak,
+    .peak_gflops = tr_cuda_peak_gflops,
     .open = NULL,
     .close = NULL,
 };

@@ -60,6 +60,8 @@ void tr_cuda_set_gemm_precision(int format)
     g_gemm_format = format;
 }
 
+int tr_cuda_gemm_precision(void) { return g_gemm_format; }
+
 /* The tensor-core compute type of a 16-bit format (see the top of this file). */
 static cublasComputeType_t fast_compute_type(int format)
 {

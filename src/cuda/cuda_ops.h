@@ -16,6 +16,11 @@ void tr_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, cons
                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
 /* tr_cuda_gemm_strided_batched: in cuda_backend.h (C-callable, for the tests) */
 void tr_cuda_set_gemm_precision(int format);
+int tr_cuda_gemm_precision(void); /* the tr_precision set last (fp32 at first) */
+
+/* cuda_peak.cu: GFLOP/s of this rank's GPU for MFU in the precision set, and where
+ * the figure comes from in source (device.h's peak_gflops) */
+double tr_cuda_peak_gflops(char *source, size_t n);
 void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const float *b, int B,
                             int IN, int OUT);
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,

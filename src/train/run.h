@@ -35,6 +35,7 @@ typedef struct run {
     char dir[2048];
     FILE *metrics;
     double peak_gflops; /* per rank, for MFU */
+    char peak_source[256]; /* where rank 0's figure comes from, for the banner */
     struct tr_bpe *bpe;  /* rank 0, when [sample] length > 0: the prompt's tokenizer */
     /* the language model's pipeline (every layout; pp = 1 is one stage) */
     tr_pipe_schedule schedule;

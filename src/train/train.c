@@ -281,6 +281,8 @@ static void print_banner(run *r)
            r->local_batch, r->micro, r->micro_batch);
     printf("run: %ld steps (%ld per epoch), directory %s\n", r->total_steps, r->steps_per_epoch,
            r->dir);
+    if (r->lm)
+        printf("mfu: against %.1f GFLOP/s per rank (%s)\n", r->peak_gflops, r->peak_source);
     fflush(stdout);
 }
 
@@ -554,10 +556,11 @@ static int setup(run *r)
         memset(r->fwd_req, 0, (size_t)r->slots * sizeof *r->fwd_req);
     }
     r->peak_gflops = tr_deck_float(r->d, "system", "peak_gflops");
+    snprintf(r->peak_source, sizeof r->peak_source, "set by [system] peak_gflops");
     if (r->peak_gflops <= 0) {
         /* every rank measures its own share of the node at once, as it will train */
         tr_barrier(r->w->world);
-        double mine = r->dev->peak_gflops(), sum = 0;
+        double mine = r->dev->peak_gflops(r->peak_source, sizeof r->peak_source), sum = 0;
         tr_allreduce(&mine, &sum, 1, TR_F64, TR_SUM, r->w->world);
         r->peak_gflops = sum / r->w->size;
     }

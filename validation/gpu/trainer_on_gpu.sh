@@ -16,6 +16,10 @@ if [ -f "$SRC/data/mnist/train-images-idx3-ubyte" ]; then
 fi
 gpu_pair gpt 1 1e-4 "${G[@]}"
 gpu_pair gpt_bf16 1 1e-2 "${G[@]}" train.precision=bf16-mixed
+# MFU has a peak on the GPU: the datasheet's (a listed GPU) or a measured one, named
+check "the GPU's peak for MFU is known: $(grep '^mfu:' "$WORK/gpt_bf16.out")" \
+  grep -qE "^mfu: against [1-9][0-9.]* GFLOP/s per rank \((.*datasheet, bf16 tensor cores dense|measured: .*bf16 tensor cores)" \
+  "$WORK/gpt_bf16.out"
 if [ "$GPUS" -ge 2 ]; then
   gpu_pair gpt_dp2 2 1e-4 "${G[@]}"
   gpu_pair gpt_tp2 2 1e-4 "${G[@]}" parallel.tp=2
