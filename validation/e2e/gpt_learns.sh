@@ -27,13 +27,25 @@ print('val perplexity', s['val_perplexity'], 'unigram', s['unigram_perplexity'])
 sys.exit(0 if 0 < s['val_perplexity'] < s['unigram_perplexity'] else 1)"
 check "the sample continues the prompt" grep -A1 "^sample (top-k, 40 tokens" "$WORK/out" \
   | grep -q "^The man"
+# MFU against a peak the banner names: measured here (a GEMM timing per rank)
+check "the banner names a measured peak: $(grep '^mfu:' "$WORK/out")" \
+  grep -qE "^mfu: against [1-9][0-9.]* GFLOP/s per rank \(measured: " "$WORK/out"
+check "summary.json: MFU against a positive peak" "$PYTHON" -c "
+import json, sys
+s = json.load(open('$WORK/bytes/summary.json'))
+sys.exit(0 if s['peak_gflops'] > 0 and 0 < s['mfu'] < 1.5 else 1)"
 
 run 1 "$WORK/out" "$WORK/err" "$WORK/gpt.in" model.n_layer=1 model.n_head=2 model.n_embd=32 \
   model.seq_len=16 data.format=tokens data.train_tokens="$BPE.train.tok" \
   data.val_tokens="$BPE.val.tok" data.val_limit=4 train.batch_size=4 train.steps=3 \
   sample.prompt="It was a cold night in" sample.length=6 run.dir="$WORK/bpe" run.progress=off \
-  checkpoint.at_end=false
+  checkpoint.at_end=false system.peak_gflops=50
 check "BPE run: exit $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
+check "the banner names the deck's peak" \
+  grep -q "^mfu: against 50.0 GFLOP/s per rank (set by \[system\] peak_gflops)" "$WORK/out"
+check "summary.json: the deck's peak" "$PYTHON" -c "
+import json, sys
+sys.exit(0 if json.load(open('$WORK/bpe/summary.json'))['peak_gflops'] == 50 else 1)"
 check "BPE sample: greedy, decoded after the prompt" grep -A1 "^sample (greedy, 6 tokens" \
   "$WORK/out"
 check "BPE sample text starts with the prompt" grep -q "^It was a cold night in" "$WORK/out"
