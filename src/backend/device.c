@@ -20,7 +20,19 @@ static double cpu_peak(char *source, size_t n)
 }
 static void *cpu_alloc(size_t bytes, const char *what) { return tr_alloc(bytes, what); }
 static void cpu_release(void) {}
-static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+/* Zeroing the gradients is a pass over a megabyte or more every step: one thread
+ * doing it alone leaves the rest of the team spinning at the next parallel region,
+ * so large blocks are cut into 64 KiB pieces shared by the team. */
+#define ZERO_PIECE ((size_t)1 << 16)
+static void cpu_zero(void *p, size_t bytes)
+{
+    long pieces = (long)((bytes + ZERO_PIECE - 1) / ZERO_PIECE);
+#pragma omp parallel for schedule(static) if (pieces >= 4)
+    for (long i = 0; i < pieces; i++) {
+        size_t lo = (size_t)i * ZERO_PIECE;
+        memset((char *)p + lo, 0, bytes - lo < ZERO_PIECE ? bytes - lo : ZERO_PIECE);
+    }
+}
 static void cpu_move(void *dst, const void *src, size_t bytes)
 {
     if (bytes && dst != src)

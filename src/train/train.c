@@ -594,8 +594,8 @@ static void teardown(run *r)
 /* One optimizer step: micro-batches accumulate, the last one's backward overlaps
  * the gradient all-reduce. Returns this rank's loss sum and correct count, and 0 when
  * fp16-mixed skipped the update (its gradients overflowed). */
-static int train_step(run *r, long step, double *loss_sum, long *correct, double *gnorm,
-                      float *lr)
+static int train_step(run *r, long step, int logged, double *loss_sum, long *correct,
+                      double *gnorm, float *lr)
 {
     const void *x;
     const int32_t *y;
@@ -642,10 +642,15 @@ static int train_step(run *r, long step, double *loss_sum, long *correct, double
     /* the norm is the same on every rank (reduced, or of reduced gradients), so every
      * rank takes the same decision on an overflow */
     double gs = r->scaler.scale;
-    if (r->sharded)
+    /* The norm is a pass over every gradient (and an all-reduce when sharded): taken
+     * where it changes the update (clipping, unscaling, overflow) or is logged. The
+     * decision depends on the step alone, so every rank takes the same one. */
+    int need_norm = logged || r->opt.clip_norm > 0 || gs != 1.0 || r->scaler.dynamic;
+    *gnorm = 0;
+    if (need_norm && r->sharded)
         *gnorm = tr_optim_clip_sharded(&r->opt, m, r->dp.lo, r->dp.hi, r->w->tp_rank,
                                        r->w->world, gs);
-    else
+    else if (need_norm)
         *gnorm = tr_optim_clip(&r->opt, m->k, m->grads, m->nparams, gs);
     *lr = tr_optim_lr(&r->opt, step);
     if (!tr_loss_scale_update(&r->scaler, isfinite(*gnorm)))
@@ -751,7 +756,8 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         long correct;
         float lr;
         double used_scale = r->scaler.scale;
-        if (!train_step(r, step, &loss_sum, &correct, &gnorm, &lr) && w->rank == 0) {
+        int logged = (step + 1) % log_every == 0 || step + 1 == r->total_steps;
+        if (!train_step(r, step, logged, &loss_sum, &correct, &gnorm, &lr) && w->rank == 0) {
             tr_progress_break(&prog);
             printf("fp16: gradients overflowed at step %ld: update skipped, loss scale %g -> "
                    "%g\n",
@@ -775,7 +781,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         double sums[2] = {loss_sum, (double)correct};
         tr_run_sum_loss(r, sums);
         last_loss = sums[0] / targets_per_step;
-        if (done % log_every == 0 || done == r->total_steps) {
+        if (logged) {
             tr_metrics_row row = {done, epoch, "train", last_loss, sums[1] / targets_per_step,
                                   lr, gnorm, rate, t1 - rt->start_time, used_scale};
             tr_metrics_write(r->metrics, &row);
