@@ -113,6 +113,17 @@ int tr_group_rank(const tr_group *g);
 /* 1 when the group has an NCCL communicator (device buffers go through NCCL) */
 int tr_group_has_nccl(const tr_group *g);
 
+/* Host all-reduces of float sums on this group (at least 1024 floats) through a
+ * shared-memory window instead of MPI, where every rank of the group runs on one node
+ * (comm_shm.h says why). Collective over g; max_count, the largest all-reduce
+ * expected, only sizes the window (larger ones go through it in pieces). Returns 1
+ * when the group now reduces through shared memory, 0 when it cannot (ranks on other
+ * nodes, a group of one, no shared memory to be had): then MPI does, as before.
+ * Every rank of the group gets the same answer. tr_comm_finalize frees the window.
+ * The sum of each element is taken in group-rank order: reproducible run to run. */
+int tr_group_share_memory(tr_group *g, size_t max_count);
+int tr_group_shares_memory(const tr_group *g);
+
 void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dtype, tr_redop op,
                   tr_group *g);
 /* Non-blocking all-reduce; call tr_test now and then so MPI makes progress while
@@ -125,6 +136,10 @@ void tr_wait(tr_request *req);
  * ranks' buf is left as it was. */
 void tr_ireduce(void *buf, size_t count, tr_dtype dtype, tr_redop op, int root, tr_group *g,
                 tr_request *req);
+/* In place, host memory, float sums: rank r's part of buf, [displs[r], displs[r] +
+ * counts[r]) (parts do not overlap), ends as the sum of that part over the group;
+ * the rest of buf is left as it was. ZeRO's gradients on the CPU. */
+void tr_reduce_scatterv(float *buf, const size_t *counts, const size_t *displs, tr_group *g);
 /* In place: rank r of the group contributes buf[displs[r], displs[r] + counts[r]) and
  * every rank ends with all of buf. */
 void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dtype dtype,

@@ -4,6 +4,7 @@
  * on host memory stays here. */
 #include "comm.h"
 #include "comm_mpi.h"
+#include "comm_shm.h"
 #include "core/error.h"
 #ifdef TRAINER_HAVE_CUDA
 #include "comm_nccl.h"
@@ -29,6 +30,7 @@ struct tr_group {
     int rank, size;
     tr_nccl *nccl;       /* NULL: MPI only */
     tr_nccl *link[2][2]; /* [side][dir]; all NULL but on the pipeline group, pp > 1 */
+    tr_shm *shm;         /* NULL: host all-reduces through MPI (tr_group_share_memory) */
 };
 
 static tr_group g_world_group;
@@ -204,10 +206,17 @@ static void free_nccl(tr_group *g)
     g->nccl = NULL;
 }
 
+static void free_shm(tr_group *g)
+{
+    tr_shm_free(g->shm);
+    g->shm = NULL;
+}
+
 static void free_group(tr_group **g, const tr_world *w)
 {
     if (*g && *g != w->world) {
         free_nccl(*g);
+        free_shm(*g);
         MPI_Comm_free(&(*g)->comm);
         tr_free(*g);
     }
@@ -226,6 +235,7 @@ void tr_comm_finalize(tr_world *w)
     free_group(&w->pp_group, w);
     free_group(&w->emb_group, w);
     free_nccl(w->world); /* last, as tr_comm_use_nccl made it first: same order everywhere */
+    free_shm(w->world);
     MPI_Finalize();
 }
 
@@ -408,6 +418,23 @@ int tr_comm_use_nccl(tr_world *w, char *err, size_t errlen)
 }
 
 int tr_group_has_nccl(const tr_group *g) { return g->nccl != NULL; }
+
+/* A window of 2 x 2 MiB per rank at most: buffers larger than a chunk go through it
+ * in pieces, and 8 ranks of a node then hold 32 MiB of shared memory. */
+#define SHM_CHUNK ((size_t)1 << 19)
+/* Below this many floats an all-reduce is a matter of latency, which MPI's small-
+ * message path handles as well as two barriers. */
+#define SHM_MIN_COUNT ((size_t)1024)
+
+int tr_group_share_memory(tr_group *g, size_t max_count)
+{
+    if (g->size > 1 && !g->shm)
+        g->shm = tr_shm_create(g->comm, max_count < SHM_CHUNK ? (max_count ? max_count : 1)
+                                                              : SHM_CHUNK);
+    return g->shm != NULL;
+}
+
+int tr_group_shares_memory(const tr_group *g) { return g->shm != NULL; }
 int tr_group_size(const tr_group *g) { return g->size; }
 MPI_Comm tr_group_mpi_comm(const tr_group *g) { return g->comm; }
 int tr_group_rank(const tr_group *g) { return g->rank; }
@@ -420,6 +447,10 @@ void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dty
 {
     NCCL_IF_DEVICE(g, recvbuf, sendbuf,
                    tr_nccl_allreduce(n_, sendbuf, recvbuf, count, dtype, op, NULL));
+    if (g->shm && dtype == TR_F32 && op == TR_SUM && count >= SHM_MIN_COUNT) {
+        tr_shm_allreduce_f32(g->shm, sendbuf, recvbuf, count, g_guard_open, g_guard_close);
+        return;
+    }
     size_t es = dtype_size(dtype);
     for (size_t off = 0; off < count; off += CHUNK) {
         int n = (int)(count - off < CHUNK ? count - off : CHUNK);
@@ -485,10 +516,33 @@ void tr_ireduce(void *buf, size_t count, tr_dtype dtype, tr_redop op, int root, 
     req->active = TR_REQ_MPI;
 }
 
+void tr_reduce_scatterv(float *buf, const size_t *counts, const size_t *displs, tr_group *g)
+{
+#ifdef TRAINER_HAVE_CUDA
+    if (nccl_for(g, buf, NULL))
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: tr_reduce_scatterv on device memory");
+#endif
+    if (g->shm) {
+        tr_shm_reduce_scatterv_f32(g->shm, buf, counts, displs, g_guard_open, g_guard_close);
+        return;
+    }
+    for (int r = 0; r < g->size; r++) /* each part to its rank */
+        for (size_t off = 0; off < counts[r]; off += CHUNK) {
+            int n = (int)(counts[r] - off < CHUNK ? counts[r] - off : CHUNK);
+            float *p = buf + displs[r] + off;
+            MPI_CHECK(MPI_Reduce(g->rank == r ? MPI_IN_PLACE : p, p, n, MPI_FLOAT, MPI_SUM, r,
+                                 g->comm));
+        }
+}
+
 void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dtype dtype,
                    tr_group *g)
 {
     NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_allgatherv(n_, buf, counts, displs, dtype));
+    if (g->shm && dtype == TR_F32) {
+        tr_shm_allgatherv_f32(g->shm, buf, counts, displs, g_guard_open, g_guard_close);
+        return;
+    }
     int *c = tr_alloc(2 * (size_t)g->size * sizeof *c, "all-gather counts");
     for (int r = 0; r < g->size; r++) {
         if (counts[r] > INT_MAX || displs[r] > INT_MAX)

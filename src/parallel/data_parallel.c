@@ -16,6 +16,17 @@ void tr_dp_init(tr_dp *dp, tr_group *group, const tr_device *dev, float *grads, 
     dp->count = count;
     dp->zero = dp->size > 1 ? zero : 0;
     tr_dp_slice(count, dp->size, dp->rank, &dp->lo, &dp->hi);
+    if (dp->zero) { /* every rank's slice, for the collectives that take them all */
+        dp->part_counts = tr_alloc(2 * (size_t)dp->size * sizeof *dp->part_counts,
+                                   "ZeRO slices");
+        dp->part_displs = dp->part_counts + dp->size;
+        for (int r = 0; r < dp->size; r++) {
+            size_t lo, hi;
+            tr_dp_slice(count, dp->size, r, &lo, &hi);
+            dp->part_counts[r] = hi - lo;
+            dp->part_displs[r] = lo;
+        }
+    }
     if (bucket_floats == 0)
         bucket_floats = count ? count : 1;
     /* buckets from the top of the buffer down (the order backward completes them);
@@ -43,7 +54,9 @@ void tr_dp_init(tr_dp *dp, tr_group *group, const tr_device *dev, float *grads, 
 void tr_dp_free(tr_dp *dp)
 {
     tr_free(dp->buckets);
+    tr_free(dp->part_counts);
     dp->buckets = NULL;
+    dp->part_counts = dp->part_displs = NULL;
 }
 
 void tr_dp_hold(tr_dp *dp, size_t lo, size_t hi)
@@ -88,11 +101,18 @@ static int held(const tr_dp *dp, const tr_dp_bucket *b)
     return b->lo < dp->hold_hi && dp->hold_lo < b->hi;
 }
 
+/* Through shared memory the buckets do not pay: nothing moves until tr_dp_finish,
+ * and then all of the buffer in one all-reduce (ZeRO: one reduce-scatter to the
+ * owners). On a node, a bucket started during backward would not move either until
+ * an MPI call, and its copies take the same cores as backward; an MPI group spread
+ * over nodes keeps its buckets (the network moves them while backward runs). */
+static int whole(const tr_dp *dp) { return tr_group_shares_memory(dp->group); }
+
 void tr_dp_grads_ready(void *ctx, size_t lo)
 {
     tr_dp *dp = ctx;
     round_completed(dp, lo);
-    if (dp->size == 1)
+    if (dp->size == 1 || whole(dp))
         return;
     /* every rank of the group starts the same buckets in the same order: their
      * layouts are the same and backward reports the same offsets */
@@ -112,12 +132,19 @@ void tr_dp_finish(tr_dp *dp)
     round_completed(dp, 0);
     if (dp->size == 1)
         return;
-    for (int i = 0; i < dp->nbuckets; i++)
-        if (!dp->buckets[i].started)
-            start(dp, &dp->buckets[i]);
     double t0 = tr_wtime();
-    for (int i = 0; i < dp->nbuckets; i++)
-        tr_wait(&dp->buckets[i].req);
+    if (whole(dp) && dp->zero) {
+        tr_reduce_scatterv(dp->grads, dp->part_counts, dp->part_displs, dp->group);
+    } else if (whole(dp)) {
+        tr_allreduce(dp->grads, dp->grads, dp->count, TR_F32, TR_SUM, dp->group);
+    } else {
+        for (int i = 0; i < dp->nbuckets; i++)
+            if (!dp->buckets[i].started)
+                start(dp, &dp->buckets[i]);
+        t0 = tr_wtime();
+        for (int i = 0; i < dp->nbuckets; i++)
+            tr_wait(&dp->buckets[i].req);
+    }
     dp->comm_wait_s += tr_wtime() - t0;
     if (dp->zero == 2) {
         /* what this rank sent is now its owner's: only the owned slice accumulates */
@@ -130,20 +157,7 @@ void tr_dp_gather_params(tr_dp *dp, float *params)
 {
     if (!dp->zero)
         return;
-    size_t counts[1024], displs[1024], *c = counts, *d = displs;
-    if (dp->size > 1024) {
-        c = tr_alloc(2 * (size_t)dp->size * sizeof *c, "all-gather counts");
-        d = c + dp->size;
-    }
-    for (int r = 0; r < dp->size; r++) {
-        size_t lo, hi;
-        tr_dp_slice(dp->count, dp->size, r, &lo, &hi);
-        c[r] = hi - lo;
-        d[r] = lo;
-    }
     double t0 = tr_wtime();
-    tr_allgatherv(params, c, d, TR_F32, dp->group);
+    tr_allgatherv(params, dp->part_counts, dp->part_displs, TR_F32, dp->group);
     dp->comm_wait_s += tr_wtime() - t0;
-    if (c != counts)
-        tr_free(c);
 }

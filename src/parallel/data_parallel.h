@@ -5,7 +5,8 @@
  * completes gradients from the top of the buffer down (see model.h); as soon as
  * every offset of a bucket is complete, its non-blocking all-reduce starts, and
  * each later notification also tests the open ones so MPI progresses them while
- * backward computes. Summation, not averaging: the loss is already scaled by
+ * backward computes. (Ranks of one node that share memory reduce it all at once at
+ * the end instead: see tr_dp_finish.) Summation, not averaging: the loss is already scaled by
  * 1 / global batch, so the sum over ranks is the mean over the global batch. */
 #ifndef TR_DATA_PARALLEL_H
 #define TR_DATA_PARALLEL_H
@@ -33,6 +34,7 @@ typedef struct tr_dp {
      * accumulated gradients (the rest of the buffer is zeroed: backward's workspace) */
     int zero;
     size_t lo, hi; /* this rank's slice (all of it without ZeRO) */
+    size_t *part_counts, *part_displs; /* ZeRO: every rank's slice (else NULL) */
     int nbuckets;
     tr_dp_bucket *buckets; /* ordered from the top of the buffer down */
     size_t hold_lo, hold_hi; /* buckets touching this range wait for tr_dp_finish */
@@ -68,8 +70,9 @@ void tr_dp_store_lowp(tr_dp *dp, int format);
 void tr_dp_begin(tr_dp *dp);
 /* Callback for tr_model_backward: every offset >= lo is complete. */
 void tr_dp_grads_ready(void *dp, size_t lo);
-/* Starts what is left and waits for all buckets: gradients are then the global sum
- * (under ZeRO: in the owner's slice only). */
+/* Starts what is left and waits for all buckets (where the group shares memory: one
+ * all-reduce, or under ZeRO one reduce-scatter, of the whole buffer): gradients are
+ * then the global sum (under ZeRO: in the owner's slice only). */
 void tr_dp_finish(tr_dp *dp);
 /* ZeRO: every rank updated its own slice of params; after this all ranks hold all of
  * them. Nothing without ZeRO. */

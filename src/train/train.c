@@ -230,6 +230,12 @@ static void print_groups(const tr_world *w, const char *what, int size, int stri
     printf("\n");
 }
 
+/* what carries a group's sums (rank 0's group; the others are alike) */
+static const char *summed_by(const tr_group *g)
+{
+    return tr_group_has_nccl(g) ? "NCCL" : tr_group_shares_memory(g) ? "shared memory" : "MPI";
+}
+
 static void print_layout(const run *r)
 {
     const tr_world *w = r->w;
@@ -242,6 +248,10 @@ static void print_layout(const run *r)
     if (w->pp > 1)
         printf(", schedule %s over %ld micro-batches", tr_deck_str(r->d, "parallel", "schedule"),
                r->micro);
+    if (w->dp > 1)
+        printf("; dp sums through %s", summed_by(w->dp_group));
+    if (w->tp > 1)
+        printf("; tp sums through %s", summed_by(w->tp_group));
     printf("\n");
     if (w->tp > 1)
         print_groups(w, "tp", w->tp, 1);
@@ -537,6 +547,12 @@ static int setup(run *r)
     rc = tr_comm_agree(r->w, rc, r->err);
     if (rc)
         return rc;
+    /* CPU ranks on one node sum gradients (and tp activations) in shared memory */
+    if (r->dev->host_memory && tr_deck_bool(r->d, "parallel", "shm_allreduce")) {
+        tr_group_share_memory(r->w->dp_group, r->model.nparams);
+        if (r->w->tp > 1)
+            tr_group_share_memory(r->w->tp_group, SIZE_MAX);
+    }
     size_t bucket = (size_t)tr_deck_int(r->d, "parallel", "bucket_kib") * 1024 / sizeof(float);
     tr_dp_init(&r->dp, r->w->dp_group, r->dev, r->model.grads, r->model.nparams, bucket, zero);
     if (r->precision) {

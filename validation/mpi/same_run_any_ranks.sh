@@ -12,8 +12,8 @@
 # ReLU kink then routes one element's gradient differently, and AdamW (which
 # divides by the root of small second moments) amplifies that into a lasting
 # separation. Measured here: the first 20 steps stay below 5e-9; over 60 steps
-# -np 4 stays at 3.4e-8 while -np 2 and -np 8 separate and reach 3.0e-4 and
-# 3.2e-4. (Run by hand at -np 1, 2, 8 with 2 threads per rank: six seeds of seven
+# -np 4 and -np 8 stay at 3.4e-8 and 5.9e-8 while -np 2 separates and reaches
+# 3.0e-4 (with MPI's order of summation -np 8 separated too, to 3.2e-4). (Run by hand at -np 1, 2, 8 with 2 threads per rank: six seeds of seven
 # stayed below 6e-8 for all 60 steps.) The first tier still catches small
 # faults: leaving one gradient element of 62006 out of the all-reduce moved the
 # curves 5e-5 within 20 steps. (The CNN with SGD at lr 0.2 escapes its plateau abruptly and amplifies
@@ -29,8 +29,8 @@ sanitized && MLP=50 CNN=20 AGAIN=20 MIN=20
 for model in mlp cnn; do
   if [ "$model" = mlp ]; then extra=(train.steps=$MLP); else extra=(train.steps=$CNN optim.name=adamw optim.lr=0.001); fi
   for np in 1 2 4 8; do
-    run "$np" "$WORK/out" "$WORK/err" inputs/mnist.in model.name=$model "${extra[@]}" \
-      "${common[@]}" run.dir="$WORK/$model-np$np"
+    run "$np" "$WORK/$model-np$np.out" "$WORK/err" inputs/mnist.in model.name=$model \
+      "${extra[@]}" "${common[@]}" run.dir="$WORK/$model-np$np"
     check "$model -np $np exit code $RC: $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
   done
   curves=("$WORK/$model-np1/metrics.csv" "$WORK/$model-np"{2,4,8}/metrics.csv)
@@ -44,6 +44,17 @@ for model in mlp cnn; do
       validation/compare_metrics.py --rtol 1e-3 --min-steps $MIN "${curves[@]}"
   fi
 done
+
+# The gradients' sum: through the shared-memory window (the default on one node) or
+# MPI. Two ranks add the same two numbers either way (a + b = b + a exactly), so
+# the curves must be bit-identical; the banner says which carried the sums.
+check "np 2 sums through shared memory" grep -q "dp sums through shared memory" "$WORK/mlp-np2.out"
+run 2 "$WORK/mlp-mpi.out" "$WORK/err" inputs/mnist.in model.name=mlp train.steps=$MLP \
+  "${common[@]}" parallel.shm_allreduce=false run.dir="$WORK/mlp-mpi"
+check "np 2 through MPI: exit code $RC" [ "$RC" = 0 ]
+check "np 2 through MPI says so" grep -q "dp sums through MPI" "$WORK/mlp-mpi.out"
+check "np 2: shared memory and MPI give bit-identical curves" "$PYTHON" \
+  validation/compare_metrics.py --exact "$WORK/mlp-np2/metrics.csv" "$WORK/mlp-mpi/metrics.csv"
 
 # the same command twice: bit-identical, with the background prefetcher on
 for i in 1 2; do
