@@ -1,4 +1,5 @@
 /* cublas_loader.h: cuBLAS, loaded on first use (C++, internal to src/cuda).
+ * cuBLASLt is loaded the same way, by cublaslt_loader.h.
  *
  * Not linked: cuBLAS and cuBLASLt are hundreds of MiB, and the loader maps over
  * 200 MiB of them resident into every process that links them, so each rank of a CPU

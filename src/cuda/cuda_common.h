@@ -1,11 +1,13 @@
 /* cuda_common.h: what every .cu file of the backend shares: error checks that end
  * the job with the CUDA/cuBLAS error string and file:line, the per-process context
- * (stream, cuBLAS handle, small scratch for results the host waits for), launch
- * sizes and the device-side reductions. Internal to src/cuda (C++ only). */
+ * (stream, cuBLAS and cuBLASLt handles, small scratch for results the host waits
+ * for), launch sizes and the device-side reductions. Internal to src/cuda (C++
+ * only). */
 #ifndef TR_CUDA_COMMON_H
 #define TR_CUDA_COMMON_H
 
 #include "cuda/cublas_loader.h"
+#include "cuda/cublaslt_loader.h"
 #include <cuda_runtime.h>
 #include <stddef.h>
 
@@ -49,6 +51,7 @@ typedef struct tr_cuda_ctx {
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
+    cublasLtHandle_t lt; /* the linear layer's epilogue matmuls (cuda_linear_lt.cu) */
     /* device scratch: partial sums of a reduction, one double result, a flag */
     double *d_partial;  /* [TR_CUDA_REDUCE_BLOCKS] */
     double *d_result;   /* [1] */

@@ -1,6 +1,6 @@
-/* cuda_context.cu: the backend's per-process state (one stream, one cuBLAS handle,
- * a little scratch), its error reporting, and the device-memory calls of
- * cuda_backend.h.
+/* cuda_context.cu: the backend's per-process state (one stream, one cuBLAS and one
+ * cuBLASLt handle, a little scratch), its error reporting, and the device-memory
+ * calls of cuda_backend.h.
  *
  * Why one blocking stream: every kernel and cuBLAS call of the backend goes on it,
  * in program order, so the kernels need no events between them. It is created
@@ -55,6 +55,50 @@ void tr_cublas_load(void)
     tr_cublas = a; /* Create last of all: it marks the table loaded */
 }
 
+/* ---- cuBLASLt, the same way (cublaslt_loader.h) ---------------------------------- */
+
+tr_cublaslt_api tr_cublaslt;
+
+#ifndef TR_CUBLASLT_LIBRARY
+#define TR_CUBLASLT_LIBRARY "libcublasLt.so"
+#endif
+
+void tr_cublaslt_load(void)
+{
+    if (tr_cublaslt.Create)
+        return;
+    /* libcublas itself depends on this library, so after tr_cublas_load it is
+     * usually mapped already and dlopen only finds it */
+    void *h = dlopen(TR_CUBLASLT_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        h = dlopen("libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        tr_fatal(TR_EXIT_OSERR,
+                 "cannot load cuBLASLt (%s, or libcublasLt.so on LD_LIBRARY_PATH): %s",
+                 TR_CUBLASLT_LIBRARY, dlerror());
+    tr_cublaslt_api a;
+    const struct {
+        void **slot;
+        const char *name;
+    } syms[] = {
+        {(void **)&a.Create, "cublasLtCreate"},
+        {(void **)&a.Matmul, "cublasLtMatmul"},
+        {(void **)&a.MatmulDescCreate, "cublasLtMatmulDescCreate"},
+        {(void **)&a.MatmulDescDestroy, "cublasLtMatmulDescDestroy"},
+        {(void **)&a.MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute"},
+        {(void **)&a.MatrixLayoutCreate, "cublasLtMatrixLayoutCreate"},
+        {(void **)&a.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy"},
+        {(void **)&a.MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate"},
+        {(void **)&a.MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy"},
+        {(void **)&a.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute"},
+        {(void **)&a.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic"},
+    };
+    for (const auto &s : syms)
+        if (!(*s.slot = dlsym(h, s.name)))
+            tr_fatal(TR_EXIT_OSERR, "cuBLASLt library %s lacks %s", TR_CUBLASLT_LIBRARY, s.name);
+    tr_cublaslt = a; /* Create last of all: it marks the table loaded */
+}
+
 /* ---- errors -------------------------------------------------------------------- */
 
 void tr_cuda_fail_at(const char *file, int line, cudaError_t e, const char *what)
@@ -97,6 +141,10 @@ static tr_cuda_ctx make_ctx(int device)
      * SM count with one toolkit, while one stream is active, as here; the atomics mode
      * is the stated exception) */
     TR_CUBLAS_CHECK(cublasSetAtomicsMode(c.blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+    /* cuBLASLt: its own handle (host state only; the stream and the workspace, none,
+     * are given per call: cuda_linear_lt.cu) */
+    tr_cublaslt_load();
+    TR_CUBLAS_CHECK(cublasLtCreate(&c.lt));
     TR_CUDA_CHECK(cudaMalloc(&c.d_partial, TR_CUDA_REDUCE_BLOCKS * sizeof(double)));
     TR_CUDA_CHECK(cudaMalloc(&c.d_result, sizeof(double)));
     TR_CUDA_CHECK(cudaMalloc(&c.d_flag, sizeof(unsigned)));
