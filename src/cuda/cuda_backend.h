@@ -16,7 +16,9 @@
  *    (embedding_forward/backward, xent_padded_forward/backward,
  *    softmax_xent_forward: one outside [0, V) is a fatal bug report, as on the CPU).
  *  - GEMMs (linear layers, convolutions, attention) are cuBLAS fp32 (no TF32), so
- *    results match the CPU to rounding, not bit for bit; after set_gemm_precision
+ *    results match the CPU to rounding, not bit for bit (the linear layers' forward
+ *    is one cuBLASLt matmul with a bias or bias-and-GELU epilogue where cuBLASLt
+ *    has an algorithm for it: cuda_linear_lt.cu); after set_gemm_precision
  *    with bf16 or fp16 they run on tensor cores with fp32 accumulation, which is
  *    the CPU's computation for inputs already of that format (cuda_gemm.cu says
  *    which inputs are not and get rounded there). Reductions use fixed orders:
@@ -26,9 +28,10 @@
  * Every entry of the table is filled: the MLP/CNN classifier's (cuda_classifier.cu,
  * cuda_conv.cu), the GPT's and the optimizers'.
  *
- * Device and stream: one cuBLAS handle and one stream per process, created on first
- * use on the device current then, or explicitly by tr_cuda_init. Every CUDA or cuBLAS
- * failure ends the job through tr_fatal with the error string and file:line. */
+ * Device and stream: one cuBLAS handle, one cuBLASLt handle and one stream per
+ * process, created on first use on the device current then, or explicitly by
+ * tr_cuda_init. Every CUDA or cuBLAS failure ends the job through tr_fatal with the
+ * error string and file:line. */
 #ifndef TR_CUDA_BACKEND_H
 #define TR_CUDA_BACKEND_H
 
@@ -68,6 +71,11 @@ void tr_cuda_gemm_strided_batched(int transA, int transB, int M, int N, int K, f
                                   const float *A, int lda, long long strideA, const float *B,
                                   int ldb, long long strideB, float beta, float *C, int ldc,
                                   long long strideC, int count);
+
+/* For the tests: how many linear-layer matmuls ran through cuBLASLt's epilogues
+ * (fused) and how many calls found no cuBLASLt algorithm and took the path without
+ * it (refused), since the process started (cuda_linear_lt.cu). */
+void tr_cuda_linear_lt_counts(long *fused, long *refused);
 
 #ifdef __cplusplus
 }

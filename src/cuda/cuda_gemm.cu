@@ -1,4 +1,5 @@
-/* cuda_gemm.cu: row-major GEMM over cuBLAS, and the linear layer built on it.
+/* cuda_gemm.cu: row-major GEMM over cuBLAS, and the linear layer built on it (its
+ * forward through cuBLASLt's epilogues where it can: cuda_linear_lt.cu).
  *
  * cuBLAS is column-major. A row-major matrix X[r, c] with row stride ld is, read
  * column-major, the matrix X^T with leading dimension ld. So the row-major
@@ -124,7 +125,11 @@ __global__ static void broadcast_rows_kernel(float *out, const float *b, int row
 void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const float *b, int B,
                             int IN, int OUT)
 {
-    /* as on the CPU: write the bias, then let the GEMM accumulate onto it (beta = 1) */
+    /* With a bias: one cuBLASLt matmul whose epilogue adds it (cuda_linear_lt.cu). */
+    if (b && tr_cuda_linear_lt(out, NULL, inp, w, b, B, IN, OUT))
+        return;
+    /* Without one, or the fallback where cuBLASLt has no algorithm for the problem:
+     * as on the CPU, write the bias, then let the GEMM accumulate onto it (beta = 1). */
     float beta = 0.0f;
     if (b) {
         broadcast_rows_kernel<<<tr_cuda_grid((size_t)B * OUT), TR_CUDA_BLOCK, 0,
@@ -159,6 +164,17 @@ __global__ static void colsum_add_kernel(float *dst, const float *src, size_t R,
     }
 }
 
+/* The bias gradient stays a kernel of its own rather than cuBLASLt's
+ * CUBLASLT_EPILOGUE_BGRADB on the weight-gradient GEMM. The layout would fit: read
+ * column-major, that GEMM is D = dw^T [IN x OUT] = inp^T [IN x B] times op(B) with
+ * B = dout stored OUT x B and transposed (op(B) = T, which BGRADB requires), and
+ * BGRADB sums op(B) over the GEMM's k (the B samples), one value per column of D:
+ * db's OUT values. But the epilogue stores the sums in the bias pointer, it does not
+ * add them to what is there (cublasLt.h: "Stores Bias gradient in the auxiliary
+ * output"; beta scales D only), and the trainer accumulates gradients over
+ * micro-batches (db += ..., kernels.h). Using it would take a scratch vector of OUT
+ * floats from the memory plan and an add kernel after the GEMM: a second kernel
+ * still. colsum_add_kernel reads dout once and adds in place, in a fixed order. */
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, int B, int IN, int OUT)
 {

@@ -26,6 +26,15 @@ void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const 
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, int B, int IN, int OUT);
 
+/* cuda_linear_lt.cu: out[B,OUT] = inp[B,IN] w[OUT,IN]^T (+ b[OUT] when b is not
+ * NULL) as one cuBLASLt matmul in the precision of set_gemm_precision; with pre
+ * [B,OUT] not NULL, pre gets that and out = gelu(pre) (the epilogue's). Returns 1
+ * once queued, 0 having queued nothing where cuBLASLt has no algorithm for it (or
+ * pre is given and OUT is not a multiple of 8): the caller then computes it
+ * without cuBLASLt. */
+int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, const float *b,
+                      int B, int IN, int OUT);
+
 /* cuda_classifier.cu */
 void tr_cuda_relu_forward(float *out, const float *inp, size_t n);
 void tr_cuda_relu_backward(float *dinp, const float *dout, const float *out, size_t n);

@@ -1,0 +1,229 @@
+/* cuda_linear_lt.cu: the linear layer's forward as one cuBLASLt matmul whose
+ * epilogue adds the bias (CUBLASLT_EPILOGUE_BIAS) and, for the GPT's c_fc, also
+ * applies GELU and stores its input (CUBLASLT_EPILOGUE_GELU_AUX_BIAS): one kernel
+ * and one pass over the output instead of a bias kernel, a GEMM reading its result
+ * back (beta = 1) and a GELU kernel reading it again.
+ *
+ * Layout. Row-major out[B,OUT] = inp[B,IN] w[OUT,IN]^T + b is, read column-major
+ * (cuda_gemm.cu), D[OUT x B] = op(A) B' with A = w stored as IN x OUT (ld IN) and
+ * transposed, B' = inp stored as IN x B (ld IN), D stored OUT x B (ld OUT). The
+ * bias epilogue adds a vector as long as D has rows (OUT), the same to every column
+ * (every sample): exactly b. The GELU input (the "aux" matrix) has D's shape; its
+ * leading dimension must be a multiple of 8, so OUT must be.
+ *
+ * Precision: the compute types of cuda_gemm.cu, so the products are the same:
+ * CUBLAS_COMPUTE_32F (fp32, no TF32) or _32F_FAST_16BF / _FAST_16F after
+ * set_gemm_precision, on fp32 A, B and D, scale type fp32. The bias and the aux
+ * matrix are fp32 too (their types default to D's).
+ *
+ * Workspace: none (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 0). The trainer's
+ * device memory is one allocation sized by the plan (cuda_device_memory.cu) and
+ * nothing is allocated after start-up; with no workspace the heuristic offers only
+ * algorithms that need none. Split-K reductions (which need one) are excluded
+ * explicitly as well (REDUCTION_SCHEME_NONE): each dot product is one sequence, so
+ * results do not depend on a reduction order either.
+ *
+ * Alignment: cuBLASLt's preferences assume 256-byte aligned matrices unless told
+ * otherwise, and the trainer's tensors are views at any float offset of its flat
+ * buffers, so each call states the alignment its pointers really have (the
+ * heuristic reads the bias and aux alignment from their pointers itself).
+ *
+ * Fallback: where the heuristic offers no algorithm (a shape, alignment or compute
+ * type this cuBLASLt has no epilogue kernel for, or a GPU it does not cover), the
+ * entry returns 0 having queued nothing, and the caller takes the path without
+ * cuBLASLt (cuda_gemm.cu). The heuristic's answer, algorithm or none, is kept per
+ * problem (a small table), so it is asked once per shape, not per call. */
+#include "cuda/cuda_common.h"
+#include "cuda/cuda_ops.h"
+
+#include "backend/lowp_math.h" /* tr_precision */
+
+#include <stdint.h>
+#include <string.h>
+
+static cublasComputeType_t compute_type(int format)
+{
+    return format == TR_PREC_BF16   ? CUBLAS_COMPUTE_32F_FAST_16BF
+           : format == TR_PREC_FP16 ? CUBLAS_COMPUTE_32F_FAST_16F
+                                    : CUBLAS_COMPUTE_32F;
+}
+
+/* The largest power of two up to 256 that divides the address. */
+static uint32_t alignment_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && a % al)
+        al /= 2;
+    return al;
+}
+
+/* ---- the heuristic's answers, per problem ----------------------------------------- */
+
+/* Everything the heuristic's choice depends on (the leading dimensions follow from
+ * the sizes). Only ints: compared with memcmp, no padding. */
+typedef struct lt_key {
+    int format, epilogue, m, n, k;
+    uint32_t align_w, align_inp, align_out, align_bias, align_aux;
+} lt_key;
+
+typedef struct lt_answer {
+    lt_key key;
+    int found; /* 0: no algorithm, take the fallback */
+    cublasLtMatmulAlgo_t algo;
+} lt_answer;
+
+/* A GPT has a handful of linear shapes per stage (and the tests a few more); past
+ * this many the heuristic is simply asked every time. */
+#define LT_ANSWERS 64
+static lt_answer g_answers[LT_ANSWERS];
+static int g_nanswers;
+static long g_fused, g_refused; /* matmuls run here; calls that found no algorithm */
+
+static const lt_answer *find_answer(const lt_key *key)
+{
+    for (int i = 0; i < g_nanswers; i++)
+        if (!memcmp(&g_answers[i].key, key, sizeof *key))
+            return &g_answers[i];
+    return NULL;
+}
+
+static void keep_answer(const lt_key *key, int found, const cublasLtMatmulAlgo_t *algo)
+{
+    if (g_nanswers == LT_ANSWERS)
+        return;
+    lt_answer *a = &g_answers[g_nanswers++];
+    memset(a, 0, sizeof *a);
+    a->key = *key;
+    a->found = found;
+    if (found)
+        a->algo = *algo;
+}
+
+/* ---- one problem's descriptors ---------------------------------------------------- */
+
+typedef struct lt_problem {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, d; /* w, inp, out (and pre, which has out's shape) */
+} lt_problem;
+
+static void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                     const void *value, size_t size)
+{
+    TR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, value, size));
+}
+
+static lt_problem make_problem(int format, uint32_t epilogue, float *pre, const float *bias,
+                               int B, int IN, int OUT)
+{
+    lt_problem p;
+    TR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, compute_type(format), CUDA_R_32F));
+    int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+    if (bias)
+        set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (pre) {
+        int64_t ld = OUT;
+        set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
+        set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+    }
+    TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, IN, OUT, IN));
+    TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, IN, B, IN));
+    TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, OUT, B, OUT));
+    return p;
+}
+
+static void free_problem(lt_problem *p)
+{
+    TR_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->a));
+    TR_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->b));
+    TR_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->d));
+    TR_CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+}
+
+static void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+                     const void *value, size_t size)
+{
+    TR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, value, size));
+}
+
+/* Asks the heuristic for its best algorithm: 1 and *algo, or 0 where it has none.
+ * Any refusal counts as "none" (the fallback is always correct); the path the
+ * calls take is visible to the tests (tr_cuda_linear_lt_counts). */
+static int ask_heuristic(const lt_problem *p, const lt_key *key, cublasLtMatmulAlgo_t *algo)
+{
+    cublasLtMatmulPreference_t pref;
+    TR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t workspace = 0;
+    uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+    set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme, sizeof scheme);
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key->align_w, sizeof(uint32_t));
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key->align_inp,
+             sizeof(uint32_t));
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key->align_out,
+             sizeof(uint32_t));
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key->align_out,
+             sizeof(uint32_t));
+    cublasLtMatmulHeuristicResult_t r;
+    memset(&r, 0, sizeof r);
+    int got = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(tr_cuda_ctx_get()->lt, p->desc, p->a, p->b,
+                                                      p->d, p->d, pref, 1, &r, &got);
+    TR_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (s != CUBLAS_STATUS_SUCCESS || got < 1 || r.state != CUBLAS_STATUS_SUCCESS)
+        return 0;
+    *algo = r.algo;
+    return 1;
+}
+
+extern "C" void tr_cuda_linear_lt_counts(long *fused, long *refused)
+{
+    *fused = g_fused;
+    *refused = g_refused;
+}
+
+int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, const float *b,
+                      int B, int IN, int OUT)
+{
+    if (B <= 0 || IN <= 0 || OUT <= 0 || (pre && OUT % 8)) { /* aux ld: a multiple of 8 */
+        g_refused++;
+        return 0;
+    }
+    uint32_t epilogue = pre ? (b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                            : (b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.format = tr_cuda_gemm_precision();
+    key.epilogue = (int)epilogue;
+    key.m = OUT;
+    key.n = B;
+    key.k = IN;
+    key.align_w = alignment_of(w);
+    key.align_inp = alignment_of(inp);
+    key.align_out = alignment_of(out);
+    key.align_bias = b ? alignment_of(b) : 0;
+    key.align_aux = pre ? alignment_of(pre) : 0;
+    lt_problem p = make_problem(key.format, epilogue, pre, b, B, IN, OUT);
+    cublasLtMatmulAlgo_t algo;
+    memset(&algo, 0, sizeof algo);
+    const lt_answer *known = find_answer(&key);
+    int found = known ? known->found : ask_heuristic(&p, &key, &algo);
+    if (known && found)
+        algo = known->algo;
+    else if (!known)
+        keep_answer(&key, found, &algo);
+    if (found) {
+        const tr_cuda_ctx *c = tr_cuda_ctx_get();
+        const float alpha = 1.0f, beta = 0.0f; /* C is not read: D = op(A) B' + bias */
+        TR_CUBLAS_CHECK(cublasLtMatmul(c->lt, p.desc, &alpha, w, p.a, inp, p.b, &beta, out, p.d,
+                                       out, p.d, &algo, NULL, 0, c->stream));
+        g_fused++;
+    } else {
+        g_refused++;
+    }
+    free_problem(&p); /* host descriptors: the queued matmul no longer needs them */
+    return found;
+}
