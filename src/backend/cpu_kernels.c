@@ -373,6 +373,7 @@ const tr_kernels tr_cpu_kernels = {
     .layernorm_backward = tr_cpu_layernorm_backward,
     .gelu_forward = tr_cpu_gelu_forward,
     .gelu_backward = tr_cpu_gelu_backward,
+    .linear_gelu_forward = tr_cpu_linear_gelu_forward,
     .residual_forward = tr_cpu_residual_forward,
     .attention_forward = tr_cpu_attention_forward,
     .attention_backward = tr_cpu_attention_backward,

@@ -1,6 +1,7 @@
 /* cpu_transformer.c: the element-wise and row-wise kernels of a GPT-2 style model on
- * the CPU: token + position embedding, layernorm, GELU, residual add and softmax
- * cross-entropy over a padded vocabulary (attention in cpu_attention.c).
+ * the CPU: token + position embedding, layernorm, GELU (and linear then GELU),
+ * residual add and softmax cross-entropy over a padded vocabulary (attention in
+ * cpu_attention.c).
  *
  * Dimension letters and the gradient rule as in transformer_kernels.h. Row-wise work
  * runs in parallel over the B*T rows; each output element is written by one thread.
@@ -10,6 +11,7 @@
  * run to run. Parallel loops carry an if() clause: small tensors stay on one thread,
  * where a fork/join would cost more than the work. */
 #include "backend/transformer_kernels.h"
+#include "backend/cpu_backend.h" /* tr_cpu_linear_forward, tr_cpu_round_lowp */
 #include "backend/gelu_math.h"
 #include "core/error.h"
 
@@ -135,6 +137,15 @@ void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size
 #pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS / 8)
     for (size_t i = 0; i < n; i++)
         dinp[i] = tr_gelu_grad(inp[i]) * dout[i];
+}
+
+void tr_cpu_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
+                                const float *b, int B, int IN, int OUT, int format)
+{
+    size_t n = (size_t)B * OUT;
+    tr_cpu_linear_forward(pre, inp, w, b, B, IN, OUT);
+    tr_cpu_round_lowp(pre, n, format);
+    tr_cpu_gelu_forward(out, pre, n);
 }
 
 /* Backward of out = a + b is da = db = dout: nothing to compute. The residual

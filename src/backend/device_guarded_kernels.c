@@ -175,6 +175,13 @@ static void guarded_gelu_backward(float *dinp, const float *inp, const float *do
     tr_guarded_close();
 }
 
+static void guarded_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w, const float *b, int B, int IN, int OUT, int format)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.linear_gelu_forward(pre, out, inp, w, b, B, IN, OUT, format);
+    tr_guarded_close();
+}
+
 static void guarded_residual_forward(float *out, const float *a, const float *b, size_t n)
 {
     tr_guarded_open();
@@ -287,6 +294,7 @@ const tr_kernels tr_guarded_kernels = {
     .layernorm_backward = guarded_layernorm_backward,
     .gelu_forward = guarded_gelu_forward,
     .gelu_backward = guarded_gelu_backward,
+    .linear_gelu_forward = guarded_linear_gelu_forward,
     .residual_forward = guarded_residual_forward,
     .attention_forward = guarded_attention_forward,
     .attention_backward = guarded_attention_backward,

@@ -104,6 +104,11 @@ typedef struct tr_kernels {
                                const float *rstd, int B, int T, int C);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    /* The MLP's first half: pre = linear_forward(inp, w, b), rounded to `format` (a
+     * tr_precision; fp32 leaves it), and out = gelu(pre): one entry so that a GPU can
+     * make it one matmul with a GELU epilogue (transformer_kernels.h). */
+    void (*linear_gelu_forward)(float *pre, float *out, const float *inp, const float *w,
+                                const float *b, int B, int IN, int OUT, int format);
     /* out = a + b; also how gradients add up on the residual stream */
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,

@@ -45,6 +45,16 @@ void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const 
 void tr_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 
+/* ---- linear then GELU: the MLP's c_fc and its activation ---------------------------
+ * pre, out [B,OUT]; inp [B,IN]; w [OUT,IN]; b [OUT] or NULL; format a tr_precision.
+ * Exactly tr_cpu_linear_forward(pre, ...), tr_cpu_round_lowp(pre, format) and
+ * tr_cpu_gelu_forward(out, pre), one after the other, so the same bits as those three
+ * calls. No backward of its own: linear_backward and gelu_backward, which read pre.
+ * The CUDA entry is one cuBLASLt matmul (src/cuda/cuda_gemm.cu says how it differs
+ * in 16-bit formats). */
+void tr_cpu_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
+                                const float *b, int B, int IN, int OUT, int format);
+
 /* ---- residual add: out = a + b, elementwise over n --------------------------------
  * out may alias a or b. No backward kernel: d a = d b = dout, and on the residual
  * stream the gradient accumulates, so the caller adds dout into the stream's

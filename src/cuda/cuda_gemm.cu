@@ -189,3 +189,38 @@ void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dou
                                                                       OUT);
     TR_CUDA_LAUNCHED();
 }
+
+/* ---- c_fc and GELU -------------------------------------------------------------- */
+
+/* One cuBLASLt matmul with CUBLASLT_EPILOGUE_GELU_AUX_BIAS: pre = the linear layer's
+ * output (the aux matrix, which gelu_backward reads), out = GELU(pre).
+ *
+ * Why this GELU is the model's: the model uses the tanh approximation,
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (gelu_math.h, PyTorch's
+ * approximate='tanh', GPT-2's). cuBLASLt's documentation and header name the
+ * epilogue "GELU" without a formula; that it is the tanh approximation is what
+ * PyTorch states and relies on (pytorch/pytorch#104061 switched its own fallback
+ * paths of _addmm_activation to approximate='tanh' to match the cuBLASLt epilogue),
+ * what NVIDIA Transformer Engine and llm.c pair it with, and what independent
+ * measurements show (within ~5e-6 of the tanh form in fp32, ~5e-4 away from the erf
+ * form). The two are the same function up to rounding; the GPU test compares them
+ * (validation/gpu/test_cuda_linear_lt.c).
+ *
+ * The one difference from the CPU's entry: in bf16/fp16-mixed the CPU rounds pre to
+ * the format before GELU reads it, while the epilogue takes GELU of the fp32 value
+ * and pre is rounded afterwards (here). |gelu'| < 1.13, so out moves by at most
+ * about one rounding step of pre, before the model rounds out to the format too.
+ * Where cuBLASLt has no algorithm (or OUT is not a multiple of 8): the CPU's
+ * sequence of kernels. */
+void tr_cuda_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
+                                 const float *b, int B, int IN, int OUT, int format)
+{
+    size_t n = (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0);
+    if (tr_cuda_linear_lt(out, pre, inp, w, b, B, IN, OUT)) {
+        tr_cuda_round_lowp(pre, n, format);
+        return;
+    }
+    tr_cuda_linear_forward(pre, inp, w, b, B, IN, OUT);
+    tr_cuda_round_lowp(pre, n, format);
+    tr_cuda_gelu_forward(out, pre, n);
+}

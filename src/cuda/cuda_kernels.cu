@@ -33,6 +33,7 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .layernorm_backward = tr_cuda_layernorm_backward,
     .gelu_forward = tr_cuda_gelu_forward,
     .gelu_backward = tr_cuda_gelu_backward,
+    .linear_gelu_forward = tr_cuda_linear_gelu_forward,
     .residual_forward = tr_cuda_residual_forward,
     .attention_forward = tr_cuda_attention_forward,
     .attention_backward = tr_cuda_attention_backward,

@@ -14,7 +14,9 @@
  * Precision: the compute types of cuda_gemm.cu, so the products are the same:
  * CUBLAS_COMPUTE_32F (fp32, no TF32) or _32F_FAST_16BF / _FAST_16F after
  * set_gemm_precision, on fp32 A, B and D, scale type fp32. The bias and the aux
- * matrix are fp32 too (their types default to D's).
+ * matrix are fp32 too (their types default to D's). cuBLASLt's GELU is the tanh
+ * approximation (see tr_cuda_linear_gelu_forward in cuda_gemm.cu for the evidence
+ * and the one difference from the CPU).
  *
  * Workspace: none (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 0). The trainer's
  * device memory is one allocation sized by the plan (cuda_device_memory.cu) and

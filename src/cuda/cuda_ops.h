@@ -25,6 +25,8 @@ void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const 
                             int IN, int OUT);
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, int B, int IN, int OUT);
+void tr_cuda_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
+                                 const float *b, int B, int IN, int OUT, int format);
 
 /* cuda_linear_lt.cu: out[B,OUT] = inp[B,IN] w[OUT,IN]^T (+ b[OUT] when b is not
  * NULL) as one cuBLASLt matmul in the precision of set_gemm_precision; with pre

@@ -469,9 +469,10 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value, ln2[1].value,
                          B, T, C);
     tr_model_round(m, b->ln2, n);
-    k->linear_forward(b->fch, b->ln2, fc[0].value, fc[1].value, BT, C, Fl);
-    tr_model_round(m, b->fch, (size_t)BT * Fl);
-    k->gelu_forward(b->fch_gelu, b->fch, (size_t)BT * Fl);
+    /* c_fc and GELU in one entry (one matmul on a GPU); it rounds fch, which
+     * gelu_backward reads, itself, before the CPU's GELU reads it */
+    k->linear_gelu_forward(b->fch, b->fch_gelu, b->ln2, fc[0].value, fc[1].value, BT, C, Fl,
+                           m->precision);
     tr_model_round(m, b->fch_gelu, (size_t)BT * Fl);
     k->linear_forward(g->proj_out, b->fch_gelu, fcp[0].value, bias_here ? fcp[1].value : NULL,
                       BT, Fl, C);
