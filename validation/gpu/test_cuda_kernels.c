@@ -22,6 +22,9 @@
  * the CPU's bits for bf16 and fp16, NaN payloads, infinities and subnormals included.
  * A wrong index, a missed term or a transposed operand gives errors of order 1.
  *
+ * linear_gelu_forward, and the cuBLASLt epilogue paths of linear_forward in every
+ * precision, are checked in test_cuda_linear_lt.c.
+ *
  * No usable GPU (no driver, no device): prints why and exits 77, which CTest
  * reports as skipped. A bad token must end the process with exit 70 and a message,
  * as on the CPU: checked by running this program again with --bad-token. */
