@@ -154,7 +154,8 @@ static void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAt
 /* Asks the heuristic for its best algorithm: 1 and *algo, or 0 where it has none.
  * Any refusal counts as "none" (the fallback is always correct); the path the
  * calls take is visible to the tests (tr_cuda_linear_lt_counts). */
-static int ask_heuristic(const lt_problem *p, const lt_key *key, cublasLtMatmulAlgo_t *algo)
+static int ask_heuristic(cublasLtHandle_t lt, const lt_problem *p, const lt_key *key,
+                         cublasLtMatmulAlgo_t *algo)
 {
     cublasLtMatmulPreference_t pref;
     TR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -172,8 +173,8 @@ static int ask_heuristic(const lt_problem *p, const lt_key *key, cublasLtMatmulA
     cublasLtMatmulHeuristicResult_t r;
     memset(&r, 0, sizeof r);
     int got = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(tr_cuda_ctx_get()->lt, p->desc, p->a, p->b,
-                                                      p->d, p->d, pref, 1, &r, &got);
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->d, p->d, pref,
+                                                      1, &r, &got);
     TR_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (s != CUBLAS_STATUS_SUCCESS || got < 1 || r.state != CUBLAS_STATUS_SUCCESS)
         return 0;
@@ -194,6 +195,8 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, 
         g_refused++;
         return 0;
     }
+    /* the context first: it loads cuBLASLt, whose calls the descriptors below use */
+    const tr_cuda_ctx *c = tr_cuda_ctx_get();
     uint32_t epilogue = pre ? (b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                             : (b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
     lt_key key;
@@ -208,17 +211,20 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, 
     key.align_out = alignment_of(out);
     key.align_bias = b ? alignment_of(b) : 0;
     key.align_aux = pre ? alignment_of(pre) : 0;
+    const lt_answer *known = find_answer(&key);
+    if (known && !known->found) {
+        g_refused++;
+        return 0;
+    }
     lt_problem p = make_problem(key.format, epilogue, pre, b, B, IN, OUT);
     cublasLtMatmulAlgo_t algo;
     memset(&algo, 0, sizeof algo);
-    const lt_answer *known = find_answer(&key);
-    int found = known ? known->found : ask_heuristic(&p, &key, &algo);
-    if (known && found)
+    int found = known ? 1 : ask_heuristic(c->lt, &p, &key, &algo);
+    if (known)
         algo = known->algo;
-    else if (!known)
+    else
         keep_answer(&key, found, &algo);
     if (found) {
-        const tr_cuda_ctx *c = tr_cuda_ctx_get();
         const float alpha = 1.0f, beta = 0.0f; /* C is not read: D = op(A) B' + bias */
         TR_CUBLAS_CHECK(cublasLtMatmul(c->lt, p.desc, &alpha, w, p.a, inp, p.b, &beta, out, p.d,
                                        out, p.d, &algo, NULL, 0, c->stream));
