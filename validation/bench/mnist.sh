@@ -5,14 +5,13 @@
 # Run from the repository root after building (scripts/build.sh):
 #     validation/bench/mnist.sh
 # Knobs (environment): TRAINER (the binary; ./trainer, the build's link in the repository
-# root), TR_REPS (trainer runs per case, median taken; 5: a run trains
-# for only 1-5 s and varies a lot), REPS (timed torch epochs per case, median; 3),
-# CASES (subset of "a b c"), QUIET_WAIT (seconds to wait for an idle machine before
+# root), TR_REPS (rounds per case, each one trainer run and one torch process; 7: a
+# run trains for only 1-6 s and the machine's speed drifts), CASES (subset of "a b c"), QUIET_WAIT (seconds to wait for an idle machine before
 # each measurement; 60), QUIET_PCT (machine-wide CPU busy % that counts as idle; 10),
 # TRIES (runs of a measurement at most, when other processes disturbed it; 3),
 # BUDGET (seconds after which it stops waiting and repeating, to finish; 420),
 # TUNE_STEPS, TUNE_STEPS_CNN (steps per epoch of a torch tuning run; 120, 60).
-# Takes about 4 minutes on an idle 2-core machine; on a busy one it waits for quiet and
+# Takes about 6 minutes on an idle 2-core machine; on a busy one it waits for quiet and
 # repeats disturbed runs until BUDGET s have passed, then finishes without, flagging them.
 #
 # What it measures: samples/s of the training loop only (no start-up, data loading or
@@ -26,9 +25,11 @@
 #       64 samples per process per step
 #   (c) CNN (LeNet-5 style, the trainer's model.name=cnn): as (a)
 # Trainer figure: "samples_per_second" of its summary.json (timed around the training
-# steps only), median of TR_REPS runs (of the undisturbed ones, if any were disturbed).
-# Torch figure (validation/bench/torch_mnist.py):
-# median of REPS timed epochs after 20 untimed warm-up steps.
+# steps only). Torch figure (validation/bench/torch_mnist.py): one timed epoch after 20
+# untimed warm-up steps. They are measured in rounds, one of each side by side (this
+# shared VM's speed drifts by up to 1.5x over minutes: a torch figure taken a minute
+# after the trainer's compared two machines); the table gives the medians over
+# TR_REPS rounds and the median of the rounds' ratios.
 # Also prints the trainer's GFLOP/s for (a) beside this machine's measured fp32 GEMM
 # ceiling (best of 7 torch.mm 2048^3 = OpenBLAS sgemm calls, 2 threads and 1), and the
 # configuration of both sides (BLAS library and kernel, threads, CPU affinity, oneDNN).
@@ -51,8 +52,7 @@ cd "$root" || exit 1
 PY=/usr/bin/python3
 TRAINER=${TRAINER:-./trainer}
 TORCH=validation/bench/torch_mnist.py
-REPS=${REPS:-3}
-TR_REPS=${TR_REPS:-5}
+TR_REPS=${TR_REPS:-7}
 QUIET_WAIT=${QUIET_WAIT:-60}
 TRIES=${TRIES:-3}
 BUDGET=${BUDGET:-420}
@@ -139,34 +139,31 @@ watch_ranks() {
            printf "cpus %s, %d busy threads; ", cpus, n[order[i]]}}'
 }
 
-# trainer_case NP THREADS DECK BIND: TR_REPS runs; sets TR_SPS, TR_GF (medians), TR_INFO
-trainer_case() {
-  local np=$1 th=$2 deck=$3 bind=$4 tag r dir sps=() gf=() csps=() cgf=() banner watcher
-  tag=${np}x${th}_$(basename "$deck" .in)
-  for r in $(seq 1 "$TR_REPS"); do
-    dir=$WORK/tr_${tag}_$r
-    if [ "$r" = 1 ]; then watch_ranks >"$WORK/ranks_$tag" & watcher=$!; fi
-    measured "$dir" run_trainer "$np" "$th" "$deck" "$bind" || return 1
-    sps+=("$(json "$dir/summary.json" 'd["samples_per_second"]')")
-    gf+=("$(json "$dir/summary.json" 'd["gflops_per_second"]')")
-    if [ "$FOREIGN" -le "$QUIET_PCT" ]; then csps+=("${sps[-1]}") cgf+=("${gf[-1]}"); fi
-    echo "  trainer ${tag}: run $r: ${sps[-1]} samples/s, ${gf[-1]} GFLOP/s," \
-      "train $(json "$dir/summary.json" 'd["train_seconds"]') s (other load ${FOREIGN}%)" >&2
-  done
-  wait "$watcher"
-  banner=$(head -1 "$WORK/tr_${tag}_1.out")
+# trainer_once NP THREADS DECK BIND R: trainer run R of a case (R = 1 also watches the
+# ranks); appends to the arrays T_SPS, T_GF and sets TAG
+trainer_once() {
+  local np=$1 th=$2 deck=$3 bind=$4 r=$5 dir watcher=""
+  TAG=${np}x${th}_$(basename "$deck" .in)
+  dir=$WORK/tr_${TAG}_$r
+  if [ "$r" = 1 ]; then watch_ranks >"$WORK/ranks_$TAG" & watcher=$!; fi
+  measured "$dir" run_trainer "$np" "$th" "$deck" "$bind" || return 1
+  [ -n "$watcher" ] && wait "$watcher"
+  T_SPS+=("$(json "$dir/summary.json" 'd["samples_per_second"]')")
+  T_GF+=("$(json "$dir/summary.json" 'd["gflops_per_second"]')")
+  echo "  trainer ${TAG}: run $r: ${T_SPS[-1]} samples/s, ${T_GF[-1]} GFLOP/s," \
+    "train $(json "$dir/summary.json" 'd["train_seconds"]') s (other load ${FOREIGN}%)" >&2
+}
+
+# trainer_info NP THREADS BIND: TR_INFO from the first run's banner and the ranks seen
+trainer_info() {
+  local th=$2 bind=$3 banner
+  banner=$(head -1 "$WORK/tr_${TAG}_1.out")
   case "$banner" in
     *" $th thread"*) ;;
     *) echo "  warning: the trainer's banner does not say $th thread(s): $banner" >&2 ;;
   esac
-  if [ "${#csps[@]}" -gt 0 ] && [ "${#csps[@]}" -lt "${#sps[@]}" ]; then
-    echo "  (median over the ${#csps[@]} undisturbed run(s) of $TR_REPS)" >&2
-    sps=("${csps[@]}") gf=("${cgf[@]}")
-  fi
-  TR_SPS=$(median "${sps[@]}")
-  TR_GF=$(median "${gf[@]}")
   TR_INFO="${banner#trainer }; $(basename "$ob_lib") (single-threaded, OpenMP splits GEMMs);"
-  TR_INFO+=" mpirun ${bind:-default binding}; ranks: $(sed 's/; $//' "$WORK/ranks_$tag")"
+  TR_INFO+=" mpirun ${bind:-default binding}; ranks: $(sed 's/; $//' "$WORK/ranks_$TAG")"
 }
 
 # torch_run OUT "ENV|ARGS" [torch_mnist.py options...]: one torch_mnist.py run
@@ -184,62 +181,82 @@ torch_run() {
   fi
 }
 
-# torch_case CASE TUNE_STEPS "CAND"... -- torch_mnist.py options: tune, then measure;
-# sets TO_SPS, TO_GF, TO_INFO, TO_TUNE
-torch_case() {
-  local c=$1 steps=$2 cand best="" bestv=0 v n=0 out name
+# torch_tune CASE TUNE_STEPS "CAND"... -- torch_mnist.py options: the fastest candidate
+# in a short run of each; sets TO_BEST, TO_TUNE
+torch_tune() {
+  local c=$1 steps=$2 cand v bestv=0 n=0 out name
   shift 2
   local cands=()
   while [ "$1" != -- ]; do cands+=("$1"); shift; done
   shift
-  TO_TUNE=""
-  if [ "${#cands[@]}" -gt 1 ]; then
-    for cand in "${cands[@]}"; do
-      n=$((n + 1)) out=$WORK/tune_${c}_$n.json
-      measured "$out" torch_run "$cand" "$@" --steps "$steps" --reps 2 || return 1
-      v=$(json "$out" 'round(d["samples_per_second"])')
-      name=$(printf '%s' "$cand" | sed 's/^-|/(as shipped)|/; s/|-$//; s/|/ /')
-      echo "  torch tuning ${c}: ${name}: $v samples/s (other load ${FOREIGN}%)" >&2
-      TO_TUNE+="${TO_TUNE:+, }[$name] $v"
-      TO_TUNE_STEPS=$steps
-      if [ "$v" -gt "$bestv" ]; then bestv=$v best=$cand; fi
-    done
-  else
-    best=${cands[0]}
-  fi
-  out=$WORK/torch_$c.json
-  measured "$out" torch_run "$best" "$@" --reps "$REPS" || return 1
-  grep '^torch' "$out.err" | sed "s/^/  /; s/\$/ (other load ${FOREIGN}% over the run)/" >&2
-  TO_SPS=$(json "$out" 'd["samples_per_second"]')
-  TO_GF=$(json "$out" 'round(d["gflops_per_second"], 2)')
-  TO_INFO=$(json "$out" '"torch %s, %d intra-op thread(s) x %d process(es), %s, kernel %s, %d pthread(s); oneDNN %s%s" % (d["config"]["torch"], d["config"]["torch_threads"], d["world"], d["config"]["openblas"]["lib"].split("/")[-2] + " " + " ".join(d["config"]["openblas"]["config"].split()[:2]), d["config"]["openblas"]["core"], d["config"]["openblas"]["threads"], "on" if d["config"]["mkldnn"] else "off", ", channels-last" if d["config"]["channels_last"] else "")')
-  TO_INFO+="; chosen: $(printf '%s' "$best" | sed 's/^-|/(no environment)|/; s/|-$//; s/|/ /')"
+  TO_TUNE="" TO_BEST=${cands[0]}
+  [ "${#cands[@]}" -gt 1 ] || return 0
+  for cand in "${cands[@]}"; do
+    n=$((n + 1)) out=$WORK/tune_${c}_$n.json
+    measured "$out" torch_run "$cand" "$@" --steps "$steps" --reps 2 || return 1
+    v=$(json "$out" 'round(d["samples_per_second"])')
+    name=$(printf '%s' "$cand" | sed 's/^-|/(as shipped)|/; s/|-$//; s/|/ /')
+    echo "  torch tuning ${c}: ${name}: $v samples/s (other load ${FOREIGN}%)" >&2
+    TO_TUNE+="${TO_TUNE:+, }[$name] $v"
+    if [ "$v" -gt "$bestv" ]; then bestv=$v TO_BEST=$cand; fi
+  done
+  TO_TUNE="($steps steps, samples/s) $TO_TUNE"
 }
 
-declare -A TSPS OSPS TGF OGF TINFO OINFO OTUNE
+# run_case CASE NP THREADS DECK BIND TUNE_STEPS "CAND"... -- torch_mnist.py options:
+# torch's tuning, then TR_REPS rounds of one trainer run and one torch epoch (a fresh
+# process, after its warm-up steps), side by side: this VM's speed drifts by up to
+# 1.5x over minutes, and both sides of a round meet the same machine. Sets TR_SPS,
+# TR_GF, TO_SPS, TO_GF (medians over the rounds), RATIO (the median of the rounds'
+# ratios), TR_INFO, TO_INFO, TO_TUNE.
+run_case() {
+  local c=$1 np=$2 th=$3 deck=$4 bind=$5 steps=$6 r out ratios=() o_sps=() o_gf=()
+  shift 6
+  local cands=()
+  while [ "$1" != -- ]; do cands+=("$1"); shift; done
+  shift
+  torch_tune "$c" "$steps" "${cands[@]}" -- "$@" || return 1
+  T_SPS=() T_GF=()
+  for r in $(seq 1 "$TR_REPS"); do
+    trainer_once "$np" "$th" "$deck" "$bind" "$r" || return 1
+    out=$WORK/torch_${c}_$r.json
+    measured "$out" torch_run "$TO_BEST" "$@" --reps 1 || return 1
+    o_sps+=("$(json "$out" 'd["samples_per_second"]')")
+    o_gf+=("$(json "$out" 'round(d["gflops_per_second"], 2)')")
+    ratios+=("$(awk -v a="${T_SPS[-1]}" -v b="${o_sps[-1]}" 'BEGIN {print a / b}')")
+    grep '^torch' "$out.err" | sed "s/^/  /; s/\$/ (other load ${FOREIGN}%); round $r: ratio ${ratios[-1]}/" >&2
+  done
+  trainer_info "$np" "$th" "$bind"
+  TR_SPS=$(median "${T_SPS[@]}") TR_GF=$(median "${T_GF[@]}")
+  TO_SPS=$(median "${o_sps[@]}") TO_GF=$(median "${o_gf[@]}") RATIO=$(median "${ratios[@]}")
+  out=$WORK/torch_${c}_1.json
+  TO_INFO=$(json "$out" '"torch %s, %d intra-op thread(s) x %d process(es), %s, kernel %s, %d pthread(s); oneDNN %s%s" % (d["config"]["torch"], d["config"]["torch_threads"], d["world"], d["config"]["openblas"]["lib"].split("/")[-2] + " " + " ".join(d["config"]["openblas"]["config"].split()[:2]), d["config"]["openblas"]["core"], d["config"]["openblas"]["threads"], "on" if d["config"]["mkldnn"] else "off", ", channels-last" if d["config"]["channels_last"] else "")')
+  TO_INFO+="; chosen: $(printf '%s' "$TO_BEST" | sed 's/^-|/(no environment)|/; s/|-$//; s/|/ /')"
+}
+
+declare -A TSPS OSPS TGF OGF TINFO OINFO OTUNE RATIOS
 echo "== validation/bench/mnist.sh: trainer vs PyTorch, Fashion-MNIST, 1 epoch (468 steps), batch 128, fp32 =="
 echo "host: $(nproc) CPUs, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)," \
   "flags: $(grep -o -w -E 'avx512f|avx2|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "trainer: $("$TRAINER" --version | head -2 | tr '\n' ' ')"
-echo "(progress on stderr; TR_REPS=$TR_REPS, REPS=$REPS)"
+echo "(progress on stderr; TR_REPS=$TR_REPS)"
 
 t_start=$SECONDS
 for c in $CASES; do
   case $c in
     a) echo "-- (a) mlp, trainer 1 rank x 2 threads vs torch 2 threads" >&2
-       trainer_case 1 2 inputs/fashion_mnist.in "--bind-to none" || exit 1
-       torch_case a "$TUNE_STEPS" "${TUNE_A[@]}" -- --model mlp --threads 2 || exit 1 ;;
+       run_case a 1 2 inputs/fashion_mnist.in "--bind-to none" "$TUNE_STEPS" "${TUNE_A[@]}" \
+         -- --model mlp --threads 2 || exit 1 ;;
     b) echo "-- (b) mlp, trainer 2 ranks x 1 thread vs torch DDP (gloo) 2 x 1 thread" >&2
-       trainer_case 2 1 inputs/fashion_mnist.in "" || exit 1
-       torch_case b "$TUNE_STEPS" "${TUNE_B[@]}" -- --model mlp --threads 1 --world 2 || exit 1 ;;
+       run_case b 2 1 inputs/fashion_mnist.in "" "$TUNE_STEPS" "${TUNE_B[@]}" \
+         -- --model mlp --threads 1 --world 2 || exit 1 ;;
     c) echo "-- (c) cnn, trainer 1 rank x 2 threads vs torch 2 threads" >&2
-       trainer_case 1 2 inputs/fashion_mnist_cnn.in "--bind-to none" || exit 1
-       torch_case c "$TUNE_STEPS_CNN" "${TUNE_C[@]}" -- --model cnn --threads 2 || exit 1 ;;
+       run_case c 1 2 inputs/fashion_mnist_cnn.in "--bind-to none" "$TUNE_STEPS_CNN" \
+         "${TUNE_C[@]}" -- --model cnn --threads 2 || exit 1 ;;
     *) echo "unknown case $c" >&2; exit 1 ;;
   esac
-  TSPS[$c]=$TR_SPS TGF[$c]=$TR_GF TINFO[$c]=$TR_INFO
+  TSPS[$c]=$TR_SPS TGF[$c]=$TR_GF TINFO[$c]=$TR_INFO RATIOS[$c]=$RATIO
   OSPS[$c]=$TO_SPS OGF[$c]=$TO_GF OINFO[$c]=$TO_INFO OTUNE[$c]="$TO_TUNE"
-  [ -n "$TO_TUNE" ] && OTUNE[$c]="($TO_TUNE_STEPS steps, samples/s) $TO_TUNE"
 done
 
 echo "-- fp32 GEMM ceiling: torch.mm 2048^3 (OpenBLAS sgemm), best of 7" >&2
@@ -261,8 +278,10 @@ echo
 printf '%-40s %13s %13s %9s %17s\n' "case (trainer | torch)" "trainer smp/s" "torch smp/s" "tr/torch" "GFLOP/s tr|torch"
 for c in $CASES; do
   printf '%-40s %13.0f %13.0f %8.2fx %8.1f|%-8.1f\n' "$(label "$c")" "${TSPS[$c]}" "${OSPS[$c]}" \
-    "$(awk -v a="${TSPS[$c]}" -v b="${OSPS[$c]}" 'BEGIN {print a / b}')" "${TGF[$c]}" "${OGF[$c]}"
+    "${RATIOS[$c]}" "${TGF[$c]}" "${OGF[$c]}"
 done
+echo "(tr/torch: the median of the $TR_REPS rounds' ratios, each round one trainer run and one torch"
+echo " epoch side by side; samples/s: the medians over the rounds)"
 echo
 echo "fp32 GEMM ceiling (2048^3 sgemm, OpenBLAS via torch.mm, best of 7): $CEIL2 GFLOP/s with 2 threads, $CEIL1 with 1"
 case " $CASES " in
@@ -285,7 +304,7 @@ for c in $CASES; do
   echo "      torch:   ${OINFO[$c]}"
   [ -n "${OTUNE[$c]}" ] && echo "      torch tuning ${OTUNE[$c]}"
 done
-echo "  medians of $TR_REPS trainer runs (undisturbed ones only, where some were disturbed) and of $REPS torch epochs (after 20 warm-up steps)"
+echo "  $TR_REPS rounds per case of one trainer run (one epoch) and one torch process (20 warm-up steps, then one timed epoch)"
 echo "  other processes' share of the machine's CPU during each measurement (%): ${FOREIGNS[*]}"
 echo "  (a run with more than ${QUIET_PCT}% was repeated, up to $TRIES runs in all, and the least disturbed kept)"
 echo "  elapsed: $((SECONDS - t_start)) s"
