@@ -30,6 +30,15 @@ typedef struct tr_device {
     /* Reserves `bytes` of device memory for the allocations to come; 0, or an exit
      * code with err set (out of memory). The CPU reserves nothing. */
     int (*reserve)(size_t bytes, char *err, size_t errlen);
+    /* Bytes the backend itself takes out of the reservation, first, and that the
+     * memory plan counts on a line of their own (CUDA: cuBLAS's workspace and the
+     * context's scratch); 0 for the CPU devices. */
+    size_t backend_bytes;
+    /* Device memory in use beyond the reservation now, counted from just before it
+     * was made (the libraries' and the driver's own: kernel code loaded on first
+     * use, ...), for the report after the first step; NULL where there is no such
+     * figure (the CPU devices). */
+    double (*beyond_reservation)(void);
     void *(*alloc)(size_t bytes, const char *what); /* zeroed, 256-byte aligned */
     void (*free)(void *p);
     void (*release)(void); /* gives the reservation back; every alloc is then gone */

@@ -37,6 +37,7 @@ static_assert(sizeof(static_cast<tr_cublas_gemm_strided_batched_ex_fn>(
 typedef struct tr_cublas_api {
     decltype(&cublasCreate) Create; /* cublas_v2.h maps these names to their _v2 */
     decltype(&cublasSetStream) SetStream;
+    decltype(&cublasSetWorkspace) SetWorkspace;
     decltype(&cublasSgemm) Sgemm;
     decltype(&cublasSetMathMode) SetMathMode;
     decltype(&cublasSetAtomicsMode) SetAtomicsMode;
@@ -53,9 +54,11 @@ void tr_cublas_load(void);
 
 #undef cublasCreate
 #undef cublasSetStream
+#undef cublasSetWorkspace
 #undef cublasSgemm
 #define cublasCreate tr_cublas.Create
 #define cublasSetStream tr_cublas.SetStream
+#define cublasSetWorkspace tr_cublas.SetWorkspace
 #define cublasSgemm tr_cublas.Sgemm
 #define cublasSetMathMode tr_cublas.SetMathMode
 #define cublasSetAtomicsMode tr_cublas.SetAtomicsMode

@@ -247,7 +247,7 @@ void tr_cuda_softmax_xent_forward(float *probs, float *losses, const float *logi
     /* a label outside [0, V) is a bug (the reader validates them): fatal, as on the
      * CPU; this waits for the stream */
     tr_cuda_check_tokens(labels, (size_t)B, V, "softmax_xent_forward (labels)");
-    const tr_cuda_ctx *c = tr_cuda_ctx_get();
+    const tr_cuda_ctx *c = tr_cuda_ctx_with_scratch();
     TR_CUDA_CHECK(cudaMemsetAsync(c->d_flag, 0, sizeof(unsigned), c->stream));
     unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
     softmax_xent_forward_kernel<<<blocks, TR_CUDA_BLOCK, 0, c->stream>>>(

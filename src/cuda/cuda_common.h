@@ -44,6 +44,24 @@ static inline void tr_cublas_check_at(const char *file, int line, cublasStatus_t
  * across GPU models too. */
 #define TR_CUDA_REDUCE_BLOCKS 1024
 
+/* cuBLAS's workspace (cublasSetWorkspace), taken from the device's reservation so
+ * that cuBLAS allocates nothing of its own. cuBLAS's documentation recommends 32 MiB
+ * on Hopper (sm_90) and Blackwell data-centre GPUs, 4 MiB on the others, the size of
+ * the pool it would otherwise allocate itself; one size for all keeps the plan the
+ * same wherever it is printed (--plan runs without a GPU), at 28 MiB too many on an
+ * A100. */
+#define TR_CUDA_CUBLAS_WORKSPACE ((size_t)32 << 20)
+
+/* The context's device scratch (below), each piece 256-byte aligned as the
+ * reservation hands memory out. */
+#define TR_CUDA_SCRATCH_BYTES                                                           \
+    (((TR_CUDA_REDUCE_BLOCKS * sizeof(double) + 255) & ~(size_t)255) + 256 + 256)
+
+/* What the backend takes out of the device's reservation before the model does:
+ * the figure the memory plan counts as the CUDA device's own (tr_device's
+ * backend_bytes). */
+#define TR_CUDA_BACKEND_BYTES (TR_CUDA_CUBLAS_WORKSPACE + TR_CUDA_SCRATCH_BYTES)
+
 /* The scratch below is used between a kernel and the host's wait for it, so the
  * backend's entries must not be called from two host threads at once (the trainer
  * calls kernels from one thread, as with the CPU table). */
@@ -52,7 +70,10 @@ typedef struct tr_cuda_ctx {
     cudaStream_t stream;
     cublasHandle_t blas;
     cublasLtHandle_t lt; /* the linear layer's epilogue matmuls (cuda_linear_lt.cu) */
-    /* device scratch: partial sums of a reduction, one double result, a flag */
+    /* device scratch: partial sums of a reduction, one double result, a flag; from
+     * the device's reservation (tr_cuda_ctx_adopt), or cudaMalloc'ed by the first
+     * tr_cuda_ctx_with_scratch in a process that reserves nothing (the kernel tests
+     * and benchmarks); NULL until then */
     double *d_partial;  /* [TR_CUDA_REDUCE_BLOCKS] */
     double *d_result;   /* [1] */
     unsigned *d_flag;   /* [1] */
@@ -62,8 +83,21 @@ typedef struct tr_cuda_ctx {
     int *h_int;
 } tr_cuda_ctx;
 
-/* The context, created on first use (thread-safe: a C++ function-local static). */
+/* The context, created on first use (thread-safe: a C++ function-local static).
+ * Its device scratch may not exist yet: kernels that use it call
+ * tr_cuda_ctx_with_scratch instead. */
 const tr_cuda_ctx *tr_cuda_ctx_get(void);
+/* The context with its device scratch: the reservation's, or, in a process that
+ * has reserved nothing, buffers of its own made by the first call. */
+const tr_cuda_ctx *tr_cuda_ctx_with_scratch(void);
+/* Hands the context `bytes` (TR_CUDA_BACKEND_BYTES) of the device's reservation at
+ * `base` (256-byte aligned): its scratch, and cuBLAS's workspace through
+ * cublasSetWorkspace. Once, before any kernel that uses the scratch (fatal
+ * otherwise: that scratch would lie outside the plan). */
+void tr_cuda_ctx_adopt(void *base, size_t bytes);
+/* Before the reservation is freed: cuBLAS back on its own pool, no scratch (the
+ * next tr_cuda_ctx_with_scratch makes its own). */
+void tr_cuda_ctx_give_back(void);
 static inline cudaStream_t tr_cuda_stream(void) { return tr_cuda_ctx_get()->stream; }
 
 /* Sums n floats of x in index order, in double, on the device, and returns the sum

@@ -13,6 +13,7 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* ---- cuBLAS, loaded on first use (cublas_loader.h) -------------------------------- */
@@ -40,6 +41,7 @@ void tr_cublas_load(void)
     } syms[] = {
         {(void **)&a.Create, "cublasCreate_v2"},
         {(void **)&a.SetStream, "cublasSetStream_v2"},
+        {(void **)&a.SetWorkspace, "cublasSetWorkspace_v2"},
         {(void **)&a.Sgemm, "cublasSgemm_v2"},
         {(void **)&a.SetMathMode, "cublasSetMathMode"},
         {(void **)&a.SetAtomicsMode, "cublasSetAtomicsMode"},
@@ -145,9 +147,9 @@ static tr_cuda_ctx make_ctx(int device)
      * are given per call: cuda_linear_lt.cu) */
     tr_cublaslt_load();
     TR_CUBLAS_CHECK(cublasLtCreate(&c.lt));
-    TR_CUDA_CHECK(cudaMalloc(&c.d_partial, TR_CUDA_REDUCE_BLOCKS * sizeof(double)));
-    TR_CUDA_CHECK(cudaMalloc(&c.d_result, sizeof(double)));
-    TR_CUDA_CHECK(cudaMalloc(&c.d_flag, sizeof(unsigned)));
+    /* the device scratch and cuBLAS's workspace come later, from the device's
+     * reservation (tr_cuda_ctx_adopt), which is sized after this context exists;
+     * the pinned host buffers are host memory, outside any device plan */
     TR_CUDA_CHECK(cudaMallocHost(&c.h_result, sizeof(double)));
     TR_CUDA_CHECK(cudaMallocHost(&c.h_flag, sizeof(unsigned)));
     TR_CUDA_CHECK(cudaMallocHost(&c.h_int, sizeof(int)));
@@ -158,13 +160,75 @@ static tr_cuda_ctx make_ctx(int device)
  * first tr_cuda_ctx_get. */
 static int g_requested_device = -1;
 
-const tr_cuda_ctx *tr_cuda_ctx_get(void)
+static tr_cuda_ctx *the_ctx(void)
 {
     /* C++ runs this initialiser once, and other threads wait for it. The context
      * lives until the process ends: the driver reclaims it then, and destroying the
      * handle from an atexit handler after the driver shut down would fail. */
-    static const tr_cuda_ctx ctx = make_ctx(g_requested_device);
+    static tr_cuda_ctx ctx = make_ctx(g_requested_device);
     return &ctx;
+}
+
+const tr_cuda_ctx *tr_cuda_ctx_get(void) { return the_ctx(); }
+
+/* Where the scratch came from: none yet, the reservation, or the context's own. */
+static enum { SCRATCH_NONE, SCRATCH_ADOPTED, SCRATCH_OWN } g_scratch;
+
+/* Lays the scratch out from base (256-byte aligned) in TR_CUDA_SCRATCH_BYTES. */
+static void place_scratch(tr_cuda_ctx *c, unsigned char *base)
+{
+    size_t partial = (TR_CUDA_REDUCE_BLOCKS * sizeof(double) + 255) & ~(size_t)255;
+    c->d_partial = (double *)base;
+    c->d_result = (double *)(base + partial);
+    c->d_flag = (unsigned *)(base + partial + 256);
+}
+
+void tr_cuda_ctx_adopt(void *base, size_t bytes)
+{
+    tr_cuda_ctx *c = the_ctx();
+    if (g_scratch != SCRATCH_NONE)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: the CUDA context's scratch was %s before the device's "
+                 "reservation was handed to it",
+                 g_scratch == SCRATCH_OWN ? "allocated outside the plan (a kernel ran)" : "set");
+    if (bytes < TR_CUDA_BACKEND_BYTES || (uintptr_t)base % 256)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: the CUDA context was handed %zu bytes at %p, needs %zu "
+                 "256-byte aligned", bytes, base, (size_t)TR_CUDA_BACKEND_BYTES);
+    unsigned char *p = (unsigned char *)base;
+    place_scratch(c, p);
+    /* cuBLAS's workspace for the handle's stream: cuBLAS then allocates none of its
+     * own (its documentation: the pointer 256-byte aligned; cublasSetStream would
+     * reset it to cuBLAS's own pool, so the stream was set first, in make_ctx, and
+     * is never set again) */
+    TR_CUBLAS_CHECK(cublasSetWorkspace(c->blas, p + TR_CUDA_SCRATCH_BYTES,
+                                       TR_CUDA_CUBLAS_WORKSPACE));
+    g_scratch = SCRATCH_ADOPTED;
+}
+
+void tr_cuda_ctx_give_back(void)
+{
+    tr_cuda_ctx *c = the_ctx();
+    if (g_scratch != SCRATCH_ADOPTED)
+        return;
+    /* cublasSetStream resets the handle to cuBLAS's own workspace pool (its
+     * documentation), so no later call can use the freed one */
+    TR_CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
+    c->d_partial = c->d_result = NULL;
+    c->d_flag = NULL;
+    g_scratch = SCRATCH_NONE;
+}
+
+const tr_cuda_ctx *tr_cuda_ctx_with_scratch(void)
+{
+    tr_cuda_ctx *c = the_ctx();
+    if (g_scratch == SCRATCH_NONE) {
+        /* no reservation in this process (the kernel tests, the benchmarks): buffers
+         * of its own, kept until the process ends; cuBLAS keeps its own pool too */
+        void *p = NULL;
+        TR_CUDA_CHECK(cudaMalloc(&p, TR_CUDA_SCRATCH_BYTES));
+        place_scratch(c, (unsigned char *)p);
+        g_scratch = SCRATCH_OWN;
+    }
+    return c;
 }
 
 extern "C" void tr_cuda_init(int device)
@@ -240,7 +304,7 @@ __global__ static void sum_in_order_kernel(double *result, const float *x, size_
 
 double tr_cuda_sum_in_order(const float *x, size_t n)
 {
-    const tr_cuda_ctx *c = tr_cuda_ctx_get();
+    const tr_cuda_ctx *c = tr_cuda_ctx_with_scratch();
     sum_in_order_kernel<<<1, 1, 0, c->stream>>>(c->d_result, x, n);
     TR_CUDA_LAUNCHED();
     TR_CUDA_CHECK(cudaMemcpyAsync(c->h_result, c->d_result, sizeof(double),
@@ -264,7 +328,7 @@ void tr_cuda_check_tokens(const int *tok, size_t n, int V, const char *what)
         return;
     if (n >= UINT_MAX)
         tr_fatal(TR_EXIT_SOFTWARE, "%s: %zu tokens are more than the check can index", what, n);
-    const tr_cuda_ctx *c = tr_cuda_ctx_get();
+    const tr_cuda_ctx *c = tr_cuda_ctx_with_scratch();
     TR_CUDA_CHECK(cudaMemsetAsync(c->d_flag, 0xff, sizeof(unsigned), c->stream)); /* UINT_MAX */
     check_tokens_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, c->stream>>>(c->d_flag, tok, n, V);
     TR_CUDA_LAUNCHED();

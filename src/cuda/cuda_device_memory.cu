@@ -1,7 +1,11 @@
 /* cuda_device_memory.cu: the GPU as a tr_device (backend/device.h): one cudaMalloc
  * per rank at start-up, sized by the memory plan, handed out 256-byte aligned; the
  * transfers and fills go on the backend's one stream, so they are ordered with the
- * kernels (a download waits for everything queued before it). */
+ * kernels (a download waits for everything queued before it).
+ *
+ * The order at start-up: the context (stream, cuBLAS handle) exists first, made by
+ * device selection; the reservation then gives its first TR_CUDA_BACKEND_BYTES to
+ * the context (its scratch and cuBLAS's workspace), and the model's buffers follow. */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
@@ -11,14 +15,21 @@
 #include <stdio.h>
 
 static tr_arena g_arena;
+static size_t g_free_before; /* the GPU's free memory just before the reservation */
 
 static int gpu_reserve(size_t bytes, char *err, size_t errlen)
 {
     if (g_arena.base)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: the GPU's memory reserved twice");
-    (void)tr_cuda_stream(); /* the context first: its own small buffers come before */
+    (void)tr_cuda_stream(); /* the context first: it takes its part below */
+    if (bytes < TR_CUDA_BACKEND_BYTES)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: a GPU reservation of %zu bytes leaves out the "
+                 "backend's own %zu (the plan's backend_bytes)", bytes,
+                 (size_t)TR_CUDA_BACKEND_BYTES);
+    size_t gpu_total = 0;
+    TR_CUDA_CHECK(cudaMemGetInfo(&g_free_before, &gpu_total));
     void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    cudaError_t e = cudaMalloc(&p, bytes);
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
         size_t free_b = 0, total_b = 0;
@@ -30,10 +41,20 @@ static int gpu_reserve(size_t bytes, char *err, size_t errlen)
     }
     TR_CUDA_CHECK(e);
     g_arena.base = (unsigned char *)p;
-    g_arena.size = bytes ? bytes : 256;
+    g_arena.size = bytes;
     g_arena.used = 0;
     TR_CUDA_CHECK(cudaMemsetAsync(p, 0, g_arena.size, tr_cuda_stream()));
+    tr_cuda_ctx_adopt(tr_arena_take(&g_arena, TR_CUDA_BACKEND_BYTES,
+                                    "the CUDA backend (cuBLAS workspace, scratch)"),
+                      TR_CUDA_BACKEND_BYTES);
     return 0;
+}
+
+static double gpu_beyond_reservation(void)
+{
+    size_t free_b = 0, total_b = 0;
+    TR_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return (double)g_free_before - (double)free_b - (double)g_arena.size;
 }
 
 /* zeroed by the reservation's memset */
@@ -45,6 +66,7 @@ static void gpu_release(void)
 {
     if (g_arena.base) {
         TR_CUDA_CHECK(cudaStreamSynchronize(tr_cuda_stream()));
+        tr_cuda_ctx_give_back();
         TR_CUDA_CHECK(cudaFree(g_arena.base));
     }
     g_arena.base = NULL;
@@ -69,6 +91,8 @@ extern "C" const tr_device tr_gpu_device = {
     .k = &tr_cuda_kernels,
     .host_memory = 0,
     .reserve = gpu_reserve,
+    .backend_bytes = TR_CUDA_BACKEND_BYTES,
+    .beyond_reservation = gpu_beyond_reservation,
     .alloc = gpu_alloc,
     .free = gpu_free,
     .release = gpu_release,

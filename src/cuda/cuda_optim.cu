@@ -100,7 +100,7 @@ __global__ static void sum_partials_kernel(double *result, const double *partial
 
 double tr_cuda_sum_squares(const float *x, size_t n)
 {
-    const tr_cuda_ctx *c = tr_cuda_ctx_get();
+    const tr_cuda_ctx *c = tr_cuda_ctx_with_scratch();
     if (n == 0)
         return 0.0;
     sum_squares_partial_kernel<<<TR_CUDA_REDUCE_BLOCKS, TR_CUDA_BLOCK, 0, c->stream>>>(

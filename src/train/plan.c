@@ -23,6 +23,9 @@ static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int
     fprintf(out, "  activations        %12s  (batch %d)\n",
             B(a, sizeof a, (double)p->mem.activations), p->max_batch);
     fprintf(out, "  scratch            %12s\n", B(a, sizeof a, (double)p->mem.scratch));
+    if (p->backend > 0) /* the CPU has none: its plan stays as it was */
+        fprintf(out, "  backend workspace  %12s  (CUDA: cuBLAS's workspace, the backend's "
+                "scratch)\n", B(a, sizeof a, p->backend));
     fprintf(out, "  data buffers       %12s\n", B(a, sizeof a, p->data));
     fprintf(out, "  communication      %12s  (collectives and messages work in place)\n",
             B(a, sizeof a, 0));

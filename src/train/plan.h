@@ -12,6 +12,7 @@
 typedef struct tr_plan {
     tr_model_memory mem; /* parameters, gradients, activations, scratch (bytes) */
     double optimizer;    /* optimizer state bytes */
+    double backend;      /* the device backend's own (CUDA: cuBLAS workspace, scratch) */
     double data;         /* batch buffers bytes */
     double total;        /* all of the above */
     int max_batch;       /* the largest batch activations are sized for */

@@ -332,8 +332,9 @@ static tr_plan make_plan(run *r, tr_model *m, int max_batch)
     p.data = r->lm ? 2.0 * (double)r->local_batch * m->targets_per_sample * sizeof(int32_t)
                    : 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h *
                          r->train.w * sizeof(float);
+    p.backend = (double)r->dev->backend_bytes;
     p.total = (double)p.mem.parameters + p.mem.gradients + p.mem.activations + p.mem.scratch +
-              p.optimizer + p.data;
+              p.optimizer + p.data + p.backend;
     return p;
 }
 
@@ -385,6 +386,25 @@ static int check_memory(run *r, int max_batch)
              tr_bytes_str(e, sizeof e, (double)(mem.activations + mem.scratch)), max_batch,
              tr_bytes_str(f, sizeof f, share), tr_bytes_str(g, sizeof g, (double)avail), ranks);
     return TR_EXIT_OSERR;
+}
+
+/* After the session's first step, on a device that can tell (CUDA): how much
+ * memory the largest rank's GPU holds beyond the plan's reservation, which is what
+ * the libraries and the driver took on their own (kernel code loaded on first use,
+ * ...); gpu.trainer_on_gpu checks it stays small. Collective. */
+static void report_beyond_plan(run *r)
+{
+    if (!r->dev->beyond_reservation)
+        return;
+    double mine = r->dev->beyond_reservation(), most = 0;
+    tr_allreduce(&mine, &most, 1, TR_F64, TR_MAX, r->w->world);
+    if (r->w->rank == 0) {
+        char a[32];
+        printf("device memory: %s in use beyond the plan's reservation after the first "
+               "step (largest rank)\n",
+               tr_bytes_str(a, sizeof a, most > 0 ? most : 0));
+        fflush(stdout);
+    }
 }
 
 /* setup's answer when it has printed a plan instead of preparing a run */
@@ -506,21 +526,25 @@ static int setup(run *r)
         /* the device's memory, reserved once at the plan's size */
         tr_plan p = make_plan(r, &r->model, (int)max_batch);
         size_t bytes = (size_t)((double)p.mem.parameters + p.mem.gradients + p.mem.activations +
-                                p.mem.scratch + p.optimizer);
+                                p.mem.scratch + p.optimizer + p.backend);
         char why[512] = "";
         int e = r->dev->reserve(bytes, why, sizeof why);
         if (e) {
-            char a[32], b[32], c[32], d2[32];
+            char a[32], b[32], c[32], d2[32], e2[32], own[96] = "";
+            if (p.backend > 0) /* a fixed size: not one of the things to change */
+                snprintf(own, sizeof own, ", backend workspace %s (cuBLAS's, fixed)",
+                         tr_bytes_str(e2, sizeof e2, p.backend));
             snprintf(r->err, sizeof r->err,
                      "out of %s memory: %s; the plan (trainer --plan) per rank: parameters %s, "
-                     "gradients %s, optimizer state %s, activations and scratch %s at batch %ld; "
-                     "reduce [train] batch_size or the model, raise [train] micro_batches, use "
-                     "parallel.zero = 1, tp or more ranks, or train.recompute = block",
+                     "gradients %s, optimizer state %s, activations and scratch %s at batch "
+                     "%ld%s; reduce [train] batch_size or the model, raise [train] "
+                     "micro_batches, use parallel.zero = 1, tp or more ranks, or "
+                     "train.recompute = block",
                      r->dev->name, why, tr_bytes_str(a, sizeof a, (double)p.mem.parameters),
                      tr_bytes_str(b, sizeof b, (double)p.mem.gradients),
                      tr_bytes_str(c, sizeof c, p.optimizer),
                      tr_bytes_str(d2, sizeof d2, (double)(p.mem.activations + p.mem.scratch)),
-                     max_batch);
+                     max_batch, own);
         }
         rc = tr_comm_agree(r->w, e, r->err);
         if (rc)
@@ -781,6 +805,8 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             fflush(stdout);
         }
         double t1 = tr_wtime();
+        if (step == r->start_step)
+            report_beyond_plan(r);
         /* the rate leaves out the session's first step (first touch of every buffer,
          * thread start-up) once there is a second one to measure */
         if (step > r->start_step || r->total_steps - r->start_step == 1) {
