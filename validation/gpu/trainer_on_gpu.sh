@@ -6,6 +6,14 @@
 # orders), and a GPU checkpoint must resume on the CPU. bf16-mixed runs too (its
 # curve within 1e-2 of the CPU's bf16-mixed). Exits 77 (skipped) where no GPU is
 # usable, which the trainer itself reports.
+# The GPU's memory beyond the plan's one reservation after the first step (the
+# trainer's "device memory:" line, from cudaMemGetInfo) must stay under 24 MiB at
+# 1 rank: cuBLAS's workspace and the backend's scratch are inside the reservation,
+# so what remains is the driver's own (kernel code loaded on first use, the 2 MiB
+# granularity of the reservation). 24 MiB is below the 32 MiB pool cuBLAS would
+# allocate for itself on an H100 were it not given its workspace, and below any
+# model buffer allocated outside the plan at this size would be. At 2 ranks NCCL's
+# buffers come on top, so the check is at 1 rank only.
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
 G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}")
@@ -15,6 +23,13 @@ if [ -f "$SRC/data/mnist/train-images-idx3-ubyte" ]; then
   gpu_pair cnn 1 1e-4 inputs/mnist_cnn.in train.steps=50 train.log_every=1 run.progress=off
 fi
 gpu_pair gpt 1 1e-4 "${G[@]}"
+beyond=$(grep -m1 "^device memory:" "$WORK/gpt.out")
+check "the GPU run reports its memory beyond the plan: '$beyond'" [ -n "$beyond" ]
+check "memory beyond the plan under 24 MiB after the first step: '$beyond'" "$PYTHON" -c "
+import re, sys
+m = re.search(r'device memory: ([0-9.]+) (B|KiB|MiB|GiB)', '''$beyond''')
+b = float(m.group(1)) * {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}[m.group(2)]
+sys.exit(0 if b < 24 * 2**20 else 1)"
 gpu_pair gpt_bf16 1 1e-2 "${G[@]}" train.precision=bf16-mixed
 # MFU has a peak on the GPU: the datasheet's (a listed GPU) or a measured one, named
 check "the GPU's peak for MFU is known: $(grep '^mfu:' "$WORK/gpt_bf16.out")" \
