@@ -186,10 +186,17 @@ static void place_scratch(tr_cuda_ctx *c, unsigned char *base)
 void tr_cuda_ctx_adopt(void *base, size_t bytes)
 {
     tr_cuda_ctx *c = the_ctx();
-    if (g_scratch != SCRATCH_NONE)
-        tr_fatal(TR_EXIT_SOFTWARE, "bug: the CUDA context's scratch was %s before the device's "
-                 "reservation was handed to it",
-                 g_scratch == SCRATCH_OWN ? "allocated outside the plan (a kernel ran)" : "set");
+    if (g_scratch == SCRATCH_ADOPTED)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: a second reservation handed to the CUDA context "
+                 "before the first was given back");
+    if (g_scratch == SCRATCH_OWN) {
+        /* a kernel needed scratch before the reservation existed: its own buffer goes
+         * (at start-up, where cudaFree's device-wide synchronisation costs nothing),
+         * rather than stopping a run over the order of start-up steps */
+        TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        TR_CUDA_CHECK(cudaFree(c->d_partial));
+        g_scratch = SCRATCH_NONE;
+    }
     if (bytes < TR_CUDA_BACKEND_BYTES || (uintptr_t)base % 256)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: the CUDA context was handed %zu bytes at %p, needs %zu "
                  "256-byte aligned", bytes, base, (size_t)TR_CUDA_BACKEND_BYTES);

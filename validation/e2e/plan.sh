@@ -9,7 +9,8 @@ args=(inputs/gpt2_124m.in model.seq_len=64 train.batch_size=4 data.format=random
   train.steps=2 data.val_limit=0 checkpoint.at_end=false sample.length=0
   system.peak_gflops=100 run.progress=off run.dir="$WORK/run")
 "$TRAINER" --plan "${args[@]}" >"$WORK/plan" 2>"$WORK/err"
-check "--plan exit code: $? $(cat "$WORK/err")" [ $? = 0 ]
+rc=$? # (saved: the message's $(cat) would reset $? before the test reads it)
+check "--plan exit code: $rc $(cat "$WORK/err")" [ "$rc" = 0 ]
 for what in "parameters" "gradients" "optimizer state" "activations" "communication" "total" \
   "compute per step" "fits:"; do
   check "plan shows $what" grep -q "$what" "$WORK/plan"
