@@ -122,6 +122,8 @@ int tr_group_has_nccl(const tr_group *g);
  * Every rank of the group gets the same answer. tr_comm_finalize frees the window.
  * The sum of each element is taken in group-rank order: reproducible run to run. */
 int tr_group_share_memory(tr_group *g, size_t max_count);
+/* the shared memory each rank of such a group holds for max_count (at most 4 MiB) */
+size_t tr_shm_window_bytes(size_t max_count);
 int tr_group_shares_memory(const tr_group *g);
 
 void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dtype, tr_redop op,

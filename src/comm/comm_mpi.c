@@ -426,11 +426,17 @@ int tr_group_has_nccl(const tr_group *g) { return g->nccl != NULL; }
  * message path handles as well as two barriers. */
 #define SHM_MIN_COUNT ((size_t)1024)
 
+static size_t shm_chunk(size_t max_count)
+{
+    return max_count < SHM_CHUNK ? (max_count ? max_count : 1) : SHM_CHUNK;
+}
+
+size_t tr_shm_window_bytes(size_t max_count) { return 2 * shm_chunk(max_count) * sizeof(float); }
+
 int tr_group_share_memory(tr_group *g, size_t max_count)
 {
     if (g->size > 1 && !g->shm)
-        g->shm = tr_shm_create(g->comm, max_count < SHM_CHUNK ? (max_count ? max_count : 1)
-                                                              : SHM_CHUNK);
+        g->shm = tr_shm_create(g->comm, shm_chunk(max_count));
     return g->shm != NULL;
 }
 

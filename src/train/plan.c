@@ -27,8 +27,12 @@ static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int
         fprintf(out, "  backend workspace  %12s  (CUDA: cuBLAS's workspace, the backend's "
                 "scratch)\n", B(a, sizeof a, p->backend));
     fprintf(out, "  data buffers       %12s\n", B(a, sizeof a, p->data));
-    fprintf(out, "  communication      %12s  (collectives and messages work in place)\n",
-            B(a, sizeof a, 0));
+    if (p->comm > 0)
+        fprintf(out, "  communication      %12s  (shared-memory windows of the sums on a node; "
+                "messages work in place)\n", B(a, sizeof a, p->comm));
+    else
+        fprintf(out, "  communication      %12s  (collectives and messages work in place)\n",
+                B(a, sizeof a, 0));
     fprintf(out, "  total              %12s\n", B(a, sizeof a, p->total));
 }
 

@@ -14,6 +14,7 @@ typedef struct tr_plan {
     double optimizer;    /* optimizer state bytes */
     double backend;      /* the device backend's own (CUDA: cuBLAS workspace, scratch) */
     double data;         /* batch buffers bytes */
+    double comm;         /* shared-memory windows of the CPU's sums on a node */
     double total;        /* all of the above */
     int max_batch;       /* the largest batch activations are sized for */
 } tr_plan;

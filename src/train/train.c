@@ -333,8 +333,12 @@ static tr_plan make_plan(run *r, tr_model *m, int max_batch)
                    : 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h *
                          r->train.w * sizeof(float);
     p.backend = (double)r->dev->backend_bytes;
+    /* at most: the windows exist only where a group's ranks share a node (setup) */
+    if (r->dev->host_memory && tr_deck_bool(r->d, "parallel", "shm_allreduce"))
+        p.comm = (dp > 1 ? (double)tr_shm_window_bytes(m->nparams) : 0) +
+                 (r->w->tp > 1 ? (double)tr_shm_window_bytes(SIZE_MAX) : 0);
     p.total = (double)p.mem.parameters + p.mem.gradients + p.mem.activations + p.mem.scratch +
-              p.optimizer + p.data + p.backend;
+              p.optimizer + p.data + p.backend + p.comm;
     return p;
 }
 

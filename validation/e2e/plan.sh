@@ -74,6 +74,13 @@ fi
 "$TRAINER" --plan inputs/gpt_brown.in --ranks 4 --device-memory 200MiB >"$WORK/plan4" 2>&1
 check "4 ranks: dp all-reduce volume" grep -q "dp group (4 ranks): all-reduce of" "$WORK/plan4"
 check "a device too small: warning" grep -q "warning: does not fit" "$WORK/plan4"
+# the CPU's sums on a node: a shared-memory window of 2 x 269,322 floats per rank for
+# the MLP's gradients (2.1 MiB), none with parallel.shm_allreduce = false
+"$TRAINER" --plan inputs/mnist.in --ranks 4 >"$WORK/plan_shm" 2>&1
+check "4 CPU ranks: the shared-memory window in the plan" \
+  grep -q "communication *2.1 MiB  (shared-memory windows" "$WORK/plan_shm"
+"$TRAINER" --plan inputs/mnist.in --ranks 4 parallel.shm_allreduce=false >"$WORK/plan_mpi" 2>&1
+check "4 CPU ranks through MPI: no window" grep -q "communication *0 B" "$WORK/plan_mpi"
 "$TRAINER" --plan inputs/gpt_brown.in --ranks 3 >"$WORK/out" 2>"$WORK/err"
 check "impossible layout: exit 64" [ $? = 64 ]
 check "impossible layout: message" grep -q "not divisible by the 3 data-parallel ranks" "$WORK/err"
