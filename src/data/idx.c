@@ -274,14 +274,16 @@ void tr_dataset_free(tr_dataset *ds)
 }
 
 void tr_dataset_gather(const tr_dataset *ds, const int64_t *indices, int count, float *x,
-                       int32_t *y)
+                       int32_t *y, int team)
 {
     size_t dim = (size_t)ds->c * ds->h * ds->w;
+    for (int i = 0; i < count; i++) /* first, on this thread: a fatal error calls MPI */
+        if (indices[i] < 0 || indices[i] >= ds->n)
+            tr_fatal(TR_EXIT_SOFTWARE, "sample index %lld outside the data set [0, %ld)",
+                     (long long)indices[i], ds->n);
+#pragma omp parallel for schedule(static) if (team && (size_t)count * dim >= ((size_t)1 << 15))
     for (int i = 0; i < count; i++) {
         int64_t k = indices[i];
-        if (k < 0 || k >= ds->n)
-            tr_fatal(TR_EXIT_SOFTWARE, "sample index %lld outside the data set [0, %ld)",
-                     (long long)k, ds->n);
         const uint8_t *src = ds->images + (size_t)k * dim;
         float *dst = x + (size_t)i * dim;
         for (size_t j = 0; j < dim; j++)

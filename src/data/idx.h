@@ -38,8 +38,10 @@ void tr_dataset_free(tr_dataset *ds);
 
 /* Copies samples indices[0..count) into a batch: x[i, :] = pixel / 255 as float,
  * y[i] = label. x is [count, c*h*w], y is [count]. An index outside [0, n) is a
- * bug in the caller (fatal). */
+ * bug in the caller (fatal). team: 1 to share the copy among the calling thread's
+ * OpenMP team (the training thread), 0 to stay on the calling thread (the prefetch
+ * thread, which must not start a team of its own on cores the training uses). */
 void tr_dataset_gather(const tr_dataset *ds, const int64_t *indices, int count, float *x,
-                       int32_t *y);
+                       int32_t *y, int team);
 
 #endif

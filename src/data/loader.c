@@ -37,7 +37,9 @@ struct tr_loader {
 static void fill(tr_loader *L, int slot, long step)
 {
     tr_sampler_batch(&L->sampler, step, L->indices);
-    tr_dataset_gather(L->ds, L->indices, (int)L->local_batch, L->x[slot], L->y[slot]);
+    /* the team shares the copy only on the training thread, without a prefetcher */
+    tr_dataset_gather(L->ds, L->indices, (int)L->local_batch, L->x[slot], L->y[slot],
+                      !L->prefetch);
 }
 
 static void *worker_main(void *arg)

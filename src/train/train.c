@@ -199,7 +199,7 @@ static void evaluate(run *r, double *loss, double *acc)
         for (int i = 0; i < B; i++)
             idx[i] = s + i;
         int32_t labels[4096];
-        tr_dataset_gather(&r->test, idx, B, x, labels);
+        tr_dataset_gather(&r->test, idx, B, x, labels, 1);
         long correct = 0;
         sums[0] += tr_model_forward(&r->model, x, labels, B, &correct);
         sums[1] += (double)correct;

@@ -147,7 +147,7 @@ static void test_idx_good(void)
     int64_t idx[3] = {4, 0, 2};
     float x[3 * H * W];
     int32_t y[3];
-    tr_dataset_gather(&ds, idx, 3, x, y);
+    tr_dataset_gather(&ds, idx, 3, x, y, 1);
     int ok = 1;
     for (int i = 0; i < 3; i++) {
         ok &= y[i] == g_lab[idx[i]];
@@ -414,7 +414,7 @@ static int compare_loaders(const tr_dataset *ds, long gb, int rank, int dp, cons
         tr_loader_next(on, steps[k], &x1, &y1);
         tr_loader_next(off, steps[k], &x2, &y2);
         tr_sampler_batch(&s, steps[k], idx);
-        tr_dataset_gather(ds, idx, (int)lb, xr, yr);
+        tr_dataset_gather(ds, idx, (int)lb, xr, yr, 0); /* serial: the reference */
         ok &= memcmp(x1, x2, xbytes) == 0 && memcmp(y1, y2, (size_t)lb * sizeof *y1) == 0;
         ok &= memcmp(x1, xr, xbytes) == 0 && memcmp(y1, yr, (size_t)lb * sizeof *y1) == 0;
         if (k % 5 == 3)
