@@ -211,6 +211,14 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, 
     key.align_out = alignment_of(out);
     key.align_bias = b ? alignment_of(b) : 0;
     key.align_aux = pre ? alignment_of(pre) : 0;
+    /* The heuristic is documented to read the bias and aux alignments from the
+     * pointers, but kernels it picked have faulted on a bias short of 16 bytes
+     * (pytorch/pytorch#194497, marian-dev#778); such a bias or aux takes the unfused
+     * path instead (every shipped layout's are 16-byte aligned). */
+    if ((b && key.align_bias < 16) || (pre && key.align_aux < 16)) {
+        g_refused++;
+        return 0;
+    }
     const lt_answer *known = find_answer(&key);
     if (known && !known->found) {
         g_refused++;
