@@ -38,13 +38,23 @@ __global__ static void embedding_forward_kernel(float *out, const int *tok, cons
 /* dwte rows without atomics. Block (r, slice) handles the token of row r, channels
  * [slice * blockDim, ...), but only when r is that token's first row: then it alone
  * owns the token's dwte row and adds every row holding the token, in row order,
- * onto it, exactly as the CPU loop does. Finding the first rows costs a scan of the
- * tokens before r; fine at B*T of a few thousand (a sort-based grouping is the
- * later optimisation). */
+ * onto it, exactly as the CPU loop does.
+ *  - Whether r is a first row: the block scans the tokens before r, blockDim at a
+ *    time (BT^2 / 2 token reads in all, spread over every block: about 0.1 ms at
+ *    B*T = 16K).
+ *  - The rows holding the token: the block reads the tokens from r on, blockDim at a
+ *    time; each warp ballots its 32 matches into shared memory, and every thread then
+ *    walks the set bits in order, so a thread's work is the token's count, not the
+ *    rows after r (a loop over every later row, per thread, cost an estimated 3-10 ms
+ *    per GPT-2 step at B*T = 16K).
+ * Every thread stays in the loops (the ballots and barriers need the whole block);
+ * only those with a channel c < C read and write. blockDim is TR_CUDA_BLOCK, a
+ * multiple of 32. */
 __global__ static void embedding_wte_backward_kernel(float *dwte, const float *dout,
                                                      const int *tok, int BT, int C, int v0,
                                                      int Vl)
 {
+    __shared__ unsigned hits[TR_CUDA_BLOCK / 32];
     int r = blockIdx.x, token = tok[r];
     long j = (long)token - v0;
     if (j < 0 || j >= Vl) /* the same for the whole block */
@@ -54,15 +64,23 @@ __global__ static void embedding_wte_backward_kernel(float *dwte, const float *d
         seen |= tok[i] == token;
     if (__syncthreads_or(seen))
         return;
-    int c = blockIdx.y * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
-    float *g = dwte + (size_t)j * C + c;
-    float acc = *g;
-    for (int r2 = r; r2 < BT; r2++)
-        if (tok[r2] == token)
-            acc += dout[(size_t)r2 * C + c];
-    *g = acc;
+    int c = blockIdx.y * blockDim.x + threadIdx.x, lane = threadIdx.x % 32;
+    int warps = blockDim.x / 32;
+    float acc = c < C ? dwte[(size_t)j * C + c] : 0.0f;
+    for (int base = r; base < BT; base += blockDim.x) { /* the same trips for every thread */
+        int r2 = base + threadIdx.x;
+        unsigned m = __ballot_sync(0xffffffffu, r2 < BT && tok[r2] == token);
+        if (lane == 0)
+            hits[threadIdx.x / 32] = m;
+        __syncthreads();
+        if (c < C)
+            for (int w = 0; w < warps; w++)
+                for (unsigned bits = hits[w]; bits; bits &= bits - 1)
+                    acc += dout[(size_t)(base + w * 32 + __ffs(bits) - 1) * C + c];
+        __syncthreads(); /* before the next trip overwrites hits */
+    }
+    if (c < C)
+        dwte[(size_t)j * C + c] = acc;
 }
 
 /* dwpe[t, c] += dout[b, t, c] for b = 0, 1, ...: one thread per (t, c), rows in

@@ -266,6 +266,33 @@ static void test_embedding(void)
     ipair_free(&tok);
 }
 
+/* The wte gradient past one block's reach: B*T = 1200 rows (five trips of the
+ * kernel's 256-row scan, matches in several of them), C = 320 (two channel slices,
+ * the second part-filled), V = 50 (every token repeated), whole and as a shard.
+ * The GPU adds each token's rows in the CPU's order, so the sums agree to the bit;
+ * TOL_ELEM as everywhere. */
+static void test_embedding_long(void)
+{
+    enum { LB = 4, LT = 300, LBT = LB * LT, LC = 320, LV = 50, LV0 = 10, LVL = 30 };
+    printf("embedding backward, B*T %d, C %d, V %d\n", LBT, LC, LV);
+    ipair tok = tokens(LBT, 0, LV);
+    pair dout = pair_rand((size_t)LBT * LC, -1, 1), dwte = pair_rand((size_t)LV * LC, -1, 1);
+    pair dwpe = pair_rand((size_t)LT * LC, -1, 1);
+    tr_cpu_embedding_backward(dwte.h, dwpe.h, dout.h, tok.h, LB, LT, LC, LV);
+    gpu->embedding_backward(dwte.d, dwpe.d, dout.d, tok.d, LB, LT, LC, LV);
+    compare("embedding_backward dwte (+=), long", &dwte, TOL_ELEM);
+    compare("embedding_backward dwpe (+=), long", &dwpe, TOL_ELEM);
+    tr_cpu_embedding_shard_backward(dwte.h + (size_t)LV0 * LC, NULL, dout.h, tok.h, LB, LT, LC,
+                                    LV0, LVL);
+    gpu->embedding_shard_backward(dwte.d + (size_t)LV0 * LC, NULL, dout.d, tok.d, LB, LT, LC,
+                                  LV0, LVL);
+    compare("embedding_shard_backward dwte (+=), long", &dwte, TOL_ELEM);
+    pair *all[] = {&dout, &dwte, &dwpe};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+    ipair_free(&tok);
+}
+
 static void test_layernorm(void)
 {
     printf("layernorm\n");
@@ -768,6 +795,7 @@ int main(int argc, char **argv)
     test_gemm();
     test_linear();
     test_embedding();
+    test_embedding_long();
     test_layernorm();
     test_elementwise();
     test_attention();
