@@ -52,10 +52,15 @@ static inline void tr_cublas_check_at(const char *file, int line, cublasStatus_t
  * A100. */
 #define TR_CUDA_CUBLAS_WORKSPACE ((size_t)32 << 20)
 
+/* Floats of the layernorm parameter gradients' partial sums (cuda_transformer.cu):
+ * row blocks x 2 C, so 2 MiB keeps 64 row blocks up to C = 4096 and one at C = 256K. */
+#define TR_CUDA_LN_PARTIAL_FLOATS ((size_t)1 << 19)
+
 /* The context's device scratch (below), each piece 256-byte aligned as the
  * reservation hands memory out. */
 #define TR_CUDA_SCRATCH_BYTES                                                           \
-    (((TR_CUDA_REDUCE_BLOCKS * sizeof(double) + 255) & ~(size_t)255) + 256 + 256)
+    (((TR_CUDA_REDUCE_BLOCKS * sizeof(double) + 255) & ~(size_t)255) + 256 + 256 +       \
+     TR_CUDA_LN_PARTIAL_FLOATS * sizeof(float))
 
 /* What the backend takes out of the device's reservation before the model does:
  * the figure the memory plan counts as the CUDA device's own (tr_device's
@@ -77,6 +82,7 @@ typedef struct tr_cuda_ctx {
     double *d_partial;  /* [TR_CUDA_REDUCE_BLOCKS] */
     double *d_result;   /* [1] */
     unsigned *d_flag;   /* [1] */
+    float *d_ln_partial; /* [TR_CUDA_LN_PARTIAL_FLOATS] */
     /* pinned host landing spots for what the host waits for */
     double *h_result;
     unsigned *h_flag;

@@ -181,6 +181,7 @@ static void place_scratch(tr_cuda_ctx *c, unsigned char *base)
     c->d_partial = (double *)base;
     c->d_result = (double *)(base + partial);
     c->d_flag = (unsigned *)(base + partial + 256);
+    c->d_ln_partial = (float *)(base + partial + 512);
 }
 
 void tr_cuda_ctx_adopt(void *base, size_t bytes)
@@ -221,6 +222,7 @@ void tr_cuda_ctx_give_back(void)
     TR_CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
     c->d_partial = c->d_result = NULL;
     c->d_flag = NULL;
+    c->d_ln_partial = NULL;
     g_scratch = SCRATCH_NONE;
 }
 

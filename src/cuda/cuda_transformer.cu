@@ -201,21 +201,42 @@ __global__ static void layernorm_backward_dinp_kernel(float *dinp, const float *
     }
 }
 
-/* dweight += sum_r dout n, dbias += sum_r dout: 32 channels a block, LN_LANES row
- * lanes each adding rows lane, lane + LN_LANES, ... in order, then the lanes added
- * in lane order. No atomics; the order depends only on the shape. */
+/* dweight += sum_r dout n, dbias += sum_r dout, without atomics, in two kernels:
+ *  1. block (x, y) takes channels [32 x, 32 x + 32) and row block y of RB: LN_LANES
+ *     row lanes each add the block's rows lane, lane + LN_LANES, ... in order, then
+ *     the lanes are added in lane order into partial[y][c] (weights) and
+ *     partial[RB + y][c] (biases);
+ *  2. one thread per channel adds the RB partials in row-block order onto dweight
+ *     and dbias.
+ * RB depends only on the shape (ln_row_blocks), so the order, and the result, does
+ * too. One block per 32 channels, as before the split, left a GPT-2 layer's
+ * gradients (C = 768: 24 blocks) on 24 SMs looping over all B*T rows. */
 #define LN_LANES 16
+#define LN_MAX_ROW_BLOCKS 64
 
-__global__ static void layernorm_backward_params_kernel(float *dweight, float *dbias,
-                                                        const float *dout, const float *inp,
-                                                        const float *mean, const float *rstd,
-                                                        size_t BT, int C)
+static int ln_row_blocks(size_t BT, int C)
+{
+    size_t rb = (BT + LN_LANES - 1) / LN_LANES; /* at least one row per lane */
+    size_t fit = TR_CUDA_LN_PARTIAL_FLOATS / (2 * (size_t)C);
+    rb = rb < LN_MAX_ROW_BLOCKS ? rb : LN_MAX_ROW_BLOCKS;
+    rb = rb < fit ? rb : fit;
+    return rb > 0 ? (int)rb : 1;
+}
+
+__global__ static void layernorm_backward_params_partial_kernel(float *partial,
+                                                                const float *dout,
+                                                                const float *inp,
+                                                                const float *mean,
+                                                                const float *rstd, size_t BT,
+                                                                int C, int RB)
 {
     __shared__ float pw[LN_LANES][32], pb[LN_LANES][32];
     int c = blockIdx.x * 32 + threadIdx.x;
+    size_t per = (BT + RB - 1) / RB, r0 = blockIdx.y * per;
+    size_t r1 = r0 + per < BT ? r0 + per : BT;
     float aw = 0.0f, ab = 0.0f;
     if (c < C)
-        for (size_t r = threadIdx.y; r < BT; r += LN_LANES) {
+        for (size_t r = r0 + threadIdx.y; r < r1; r += LN_LANES) {
             float d = dout[r * C + c];
             aw += d * ((inp[r * C + c] - mean[r]) * rstd[r]);
             ab += d;
@@ -229,9 +250,24 @@ __global__ static void layernorm_backward_params_kernel(float *dweight, float *d
             sw += pw[y][threadIdx.x];
             sb += pb[y][threadIdx.x];
         }
-        dweight[c] += sw;
-        dbias[c] += sb;
+        partial[(size_t)blockIdx.y * C + c] = sw;
+        partial[(size_t)(RB + blockIdx.y) * C + c] = sb;
     }
+}
+
+__global__ static void layernorm_backward_params_sum_kernel(float *dweight, float *dbias,
+                                                            const float *partial, int C, int RB)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int y = 0; y < RB; y++) {
+        sw += partial[(size_t)y * C + c];
+        sb += partial[(size_t)(RB + y) * C + c];
+    }
+    dweight[c] += sw;
+    dbias[c] += sb;
 }
 
 void tr_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -253,10 +289,19 @@ void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const
     size_t BT = (size_t)B * T;
     if (BT == 0 || C <= 0)
         return;
-    cudaStream_t s = tr_cuda_stream();
-    dim3 block(32, LN_LANES);
-    layernorm_backward_params_kernel<<<(C + 31) / 32, block, 0, s>>>(dweight, dbias, dout, inp,
-                                                                     mean, rstd, BT, C);
+    const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
+    cudaStream_t s = ctx->stream;
+    if ((size_t)C * 2 > TR_CUDA_LN_PARTIAL_FLOATS)
+        tr_fatal(TR_EXIT_USAGE, "layernorm_backward: %d channels; the CUDA backend's partial "
+                 "sums hold at most %zu", C, TR_CUDA_LN_PARTIAL_FLOATS / 2);
+    int RB = ln_row_blocks(BT, C);
+    dim3 block(32, LN_LANES), grid((unsigned)((C + 31) / 32), (unsigned)RB);
+    layernorm_backward_params_partial_kernel<<<grid, block, 0, s>>>(ctx->d_ln_partial, dout, inp,
+                                                                    mean, rstd, BT, C, RB);
+    TR_CUDA_LAUNCHED();
+    layernorm_backward_params_sum_kernel<<<(unsigned)((C + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK),
+                                           TR_CUDA_BLOCK, 0, s>>>(dweight, dbias,
+                                                                  ctx->d_ln_partial, C, RB);
     TR_CUDA_LAUNCHED();
     unsigned blocks = (unsigned)((BT + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
     layernorm_backward_dinp_kernel<<<blocks, TR_CUDA_BLOCK, 0, s>>>(dinp, dout, inp, weight,

@@ -293,25 +293,28 @@ static void test_embedding_long(void)
     ipair_free(&tok);
 }
 
-static void test_layernorm(void)
+/* at the table's shapes, and at B*T 1200, C 320: 64 row blocks of 19 rows in the
+ * parameter gradients' partial sums, the last channel block part-filled */
+static void test_layernorm(int nb, int nt, int nc)
 {
-    printf("layernorm\n");
+    size_t nbt = (size_t)nb * nt;
+    printf("layernorm, B*T %zu, C %d\n", nbt, nc);
     /* a mean well away from 0 next to the spread: the two-pass variance matters */
-    pair inp = pair_rand((size_t)BT * C, -2, 3), w = pair_rand(C, 0.5, 1.5);
-    pair bias = pair_rand(C, -0.5, 0.5), out = pair_zero((size_t)BT * C);
-    pair mean = pair_zero(BT), rstd = pair_zero(BT), dout = pair_rand((size_t)BT * C, -1, 1);
-    pair dinp = pair_rand((size_t)BT * C, -1, 1), dw = pair_rand(C, -1, 1);
-    pair db = pair_rand(C, -1, 1);
-    tr_cpu_layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, bias.h, B, T, C);
-    gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, bias.d, B, T, C);
+    pair inp = pair_rand(nbt * nc, -2, 3), w = pair_rand(nc, 0.5, 1.5);
+    pair bias = pair_rand(nc, -0.5, 0.5), out = pair_zero(nbt * nc);
+    pair mean = pair_zero(nbt), rstd = pair_zero(nbt), dout = pair_rand(nbt * nc, -1, 1);
+    pair dinp = pair_rand(nbt * nc, -1, 1), dw = pair_rand(nc, -1, 1);
+    pair db = pair_rand(nc, -1, 1);
+    tr_cpu_layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, bias.h, nb, nt, nc);
+    gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, bias.d, nb, nt, nc);
     compare("layernorm_forward out", &out, TOL_ELEM);
     compare("layernorm_forward mean", &mean, TOL_ELEM);
     compare("layernorm_forward rstd", &rstd, TOL_ELEM);
     /* backward from the CPU's saved mean and rstd on both sides: tests backward alone */
-    tr_cuda_upload(mean.d, mean.h, BT * sizeof(float));
-    tr_cuda_upload(rstd.d, rstd.h, BT * sizeof(float));
-    tr_cpu_layernorm_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, mean.h, rstd.h, B, T, C);
-    gpu->layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, mean.d, rstd.d, B, T, C);
+    tr_cuda_upload(mean.d, mean.h, nbt * sizeof(float));
+    tr_cuda_upload(rstd.d, rstd.h, nbt * sizeof(float));
+    tr_cpu_layernorm_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, mean.h, rstd.h, nb, nt, nc);
+    gpu->layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, mean.d, rstd.d, nb, nt, nc);
     compare("layernorm_backward dinp", &dinp, TOL_ELEM);
     compare("layernorm_backward dweight (+=)", &dw, TOL_ELEM);
     compare("layernorm_backward dbias (+=)", &db, TOL_ELEM);
@@ -796,7 +799,8 @@ int main(int argc, char **argv)
     test_linear();
     test_embedding();
     test_embedding_long();
-    test_layernorm();
+    test_layernorm(B, T, C);
+    test_layernorm(4, 300, 320);
     test_elementwise();
     test_attention();
     test_xent_padded();
