@@ -52,15 +52,34 @@ static inline void tr_cublas_check_at(const char *file, int line, cublasStatus_t
  * A100. */
 #define TR_CUDA_CUBLAS_WORKSPACE ((size_t)32 << 20)
 
-/* Floats of the layernorm parameter gradients' partial sums (cuda_transformer.cu):
- * row blocks x 2 C, so 2 MiB keeps 64 row blocks up to C = 4096 and one at C = 256K. */
-#define TR_CUDA_LN_PARTIAL_FLOATS ((size_t)1 << 19)
+/* Column sums over many rows (bias and layernorm parameter gradients) run in two
+ * kernels without atomics: row block y of RB adds its rows of each column into
+ * partial row y, then one thread per column adds the RB partials in order. RB comes
+ * from the shape alone (tr_cuda_row_blocks), so the order, and the sum, do too. One
+ * block per 32 columns over all rows, the single-kernel form, left GPT-2's C = 768
+ * columns on 24 SMs reading B*T = 16K rows each. The partials live in the scratch:
+ * 2 MiB holds 64 row blocks of up to 4096 columns x 2 (weight and bias). */
+#define TR_CUDA_COL_PARTIAL_FLOATS ((size_t)1 << 19)
+#define TR_CUDA_COL_LANES 16       /* row lanes of a block (x 32 columns: 512 threads) */
+#define TR_CUDA_MAX_ROW_BLOCKS 64
+
+/* RB for R rows when each row block keeps `floats` partial sums: at least one row
+ * per lane, at most TR_CUDA_MAX_ROW_BLOCKS, and what the scratch holds (>= 1; the
+ * caller checks that one row block fits). */
+static inline int tr_cuda_row_blocks(size_t R, size_t floats)
+{
+    size_t rb = (R + TR_CUDA_COL_LANES - 1) / TR_CUDA_COL_LANES;
+    size_t fit = TR_CUDA_COL_PARTIAL_FLOATS / (floats > 0 ? floats : 1);
+    rb = rb < TR_CUDA_MAX_ROW_BLOCKS ? rb : TR_CUDA_MAX_ROW_BLOCKS;
+    rb = rb < fit ? rb : fit;
+    return rb > 0 ? (int)rb : 1;
+}
 
 /* The context's device scratch (below), each piece 256-byte aligned as the
  * reservation hands memory out. */
 #define TR_CUDA_SCRATCH_BYTES                                                           \
     (((TR_CUDA_REDUCE_BLOCKS * sizeof(double) + 255) & ~(size_t)255) + 256 + 256 +       \
-     TR_CUDA_LN_PARTIAL_FLOATS * sizeof(float))
+     TR_CUDA_COL_PARTIAL_FLOATS * sizeof(float))
 
 /* What the backend takes out of the device's reservation before the model does:
  * the figure the memory plan counts as the CUDA device's own (tr_device's
@@ -82,7 +101,7 @@ typedef struct tr_cuda_ctx {
     double *d_partial;  /* [TR_CUDA_REDUCE_BLOCKS] */
     double *d_result;   /* [1] */
     unsigned *d_flag;   /* [1] */
-    float *d_ln_partial; /* [TR_CUDA_LN_PARTIAL_FLOATS] */
+    float *d_col_partial; /* [TR_CUDA_COL_PARTIAL_FLOATS]: column sums' partials */
     /* pinned host landing spots for what the host waits for */
     double *h_result;
     unsigned *h_flag;
@@ -110,6 +129,9 @@ static inline cudaStream_t tr_cuda_stream(void) { return tr_cuda_ctx_get()->stre
  * to the host (waits for the stream): the same order, so the same value, as the
  * CPU's serial loop over the same floats. */
 double tr_cuda_sum_in_order(const float *x, size_t n);
+/* dst[c] += partial[0][c] + partial[1][c] + ... + partial[RB - 1][c], in that order
+ * (rows of C floats): the second kernel of the column sums, on the stream. */
+void tr_cuda_add_partials(float *dst, const float *partial, int C, int RB);
 
 /* Fatal (TR_EXIT_SOFTWARE, "what: token T at position P is outside [0, V)") when a
  * token of tok[n] (device) is outside [0, V); waits for the stream. */

@@ -181,7 +181,7 @@ static void place_scratch(tr_cuda_ctx *c, unsigned char *base)
     c->d_partial = (double *)base;
     c->d_result = (double *)(base + partial);
     c->d_flag = (unsigned *)(base + partial + 256);
-    c->d_ln_partial = (float *)(base + partial + 512);
+    c->d_col_partial = (float *)(base + partial + 512);
 }
 
 void tr_cuda_ctx_adopt(void *base, size_t bytes)
@@ -222,7 +222,7 @@ void tr_cuda_ctx_give_back(void)
     TR_CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
     c->d_partial = c->d_result = NULL;
     c->d_flag = NULL;
-    c->d_ln_partial = NULL;
+    c->d_col_partial = NULL;
     g_scratch = SCRATCH_NONE;
 }
 
@@ -320,6 +320,26 @@ double tr_cuda_sum_in_order(const float *x, size_t n)
                                   cudaMemcpyDeviceToHost, c->stream));
     TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
     return *c->h_result;
+}
+
+__global__ static void add_partials_kernel(float *dst, const float *partial, int C, int RB)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float s = 0.0f;
+    for (int y = 0; y < RB; y++)
+        s += partial[(size_t)y * C + c];
+    dst[c] += s;
+}
+
+void tr_cuda_add_partials(float *dst, const float *partial, int C, int RB)
+{
+    if (C <= 0)
+        return;
+    add_partials_kernel<<<(unsigned)((C + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK), TR_CUDA_BLOCK, 0,
+                          tr_cuda_stream()>>>(dst, partial, C, RB);
+    TR_CUDA_LAUNCHED();
 }
 
 /* The smallest bad position wins (an integer atomicMin: the same answer whatever

@@ -140,27 +140,28 @@ void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const 
     tr_cuda_gemm(0, 1, B, OUT, IN, 1.0f, inp, IN, w, IN, beta, out, OUT);
 }
 
-/* Column sums without atomics: a block owns 32 adjacent columns (one coalesced
- * 128-byte row segment per warp) and COLSUM_LANES row lanes; lane y adds rows y,
- * y + COLSUM_LANES, ... in order, then lane 0 adds the lanes' sums in lane order.
- * The order depends only on R, so the result is the same every run. */
-#define COLSUM_LANES 16
-
-__global__ static void colsum_add_kernel(float *dst, const float *src, size_t R, int C, int ld)
+/* Column sums of src[R, C] (leading dimension ld), the first of the two kernels of
+ * TR_CUDA_COL_PARTIAL_FLOATS: block (x, y) owns 32 adjacent columns (one coalesced
+ * 128-byte row segment per warp) of row block y of RB; lane y' of its
+ * TR_CUDA_COL_LANES adds the block's rows y', y' + LANES, ... in order, then the
+ * lanes' sums are added in lane order into partial[y][c]. */
+__global__ static void colsum_partial_kernel(float *partial, const float *src, size_t R, int C,
+                                             int ld, int RB)
 {
-    __shared__ float part[COLSUM_LANES][32];
+    __shared__ float part[TR_CUDA_COL_LANES][32];
     int c = blockIdx.x * 32 + threadIdx.x;
+    size_t per = (R + RB - 1) / RB, r0 = blockIdx.y * per, r1 = r0 + per < R ? r0 + per : R;
     float acc = 0.0f;
     if (c < C)
-        for (size_t r = threadIdx.y; r < R; r += COLSUM_LANES)
+        for (size_t r = r0 + threadIdx.y; r < r1; r += TR_CUDA_COL_LANES)
             acc += src[r * ld + c];
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
         float s = 0.0f;
-        for (int y = 0; y < COLSUM_LANES; y++)
+        for (int y = 0; y < TR_CUDA_COL_LANES; y++)
             s += part[y][threadIdx.x];
-        dst[c] += s;
+        partial[(size_t)blockIdx.y * C + c] = s;
     }
 }
 
@@ -174,7 +175,7 @@ __global__ static void colsum_add_kernel(float *dst, const float *src, size_t R,
  * output"; beta scales D only), and the trainer accumulates gradients over
  * micro-batches (db += ..., kernels.h). Using it would take a scratch vector of OUT
  * floats from the memory plan and an add kernel after the GEMM: a second kernel
- * still. colsum_add_kernel reads dout once and adds in place, in a fixed order. */
+ * still. The column sums read dout once and add in a fixed order. */
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, int B, int IN, int OUT)
 {
@@ -184,10 +185,16 @@ void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dou
     tr_cuda_gemm(1, 0, OUT, IN, B, 1.0f, dout, OUT, inp, IN, 1.0f, dw, IN);
     if (!db || B <= 0 || OUT <= 0)
         return;
-    dim3 block(32, COLSUM_LANES);
-    colsum_add_kernel<<<(OUT + 31) / 32, block, 0, tr_cuda_stream()>>>(db, dout, (size_t)B, OUT,
-                                                                      OUT);
+    const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
+    if ((size_t)OUT > TR_CUDA_COL_PARTIAL_FLOATS)
+        tr_fatal(TR_EXIT_USAGE, "linear_backward: %d output features; the CUDA backend's "
+                 "partial sums hold at most %zu", OUT, TR_CUDA_COL_PARTIAL_FLOATS);
+    int RB = tr_cuda_row_blocks((size_t)B, (size_t)OUT);
+    dim3 block(32, TR_CUDA_COL_LANES), grid((unsigned)((OUT + 31) / 32), (unsigned)RB);
+    colsum_partial_kernel<<<grid, block, 0, ctx->stream>>>(ctx->d_col_partial, dout, (size_t)B,
+                                                           OUT, OUT, RB);
     TR_CUDA_LAUNCHED();
+    tr_cuda_add_partials(db, ctx->d_col_partial, OUT, RB);
 }
 
 /* ---- c_fc and GELU -------------------------------------------------------------- */

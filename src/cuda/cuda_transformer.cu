@@ -201,27 +201,12 @@ __global__ static void layernorm_backward_dinp_kernel(float *dinp, const float *
     }
 }
 
-/* dweight += sum_r dout n, dbias += sum_r dout, without atomics, in two kernels:
- *  1. block (x, y) takes channels [32 x, 32 x + 32) and row block y of RB: LN_LANES
- *     row lanes each add the block's rows lane, lane + LN_LANES, ... in order, then
- *     the lanes are added in lane order into partial[y][c] (weights) and
- *     partial[RB + y][c] (biases);
- *  2. one thread per channel adds the RB partials in row-block order onto dweight
- *     and dbias.
- * RB depends only on the shape (ln_row_blocks), so the order, and the result, does
- * too. One block per 32 channels, as before the split, left a GPT-2 layer's
- * gradients (C = 768: 24 blocks) on 24 SMs looping over all B*T rows. */
-#define LN_LANES 16
-#define LN_MAX_ROW_BLOCKS 64
-
-static int ln_row_blocks(size_t BT, int C)
-{
-    size_t rb = (BT + LN_LANES - 1) / LN_LANES; /* at least one row per lane */
-    size_t fit = TR_CUDA_LN_PARTIAL_FLOATS / (2 * (size_t)C);
-    rb = rb < LN_MAX_ROW_BLOCKS ? rb : LN_MAX_ROW_BLOCKS;
-    rb = rb < fit ? rb : fit;
-    return rb > 0 ? (int)rb : 1;
-}
+/* dweight += sum_r dout n, dbias += sum_r dout: column sums in two kernels (see
+ * TR_CUDA_COL_PARTIAL_FLOATS). Block (x, y) takes channels [32 x, 32 x + 32) and
+ * row block y of RB; its TR_CUDA_COL_LANES row lanes each add rows lane,
+ * lane + LANES, ... of the block in order, then the lanes are added in lane order
+ * into partial[y][c] (weights) and partial[RB + y][c] (biases). */
+#define LN_LANES TR_CUDA_COL_LANES
 
 __global__ static void layernorm_backward_params_partial_kernel(float *partial,
                                                                 const float *dout,
@@ -255,21 +240,6 @@ __global__ static void layernorm_backward_params_partial_kernel(float *partial,
     }
 }
 
-__global__ static void layernorm_backward_params_sum_kernel(float *dweight, float *dbias,
-                                                            const float *partial, int C, int RB)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
-    float sw = 0.0f, sb = 0.0f;
-    for (int y = 0; y < RB; y++) {
-        sw += partial[(size_t)y * C + c];
-        sb += partial[(size_t)(RB + y) * C + c];
-    }
-    dweight[c] += sw;
-    dbias[c] += sb;
-}
-
 void tr_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                const float *weight, const float *bias, int B, int T, int C)
 {
@@ -291,18 +261,16 @@ void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const
         return;
     const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
     cudaStream_t s = ctx->stream;
-    if ((size_t)C * 2 > TR_CUDA_LN_PARTIAL_FLOATS)
+    if ((size_t)C * 2 > TR_CUDA_COL_PARTIAL_FLOATS)
         tr_fatal(TR_EXIT_USAGE, "layernorm_backward: %d channels; the CUDA backend's partial "
-                 "sums hold at most %zu", C, TR_CUDA_LN_PARTIAL_FLOATS / 2);
-    int RB = ln_row_blocks(BT, C);
+                 "sums hold at most %zu", C, TR_CUDA_COL_PARTIAL_FLOATS / 2);
+    int RB = tr_cuda_row_blocks(BT, 2 * (size_t)C);
     dim3 block(32, LN_LANES), grid((unsigned)((C + 31) / 32), (unsigned)RB);
-    layernorm_backward_params_partial_kernel<<<grid, block, 0, s>>>(ctx->d_ln_partial, dout, inp,
+    layernorm_backward_params_partial_kernel<<<grid, block, 0, s>>>(ctx->d_col_partial, dout, inp,
                                                                     mean, rstd, BT, C, RB);
     TR_CUDA_LAUNCHED();
-    layernorm_backward_params_sum_kernel<<<(unsigned)((C + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK),
-                                           TR_CUDA_BLOCK, 0, s>>>(dweight, dbias,
-                                                                  ctx->d_ln_partial, C, RB);
-    TR_CUDA_LAUNCHED();
+    tr_cuda_add_partials(dweight, ctx->d_col_partial, C, RB);
+    tr_cuda_add_partials(dbias, ctx->d_col_partial + (size_t)RB * C, C, RB);
     unsigned blocks = (unsigned)((BT + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
     layernorm_backward_dinp_kernel<<<blocks, TR_CUDA_BLOCK, 0, s>>>(dinp, dout, inp, weight,
                                                                     mean, rstd, BT, C);
