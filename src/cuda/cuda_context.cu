@@ -301,20 +301,33 @@ extern "C" void tr_cuda_synchronize(void)
 
 /* ---- small helpers the kernels share -------------------------------------------- */
 
-/* One thread: the loop is the CPU's, so the rounding is too. A few thousand rows
- * (B*T) take microseconds; this runs once per loss evaluation. */
+/* The CPU's loop, so the CPU's rounding: thread 0 adds every value in order. The
+ * block stages the values in shared memory, TR_CUDA_BLOCK at a time with coalesced
+ * loads, so thread 0's chain waits on double adds, not on a global load per value
+ * (which at GPT-2's B*T = 16K rows, once per step, was of the order of a
+ * millisecond). Launched with TR_CUDA_BLOCK threads. */
 __global__ static void sum_in_order_kernel(double *result, const float *x, size_t n)
 {
+    __shared__ float chunk[TR_CUDA_BLOCK];
     double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += x[i];
-    *result = s;
+    for (size_t base = 0; base < n; base += TR_CUDA_BLOCK) {
+        size_t i = base + threadIdx.x, m = n - base < TR_CUDA_BLOCK ? n - base : TR_CUDA_BLOCK;
+        if (i < n)
+            chunk[threadIdx.x] = x[i];
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (size_t k = 0; k < m; k++)
+                s += chunk[k];
+        __syncthreads(); /* before the next chunk overwrites this one */
+    }
+    if (threadIdx.x == 0)
+        *result = s;
 }
 
 double tr_cuda_sum_in_order(const float *x, size_t n)
 {
     const tr_cuda_ctx *c = tr_cuda_ctx_with_scratch();
-    sum_in_order_kernel<<<1, 1, 0, c->stream>>>(c->d_result, x, n);
+    sum_in_order_kernel<<<1, TR_CUDA_BLOCK, 0, c->stream>>>(c->d_result, x, n);
     TR_CUDA_LAUNCHED();
     TR_CUDA_CHECK(cudaMemcpyAsync(c->h_result, c->d_result, sizeof(double),
                                   cudaMemcpyDeviceToHost, c->stream));
