@@ -20,8 +20,19 @@
 
 tr_cublas_api tr_cublas;
 
+/* The fallback when the build's own file (TR_CUBLAS_LIBRARY, an absolute path) is not
+ * on this node: the soname of the major version whose headers this was compiled
+ * against, as the dynamic linker would look it up. Not the bare libcublas.so: that is
+ * the development link, absent where only the runtime libraries are installed, and
+ * wherever it exists it may belong to another major version (CUDA 12's next to
+ * CUDA 13's), whose ABI the function pointers below need not match. */
+#define TR_STR_(x) #x
+#define TR_STR(x) TR_STR_(x)
+#define TR_CUBLAS_SONAME "libcublas.so." TR_STR(CUBLAS_VER_MAJOR)
+#define TR_CUBLASLT_SONAME "libcublasLt.so." TR_STR(CUBLAS_VER_MAJOR)
+
 #ifndef TR_CUBLAS_LIBRARY
-#define TR_CUBLAS_LIBRARY "libcublas.so"
+#define TR_CUBLAS_LIBRARY TR_CUBLAS_SONAME
 #endif
 
 void tr_cublas_load(void)
@@ -30,10 +41,10 @@ void tr_cublas_load(void)
         return;
     void *h = dlopen(TR_CUBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     if (!h)
-        h = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
+        h = dlopen(TR_CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
     if (!h)
-        tr_fatal(TR_EXIT_OSERR, "cannot load cuBLAS (%s, or libcublas.so on LD_LIBRARY_PATH): %s",
-                 TR_CUBLAS_LIBRARY, dlerror());
+        tr_fatal(TR_EXIT_OSERR, "cannot load cuBLAS (%s, or %s on LD_LIBRARY_PATH): %s",
+                 TR_CUBLAS_LIBRARY, TR_CUBLAS_SONAME, dlerror());
     tr_cublas_api a;
     const struct {
         void **slot;
@@ -62,7 +73,7 @@ void tr_cublas_load(void)
 tr_cublaslt_api tr_cublaslt;
 
 #ifndef TR_CUBLASLT_LIBRARY
-#define TR_CUBLASLT_LIBRARY "libcublasLt.so"
+#define TR_CUBLASLT_LIBRARY TR_CUBLASLT_SONAME
 #endif
 
 void tr_cublaslt_load(void)
@@ -73,11 +84,10 @@ void tr_cublaslt_load(void)
      * usually mapped already and dlopen only finds it */
     void *h = dlopen(TR_CUBLASLT_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     if (!h)
-        h = dlopen("libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
+        h = dlopen(TR_CUBLASLT_SONAME, RTLD_NOW | RTLD_LOCAL);
     if (!h)
-        tr_fatal(TR_EXIT_OSERR,
-                 "cannot load cuBLASLt (%s, or libcublasLt.so on LD_LIBRARY_PATH): %s",
-                 TR_CUBLASLT_LIBRARY, dlerror());
+        tr_fatal(TR_EXIT_OSERR, "cannot load cuBLASLt (%s, or %s on LD_LIBRARY_PATH): %s",
+                 TR_CUBLASLT_LIBRARY, TR_CUBLASLT_SONAME, dlerror());
     tr_cublaslt_api a;
     const struct {
         void **slot;
