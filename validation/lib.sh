@@ -86,8 +86,11 @@ layout_gpt_setup() {
 
 # gpu_setup ARGS...: for the scripts of validation/gpu: one step of ARGS on one GPU.
 # Exits 77 (skipped) where no GPU is usable or CUDA is not built in, which the
-# trainer itself reports; any other failure fails the test. Sets GPUS, the GPUs
-# nvidia-smi lists.
+# trainer itself reports; any other failure fails the test. Sets GPUS, the GPUs the
+# runs can use: CUDA's count (trainer --version), which honours CUDA_VISIBLE_DEVICES
+# as the runs do. Not nvidia-smi's list, which shows every GPU of the node whatever
+# the job was given (runs of more ranks than usable GPUs then fail rather than being
+# left out), and is missing in some containers where CUDA works.
 gpu_setup() {
   run 1 "$WORK/probe" "$WORK/err" "$@" train.steps=1 system.device=cuda run.dir="$WORK/probe.d"
   if [ "$RC" != 0 ] && grep -q "no usable GPU\|built without CUDA" "$WORK/err"; then
@@ -95,7 +98,8 @@ gpu_setup() {
     exit 77
   fi
   check "a first GPU run: exit $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
-  GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+  GPUS=$("$TRAINER" --version | sed -n 's/^CUDA probe compiled in: \([0-9][0-9]*\) CUDA device.*/\1/p')
+  GPUS=${GPUS:-0}
 }
 
 # gpu_pair NAME NP RTOL ARGS...: the same run on the CPU ($WORK/NAME.cpu) and on
