@@ -371,6 +371,15 @@ static void print_plan(run *r, int max_batch)
 
 static int check_memory(run *r, int max_batch)
 {
+#ifdef TRAINER_HAVE_CUDA
+    /* The GPU's plan is GPU memory, which the reservation right after checks against
+     * the GPU's own free memory, with the plan's numbers; this rank's host memory
+     * holds only its data buffers and the checkpoint's copies, so the GPU's total
+     * against the host's share would refuse runs that fit (an 80 GiB GPU beside
+     * 32 GiB of host memory per rank). */
+    if (r->dev == &tr_gpu_device)
+        return 0;
+#endif
     tr_plan p = make_plan(r, &r->model, max_batch);
     tr_model_memory mem = p.mem;
     double optim = p.optimizer, need = p.total;
