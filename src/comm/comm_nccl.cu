@@ -35,6 +35,7 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- NCCL, loaded on first use ------------------------------------------------------
@@ -58,6 +59,8 @@ static struct {
     decltype(&ncclGroupEnd) GroupEnd;
     decltype(&ncclGetErrorString) GetErrorString;
     decltype(&ncclGetLastError) GetLastError;
+    decltype(&ncclCommGetAsyncError) CommGetAsyncError;
+    decltype(&ncclCommAbort) CommAbort;
 } g_nccl;
 
 #ifndef TR_NCCL_LIBRARY
@@ -93,6 +96,8 @@ static void nccl_load(void)
     TR_NCCL_SYM(GroupEnd);
     TR_NCCL_SYM(GetErrorString);
     TR_NCCL_SYM(GetLastError);
+    TR_NCCL_SYM(CommGetAsyncError);
+    TR_NCCL_SYM(CommAbort);
 #undef TR_NCCL_SYM
     g_nccl.loaded = 1;
 }
@@ -110,6 +115,8 @@ static void nccl_load(void)
 #define ncclGroupEnd g_nccl.GroupEnd
 #define ncclGetErrorString g_nccl.GetErrorString
 #define ncclGetLastError g_nccl.GetLastError
+#define ncclCommGetAsyncError g_nccl.CommGetAsyncError
+#define ncclCommAbort g_nccl.CommAbort
 
 static_assert(sizeof(ncclUniqueId) == TR_NCCL_ID_BYTES, "TR_NCCL_ID_BYTES is not NCCL's");
 static_assert(sizeof(cudaEvent_t) <= sizeof(((tr_request *)0)->storage),
@@ -120,7 +127,10 @@ struct tr_nccl {
     int rank, size;
     cudaStream_t stream; /* g.stream, or its own (own_stream) */
     int own_stream;
+    tr_nccl *next; /* the live communicators, for the watch */
 };
+
+static tr_nccl *g_live;
 
 /* ---- errors ---------------------------------------------------------------------- */
 
@@ -261,6 +271,31 @@ extern "C" void tr_nccl_unique_id(void *id)
     memcpy(id, &uid, sizeof uid);
 }
 
+/* The watch of every host wait (tr_cuda_stream_wait): a communicator whose peer or
+ * link failed reports it here, asynchronously, while its kernels wait for data that
+ * will never come. Every live communicator is then aborted (which ends its kernels,
+ * so nothing is left waiting on the GPU) and the job stops with NCCL's error rather
+ * than hanging. */
+static void nccl_watch(void)
+{
+    for (tr_nccl *c = g_live; c; c = c->next) {
+        ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(c->comm, &async);
+        if (r == ncclSuccess && (async == ncclSuccess || async == ncclInProgress))
+            continue;
+        ncclResult_t bad = r != ncclSuccess ? r : async;
+        const char *detail = ncclGetLastError(NULL);
+        char msg[512];
+        snprintf(msg, sizeof msg, "NCCL failed during a collective of %d ranks (this rank %d): "
+                 "'%s'%s%s; a rank, a GPU or the network between them is gone, so the job "
+                 "stops (resume it from the last checkpoint)", c->size, c->rank,
+                 ncclGetErrorString(bad), detail && *detail ? ": " : "", detail ? detail : "");
+        for (tr_nccl *a = g_live; a; a = a->next)
+            (void)ncclCommAbort(a->comm);
+        g_live = NULL;
+        tr_fatal(TR_EXIT_OSERR, "%s", msg);
+    }
+}
+
 extern "C" tr_nccl *tr_nccl_create(const void *id, int size, int rank, int own_stream)
 {
     setup_once();
@@ -274,6 +309,9 @@ extern "C" tr_nccl *tr_nccl_create(const void *id, int size, int rank, int own_s
     c->size = size;
     c->own_stream = own_stream;
     c->stream = own_stream ? new_stream() : g.stream;
+    c->next = g_live;
+    g_live = c;
+    tr_cuda_set_watch(nccl_watch);
     return c;
 }
 
@@ -281,7 +319,14 @@ extern "C" void tr_nccl_destroy(tr_nccl *c)
 {
     if (!c)
         return;
-    TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    tr_cuda_stream_wait(c->stream);
+    for (tr_nccl **p = &g_live; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    if (!g_live)
+        tr_cuda_set_watch(NULL);
     NCCL_CHECK(ncclCommDestroy(c->comm));
     if (c->own_stream) /* after the communicator: nothing of NCCL's is left on it */
         TR_CUDA_CHECK(cudaStreamDestroy(c->stream));

@@ -125,6 +125,16 @@ void tr_cuda_ctx_adopt(void *base, size_t bytes);
 void tr_cuda_ctx_give_back(void);
 static inline cudaStream_t tr_cuda_stream(void) { return tr_cuda_ctx_get()->stream; }
 
+/* The host's wait for stream s, in place of cudaStreamSynchronize. Once a watch is
+ * set (comm_nccl.cu does, with its first communicator) it polls the stream and
+ * calls the watch every TR_CUDA_WATCH_MS while it waits: a rank or a link that
+ * fails leaves NCCL's kernels, and a blocking synchronize behind them, waiting for
+ * ever, and the watch turns NCCL's asynchronous error into a fatal one instead. */
+void tr_cuda_stream_wait(cudaStream_t s);
+#define TR_CUDA_WATCH_MS 100
+/* The watch: returns when all is well, does not return otherwise. */
+void tr_cuda_set_watch(void (*watch)(void));
+
 /* Sums n floats of x in index order, in double, on the device, and returns the sum
  * to the host (waits for the stream): the same order, so the same value, as the
  * CPU's serial loop over the same floats. */

@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 /* ---- cuBLAS, loaded on first use (cublas_loader.h) -------------------------------- */
 
@@ -290,23 +291,61 @@ extern "C" void tr_cuda_free(void *p)
         TR_CUDA_CHECK(cudaFree(p));
 }
 
+static void (*g_watch)(void);
+
+void tr_cuda_set_watch(void (*watch)(void)) { g_watch = watch; }
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void tr_cuda_stream_wait(cudaStream_t s)
+{
+    if (!g_watch) {
+        TR_CUDA_CHECK(cudaStreamSynchronize(s));
+        return;
+    }
+    /* spin for the first 100 us (most waits are short: a copy, a reduction), then
+     * sleep 20 us between queries, which is the most a finished wait is late by */
+    double start = seconds_now(), next_watch = start + 1e-3 * TR_CUDA_WATCH_MS;
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess)
+            return;
+        if (e != cudaErrorNotReady)
+            TR_CUDA_CHECK(e);
+        double now = seconds_now();
+        if (now >= next_watch) {
+            g_watch();
+            next_watch = now + 1e-3 * TR_CUDA_WATCH_MS;
+        }
+        if (now - start > 1e-4) {
+            struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
 extern "C" void tr_cuda_upload(void *dst_device, const void *src_host, size_t bytes)
 {
     cudaStream_t s = tr_cuda_stream();
     TR_CUDA_CHECK(cudaMemcpyAsync(dst_device, src_host, bytes, cudaMemcpyHostToDevice, s));
-    TR_CUDA_CHECK(cudaStreamSynchronize(s));
+    tr_cuda_stream_wait(s);
 }
 
 extern "C" void tr_cuda_download(void *dst_host, const void *src_device, size_t bytes)
 {
     cudaStream_t s = tr_cuda_stream();
     TR_CUDA_CHECK(cudaMemcpyAsync(dst_host, src_device, bytes, cudaMemcpyDeviceToHost, s));
-    TR_CUDA_CHECK(cudaStreamSynchronize(s));
+    tr_cuda_stream_wait(s);
 }
 
 extern "C" void tr_cuda_synchronize(void)
 {
-    TR_CUDA_CHECK(cudaStreamSynchronize(tr_cuda_stream()));
+    tr_cuda_stream_wait(tr_cuda_stream());
 }
 
 /* ---- small helpers the kernels share -------------------------------------------- */
@@ -341,7 +380,7 @@ double tr_cuda_sum_in_order(const float *x, size_t n)
     TR_CUDA_LAUNCHED();
     TR_CUDA_CHECK(cudaMemcpyAsync(c->h_result, c->d_result, sizeof(double),
                                   cudaMemcpyDeviceToHost, c->stream));
-    TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    tr_cuda_stream_wait(c->stream);
     return *c->h_result;
 }
 
@@ -386,13 +425,13 @@ void tr_cuda_check_tokens(const int *tok, size_t n, int V, const char *what)
     TR_CUDA_LAUNCHED();
     TR_CUDA_CHECK(cudaMemcpyAsync(c->h_flag, c->d_flag, sizeof(unsigned), cudaMemcpyDeviceToHost,
                                   c->stream));
-    TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    tr_cuda_stream_wait(c->stream);
     unsigned bad = *c->h_flag;
     if (bad == UINT_MAX)
         return;
     TR_CUDA_CHECK(cudaMemcpyAsync(c->h_int, tok + bad, sizeof(int), cudaMemcpyDeviceToHost,
                                   c->stream));
-    TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    tr_cuda_stream_wait(c->stream);
     tr_fatal(TR_EXIT_SOFTWARE, "%s: token %d at position %u is outside [0, %d)", what, *c->h_int,
              bad, V);
 }

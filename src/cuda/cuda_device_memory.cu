@@ -65,7 +65,7 @@ static void gpu_free(void *) {} /* the reservation is given back whole */
 static void gpu_release(void)
 {
     if (g_arena.base) {
-        TR_CUDA_CHECK(cudaStreamSynchronize(tr_cuda_stream()));
+        tr_cuda_stream_wait(tr_cuda_stream());
         tr_cuda_ctx_give_back();
         TR_CUDA_CHECK(cudaFree(g_arena.base));
     }

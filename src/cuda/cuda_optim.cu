@@ -110,6 +110,6 @@ double tr_cuda_sum_squares(const float *x, size_t n)
     TR_CUDA_LAUNCHED();
     TR_CUDA_CHECK(cudaMemcpyAsync(c->h_result, c->d_result, sizeof(double),
                                   cudaMemcpyDeviceToHost, c->stream));
-    TR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    tr_cuda_stream_wait(c->stream);
     return *c->h_result;
 }
