@@ -115,9 +115,9 @@ static int info_flag(int argc, char **argv)
         if (out)
             usage(out);
     } else if (!strcmp(a, "--version")) {
-        char gpus[256] = "CPU-only build";
+        char gpus[600] = "CPU-only build";
 #ifdef TRAINER_HAVE_CUDA
-        char why[200];
+        char why[512];
         tr_cuda_device_count(why, sizeof why);
         snprintf(gpus, sizeof gpus, "CUDA probe compiled in: %s", why);
 #endif

@@ -93,7 +93,10 @@ layout_gpt_setup() {
 # left out), and is missing in some containers where CUDA works.
 gpu_setup() {
   run 1 "$WORK/probe" "$WORK/err" "$@" train.steps=1 system.device=cuda run.dir="$WORK/probe.d"
-  if [ "$RC" != 0 ] && grep -q "no usable GPU\|built without CUDA" "$WORK/err"; then
+  # (not where the node has GPUs that CUDA cannot use, "though the node has N NVIDIA
+  # GPUs": a broken GPU node fails rather than passing as one without GPUs)
+  if [ "$RC" != 0 ] && grep -q "no usable GPU\|built without CUDA" "$WORK/err" &&
+    ! grep -q "though the node has" "$WORK/err"; then
     echo "skipped: $(grep -m1 -o 'no usable GPU.*\|built without CUDA' "$WORK/err")"
     exit 77
   fi

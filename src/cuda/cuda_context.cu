@@ -132,7 +132,7 @@ void tr_cublas_fail_at(const char *file, int line, cublasStatus_t s, const char 
 
 static tr_cuda_ctx make_ctx(int device)
 {
-    char why[200];
+    char why[512];
     if (tr_cuda_device_count(why, sizeof why) < 1)
         tr_fatal(TR_EXIT_SOFTWARE, "the CUDA backend was asked for but there is %s", why);
     tr_cuda_ctx c = {};

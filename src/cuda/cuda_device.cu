@@ -27,10 +27,10 @@ extern "C" int tr_cuda_device_choose(int local_rank, int local_size, tr_cuda_dev
     memset(dev, 0, sizeof *dev);
     if (gethostname(dev->host, sizeof dev->host - 1))
         snprintf(dev->host, sizeof dev->host, "(unknown host)");
-    char why[200], note[160];
+    char why[512], note[160];
     visible_note(note, sizeof note);
     int n = tr_cuda_device_count(why, sizeof why); /* why: "no usable GPU: <CUDA's reason>" */
-    dev->visible = n;
+    dev->visible = n > 0 ? n : 0;
     if (n < 1) {
         snprintf(err, errlen, "host %s has %s%s", dev->host, why, note);
         return TR_EXIT_USAGE;

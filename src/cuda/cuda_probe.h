@@ -9,9 +9,15 @@
 extern "C" {
 #endif
 
-/* Number of visible CUDA devices; 0 with the reason in why (no driver, driver too
- * old for this runtime, no device) when none can be used. */
+/* Number of visible CUDA devices. None usable: 0 with the reason in why ("no usable
+ * GPU: ..."), or -1 where the node nevertheless has NVIDIA GPUs (the driver is too
+ * old for this runtime, CUDA_VISIBLE_DEVICES names none, a GPU is in a bad state):
+ * the GPU tests skip on 0 and fail on -1, so a broken GPU node is not reported as a
+ * machine without GPUs. */
 int tr_cuda_device_count(char *why, size_t len);
+/* NVIDIA GPUs the kernel driver shows (/proc/driver/nvidia/gpus, /dev/nvidiaN),
+ * whether or not CUDA can use them. */
+int tr_cuda_gpus_present(void);
 
 #ifdef __cplusplus
 }

@@ -222,10 +222,11 @@ static int make_items(const model *m, item *it)
 
 int main(int argc, char **argv)
 {
-    char why[200];
-    if (tr_cuda_device_count(why, sizeof why) < 1) {
-        printf("gpu_gemm_bench: skipped, %s: nothing to time\n", why);
-        return 77;
+    char why[512];
+    int ngpu = tr_cuda_device_count(why, sizeof why);
+    if (ngpu < 1) { /* -1: the node has GPUs CUDA cannot use (cuda_probe.h) */
+        printf("gpu_gemm_bench: %s, %s: nothing to time\n", ngpu < 0 ? "failed" : "skipped", why);
+        return ngpu < 0 ? 1 : 77;
     }
     int B = argc > 1 ? atoi(argv[1]) : 16, T = argc > 2 ? atoi(argv[2]) : 1024;
     double peak = argc > 3 ? atof(argv[3]) : 0.0;

@@ -34,7 +34,7 @@ mpirun -np 1 "$TRAINER" inputs/gpt2_124m.in system.device=cuda train.precision="
   >"$WORK/out" 2>"$WORK/err"
 rc=$?
 if [ "$rc" != 0 ]; then
-  if grep -q "no usable GPU\|built without CUDA" "$WORK/err"; then
+  if grep -q "no usable GPU\|built without CUDA" "$WORK/err" && ! grep -q "though the node has" "$WORK/err"; then
     echo "skipped: $(grep -m1 -o 'no usable GPU.*\|built without CUDA.*' "$WORK/err")"
     exit 77
   fi

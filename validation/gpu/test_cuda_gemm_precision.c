@@ -222,10 +222,11 @@ static void check_all(int format, int round_to)
 
 int main(void)
 {
-    char why[200];
-    if (tr_cuda_device_count(why, sizeof why) < 1) {
-        printf("SKIPPED: %s\n", why);
-        return 77;
+    char why[512];
+    int ngpu = tr_cuda_device_count(why, sizeof why);
+    if (ngpu < 1) { /* -1: the node has GPUs CUDA cannot use, a failure (cuda_probe.h) */
+        printf("%s: %s\n", ngpu < 0 ? "FAIL" : "SKIPPED", why);
+        return ngpu < 0 ? 1 : 77;
     }
     printf("%s\n", why);
     tr_cpu_backend_init(2);

@@ -784,10 +784,11 @@ static void test_bad_token(void)
 
 int main(int argc, char **argv)
 {
-    char why[200];
-    if (tr_cuda_device_count(why, sizeof why) < 1) {
-        printf("SKIPPED: %s\n", why);
-        return 77;
+    char why[512];
+    int ngpu = tr_cuda_device_count(why, sizeof why);
+    if (ngpu < 1) { /* -1: the node has GPUs CUDA cannot use, a failure (cuda_probe.h) */
+        printf("%s: %s\n", ngpu < 0 ? "FAIL" : "SKIPPED", why);
+        return ngpu < 0 ? 1 : 77;
     }
     if (argc > 1 && !strcmp(argv[1], "--bad-token"))
         return bad_token_child();

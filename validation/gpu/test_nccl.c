@@ -545,12 +545,12 @@ static void test_group(tr_group *g, const char *gname)
 
 int main(int argc, char **argv)
 {
-    char why[200];
+    char why[512];
     int ngpu = tr_cuda_device_count(why, sizeof why);
     if (argc > 1 && !strcmp(argv[1], "--gpus")) { /* on_gpus.sh, before mpiexec */
-        if (ngpu < 1) {
-            printf("SKIPPED: %s\n", why);
-            return 77;
+        if (ngpu < 1) { /* -1: the node has GPUs CUDA cannot use, a failure (cuda_probe.h) */
+            printf("%s: %s\n", ngpu < 0 ? "FAIL" : "SKIPPED", why);
+            return ngpu < 0 ? 1 : 77;
         }
         if (ngpu < 2 && argc > 2 && !strcmp(argv[2], "--pipeline")) {
             printf("SKIPPED: one GPU: a pipeline needs two ranks, one per GPU\n");
