@@ -234,9 +234,22 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, 
         keep_answer(&key, found, &algo);
     if (found) {
         const float alpha = 1.0f, beta = 0.0f; /* C is not read: D = op(A) B' + bias */
-        TR_CUBLAS_CHECK(cublasLtMatmul(c->lt, p.desc, &alpha, w, p.a, inp, p.b, &beta, out, p.d,
-                                       out, p.d, &algo, NULL, 0, c->stream));
-        g_fused++;
+        cublasStatus_t st = cublasLtMatmul(c->lt, p.desc, &alpha, w, p.a, inp, p.b, &beta, out,
+                                           p.d, out, p.d, &algo, NULL, 0, c->stream);
+        /* An algorithm the heuristic offered but the call refuses (checked before any
+         * launch: NOT_SUPPORTED, INVALID_VALUE) leaves nothing queued: the fallback
+         * takes this call and every later one of the shape (PyTorch does the same,
+         * pytorch#150243). A failure on the device stays fatal. */
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+            lt_answer *a = (lt_answer *)find_answer(&key);
+            if (a)
+                a->found = 0;
+            found = 0;
+            g_refused++;
+        } else {
+            TR_CUBLAS_CHECK(st);
+            g_fused++;
+        }
     } else {
         g_refused++;
     }
