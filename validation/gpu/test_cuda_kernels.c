@@ -3,7 +3,8 @@
  * oracle (its own tests check it by finite differences and against PyTorch).
  *
  * Shapes: B=2, T=16, C=64, NH=4 (HS=16), V=100, Vp=128, odd GEMM sizes with padded
- * leading dimensions. The classifier's kernels: the CNN's (src/models/cnn.c) conv
+ * leading dimensions; and 1200 rows for the kernels that split rows into blocks (the
+ * wte gradient's 256-row scans, the column sums of the layernorm and bias gradients). The classifier's kernels: the CNN's (src/models/cnn.c) conv
  * 1->6 5x5 pad 2 on 28x28, maxpool 2, conv 6->16 5x5 on 14x14, with B=3, and odd
  * shapes (7x9 inputs, a 3x3 pool window that leaves a row and a column over, a pad
  * larger than the kernel's reach); softmax over 37 samples of 10 and of 100 classes.
@@ -224,6 +225,26 @@ static void test_linear(void)
         for (size_t i = 0; i < sizeof all / sizeof *all; i++)
             pair_free(all[i]);
     }
+}
+
+/* The bias gradient's column sums past one row block: B 1200 rows (64 row blocks of
+ * 19), OUT 320 (the last 32-column block part-filled); a small IN keeps the GEMMs
+ * cheap. db within TOL_ELEM: a float sum of 1200 terms in another order. */
+static void test_linear_bias_long(void)
+{
+    enum { LB = 1200, LIN = 16, LOUT = 320 };
+    printf("linear backward, B %d, OUT %d\n", LB, LOUT);
+    pair inp = pair_rand((size_t)LB * LIN, -1, 1), w = pair_rand((size_t)LOUT * LIN, -0.5, 0.5);
+    pair dout = pair_rand((size_t)LB * LOUT, -1, 1), dinp = pair_rand((size_t)LB * LIN, -1, 1);
+    pair dw = pair_rand((size_t)LOUT * LIN, -1, 1), db = pair_rand(LOUT, -1, 1);
+    tr_cpu_linear_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, LB, LIN, LOUT);
+    gpu->linear_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, LB, LIN, LOUT);
+    compare("linear_backward dinp, long", &dinp, TOL_GEMM);
+    compare("linear_backward dw (+=), long", &dw, TOL_GEMM);
+    compare("linear_backward db (+=), long", &db, TOL_ELEM);
+    pair *all[] = {&inp, &w, &dout, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
 }
 
 /* ---- embedding, layernorm, GELU, residual ---------------------------------------- */
@@ -798,6 +819,7 @@ int main(int argc, char **argv)
     CHECK(!strcmp(gpu->name, "cuda"), "table name %s", gpu->name);
     test_gemm();
     test_linear();
+    test_linear_bias_long();
     test_embedding();
     test_embedding_long();
     test_layernorm(B, T, C);
