@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "cuda/cuda_probe.h"
 
+#include <cuda.h> /* CUuuid, CUresult: types only, the driver is not linked */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,29 @@ static void visible_note(char *out, size_t len)
         snprintf(out, len, " (CUDA_VISIBLE_DEVICES=%.100s)", v);
     else
         out[0] = '\0';
+}
+
+/* The driver's UUID of device `index`, 32 hex digits, or "" where it has none.
+ * Through the runtime's driver entry point (the trainer does not link libcuda, so
+ * that a CUDA build runs on CPU nodes): cuDeviceGetUuid from CUDA 11.4 on is the
+ * MIG-aware one, which names the MIG compute instance a process was given. */
+static void device_uuid(int index, char *out, size_t len)
+{
+    typedef CUresult (*get_uuid_fn)(CUuuid *, CUdevice);
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    CUuuid u;
+    out[0] = '\0';
+    if (cudaGetDriverEntryPointByVersion("cuDeviceGetUuid", &fn, 11040, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn) {
+        (void)cudaGetLastError();
+        return;
+    }
+    if (((get_uuid_fn)fn)(&u, (CUdevice)index) != CUDA_SUCCESS || len < 33)
+        return;
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, len - 2 * (size_t)i, "%02x", (unsigned char)u.bytes[i]);
 }
 
 extern "C" int tr_cuda_device_choose(int local_rank, int local_size, tr_cuda_device *dev,
@@ -61,6 +85,7 @@ extern "C" int tr_cuda_device_choose(int local_rank, int local_size, tr_cuda_dev
                  dev->index, n, dev->host, note, cudaGetErrorString(e), cudaGetErrorName(e));
         return TR_EXIT_USAGE;
     }
+    device_uuid(dev->index, dev->uuid, sizeof dev->uuid);
     snprintf(dev->name, sizeof dev->name, "%s", p.name);
     dev->memory_bytes = p.totalGlobalMem;
     return 0;

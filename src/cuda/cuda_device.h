@@ -6,7 +6,7 @@
  * sees several uses device local_rank (its rank among the ranks of its node), when
  * the node's ranks are no more than the devices. Whether two ranks of a node ended
  * on one physical GPU anyway (every rank sees the same single device) is for the
- * caller to find: it compares pci_bus_id over the ranks of the node. */
+ * caller to find: it compares uuid (else pci_bus_id) over the ranks of the node. */
 #ifndef TR_CUDA_DEVICE_H
 #define TR_CUDA_DEVICE_H
 
@@ -20,6 +20,9 @@ typedef struct tr_cuda_device {
     int index;            /* in this process's view of the devices (cudaSetDevice) */
     int visible;          /* devices this process sees */
     char pci_bus_id[32];  /* "0000:17:00.0": the physical GPU, the same in every process */
+    char uuid[40];        /* the driver's UUID in hex, "" where it gave none: the GPU, or
+                           * the MIG instance where the GPU is split (cuDeviceGetUuid), so
+                           * ranks on two MIG slices of one GPU are not taken for sharing */
     char name[256];       /* "NVIDIA H100 80GB HBM3" */
     size_t memory_bytes;
     char host[256];       /* this node's name, for messages */

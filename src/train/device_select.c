@@ -20,15 +20,25 @@
 typedef struct gpu_choice {
     int ok, rank;
     char pci_bus_id[32];
+    char uuid[40];
 } gpu_choice;
+
+/* One GPU (or one MIG instance): by UUID where both ranks have one, else by PCI bus. */
+static int same_gpu(const gpu_choice *a, const gpu_choice *b)
+{
+    if (a->uuid[0] && b->uuid[0])
+        return !strcmp(a->uuid, b->uuid);
+    return !strcmp(a->pci_bus_id, b->pci_bus_id);
+}
 
 /* TR_EXIT_USAGE with the message in err when two ranks of this node chose one
  * physical GPU; every rank of the node reaches the same verdict. Collective. */
 static int check_one_rank_per_gpu(const tr_world *w, const tr_cuda_device *dev, int ok,
                                   const char *where, char *err, size_t errlen)
 {
-    gpu_choice mine = {ok, w->rank, ""};
+    gpu_choice mine = {ok, w->rank, "", ""};
     memcpy(mine.pci_bus_id, dev->pci_bus_id, sizeof mine.pci_bus_id);
+    memcpy(mine.uuid, dev->uuid, sizeof mine.uuid);
     gpu_choice *all = tr_alloc((size_t)w->local_size * sizeof *all, "the node's GPU choices");
     tr_comm_node_allgather(w, &mine, sizeof mine, all);
     int distinct = 0, a = -1, b = -1;
@@ -37,7 +47,7 @@ static int check_one_rank_per_gpu(const tr_world *w, const tr_cuda_device *dev, 
             continue;
         int first = 1;
         for (int j = 0; j < i; j++)
-            if (all[j].ok && !strcmp(all[j].pci_bus_id, all[i].pci_bus_id)) {
+            if (all[j].ok && same_gpu(&all[j], &all[i])) {
                 first = 0;
                 if (a < 0)
                     a = j, b = i;
