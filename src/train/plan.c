@@ -136,6 +136,13 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
     print_model_parallel_comm(m, w, d, local_batch, micro, out);
     double cap = device_memory;
     const char *what = "--device-memory";
+    if (cap <= 0 && !strcmp(tr_deck_str(d, "system", "device"), "cuda")) {
+        /* the plan is the GPU's memory, which the host's says nothing about; the run
+         * itself checks the GPU's free memory when it reserves the plan */
+        fprintf(out, "fits: not checked: a GPU's plan needs the GPU's memory, e.g. "
+                     "--device-memory 80GiB\n");
+        return;
+    }
     if (cap <= 0) {
         size_t avail = tr_mem_available();
         cap = avail ? (double)avail / (w->local_size > 0 ? w->local_size : 1) : 0;

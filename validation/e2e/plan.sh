@@ -25,6 +25,12 @@ if "$TRAINER" --version | grep -q "^CUDA"; then
   check "cuda --plan: exit $rc $(cat "$WORK/err")" [ "$rc" = 0 ]
   check "cuda plan names the backend workspace" grep -q "^  backend workspace  *34.0 MiB" \
     "$WORK/plan_cuda"
+  check "cuda plan does not judge the fit by host memory" grep -q "^fits: not checked" \
+    "$WORK/plan_cuda"
+  "$TRAINER" --plan "${args[@]}" system.device=cuda --device-memory 80GiB >"$WORK/plan_cuda80" \
+    2>"$WORK/err"
+  check "cuda plan with --device-memory judges the fit" grep -q "^fits: .*(--device-memory)" \
+    "$WORK/plan_cuda80"
   check "cuda plan's total is the CPU's plus the backend workspace" "$PYTHON" -c "
 import re, sys
 def total(f):
