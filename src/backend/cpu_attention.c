@@ -14,6 +14,7 @@
  * change them. Each head writes only its own slices of out, att and dqkv, so no two
  * threads write the same element and results are bit-identical run to run. */
 #include "backend/transformer_kernels.h"
+#include "backend/cpu_backend.h" /* tr_cpu_round_lowp */
 #include "backend/scalar_math.h"
 #include "core/error.h"
 
@@ -51,8 +52,13 @@ static void causal_softmax(float *A, int T)
     }
 }
 
+size_t tr_cpu_attention_state_floats(int B, int T, int NH)
+{
+    return (size_t)B * NH * T * T;
+}
+
 void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH)
+                              int NH, int format)
 {
     int HS = head_size(C, NH, "attention_forward");
     int ld = 3 * C, nbh = B * NH;
@@ -70,12 +76,14 @@ void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
         causal_softmax(A, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, v, ld,
                     0.0f, o, C);
+        tr_cpu_round_lowp(A, (size_t)T * T, format); /* stored for backward */
     }
 }
 
-void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH)
+void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
+                               const float *qkv, const float *att, int B, int T, int C, int NH)
 {
+    (void)out; /* the saved probabilities already hold what the GPU recomputes from it */
     int HS = head_size(C, NH, "attention_backward");
     int ld = 3 * C, nbh = B * NH;
     float scale = 1.0f / sqrtf((float)HS);

@@ -375,6 +375,7 @@ const tr_kernels tr_cpu_kernels = {
     .gelu_backward = tr_cpu_gelu_backward,
     .linear_gelu_forward = tr_cpu_linear_gelu_forward,
     .residual_forward = tr_cpu_residual_forward,
+    .attention_state_floats = tr_cpu_attention_state_floats,
     .attention_forward = tr_cpu_attention_forward,
     .attention_backward = tr_cpu_attention_backward,
     .xent_padded_forward = tr_cpu_xent_padded_forward,

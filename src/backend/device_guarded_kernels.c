@@ -189,17 +189,25 @@ static void guarded_residual_forward(float *out, const float *a, const float *b,
     tr_guarded_close();
 }
 
-static void guarded_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+static size_t guarded_attention_state_floats(int B, int T, int NH)
 {
     tr_guarded_open();
-    tr_cpu_kernels.attention_forward(out, att, qkv, B, T, C, NH);
+    size_t r = tr_cpu_kernels.attention_state_floats(B, T, NH);
+    tr_guarded_close();
+    return r;
+}
+
+static void guarded_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int format)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.attention_forward(out, att, qkv, B, T, C, NH, format);
     tr_guarded_close();
 }
 
-static void guarded_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH)
+static void guarded_attention_backward(float *dqkv, float *datt, const float *dout, const float *out, const float *qkv, const float *att, int B, int T, int C, int NH)
 {
     tr_guarded_open();
-    tr_cpu_kernels.attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+    tr_cpu_kernels.attention_backward(dqkv, datt, dout, out, qkv, att, B, T, C, NH);
     tr_guarded_close();
 }
 
@@ -296,6 +304,7 @@ const tr_kernels tr_guarded_kernels = {
     .gelu_backward = guarded_gelu_backward,
     .linear_gelu_forward = guarded_linear_gelu_forward,
     .residual_forward = guarded_residual_forward,
+    .attention_state_floats = guarded_attention_state_floats,
     .attention_forward = guarded_attention_forward,
     .attention_backward = guarded_attention_backward,
     .xent_padded_forward = guarded_xent_padded_forward,

@@ -86,9 +86,8 @@ typedef struct tr_kernels {
      * ignores it: the inputs it multiplies are, where the model stores them, already
      * of the format, and the product of two bf16 or two fp16 values is exact in
      * fp32, so its fp32 GEMM already is a 16-bit GEMM with fp32 accumulation. Where
-     * an input was not rounded (attention's probabilities and softmax gradient inside
-     * its kernels, the classifiers' input images) the GPU's products differ from the
-     * CPU's by that input's rounding (src/cuda/cuda_gemm.cu). */
+     * an input was not rounded (the classifiers' input images) the GPU's products
+     * differ from the CPU's by that input's rounding (src/cuda/cuda_gemm.cu). */
     void (*set_gemm_precision)(int format);
 
     /* The transformer's kernels: shapes, saved tensors and rules as documented in
@@ -111,10 +110,17 @@ typedef struct tr_kernels {
                                 const float *b, int B, int IN, int OUT, int format);
     /* out = a + b; also how gradients add up on the residual stream */
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    /* att (and backward's datt) is the backend's own state for backward, of
+     * attention_state_floats(B, T, NH) floats each: the CPU saves the probabilities
+     * there (B*NH*T*T), rounded to `format` (a tr_precision; they are stored
+     * activations), the GPU's fused kernels the rows' log-sum-exps (B*NH*T;
+     * transformer_kernels.h). out is forward's own output, which backward reads. */
+    size_t (*attention_state_floats)(int B, int T, int NH);
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH);
-    void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+                              int NH, int format);
+    void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *out,
+                               const float *qkv, const float *att, int B, int T, int C,
+                               int NH);
     double (*xent_padded_forward)(float *probs, float *losses, const float *logits,
                                   const int *targets, int B, int T, int V, int Vp);
     void (*xent_padded_backward)(float *dlogits, const float *probs, const int *targets,

@@ -64,13 +64,19 @@ void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t 
 /* ---- causal multi-head self-attention core ----------------------------------------
  * qkv [B,T,3C]: q, k, v concatenated on the last dim, each split into NH heads of HS.
  * out [B,T,C] = per head softmax(q k^T / sqrt(HS), causal) v, heads concatenated.
- * att [B,NH,T,T] saves the probabilities (row t: columns > t are 0) for backward.
- * Backward: dqkv [B,T,3C] (=); datt [B,NH,T,T] is scratch the caller provides
- * (contents on return unspecified). C % NH must be 0. */
+ * att [B,NH,T,T] holds what backward needs and belongs to the backend: here the
+ * probabilities (row t: columns > t are 0), rounded to `format` (a tr_precision; fp32
+ * leaves them) after out is formed from the unrounded ones, as the model stores any
+ * activation; the GPU keeps each row's log-sum-exp there instead and recomputes the
+ * probabilities in backward (src/cuda/cuda_attention.cu).
+ * Backward: dqkv [B,T,3C] (=); out is forward's output (unused here); datt
+ * [B,NH,T,T] is scratch the caller provides (contents on return unspecified).
+ * C % NH must be 0. */
+size_t tr_cpu_attention_state_floats(int B, int T, int NH); /* B*NH*T*T */
 void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH);
-void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+                              int NH, int format);
+void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
+                               const float *qkv, const float *att, int B, int T, int C, int NH);
 
 /* ---- softmax cross-entropy over a padded vocabulary -------------------------------
  * logits, probs [B*T,Vp]: only columns [0, V) are real; padded columns never touch

@@ -1,19 +1,41 @@
-/* cuda_attention.cu: the core of causal multi-head self-attention on the GPU, the
- * same computation as cpu_attention.c (read its header for the formulas):
- *   S = Q K^T / sqrt(HS);  A = causal softmax(S) (saved, 0 above the diagonal);
- *   O = A V;  backward: dA = dO V^T, dV = A^T dO, dS = A (dA - rowsum(A dA)) / sqrt(HS),
- *   dQ = dS K, dK = dS^T Q.
+/* cuda_attention.cu: the core of causal multi-head self-attention on the GPU, fused
+ * (the FlashAttention-2 scheme): the same function as cpu_attention.c, whose header
+ * has the formulas, without ever forming the T x T scores in memory.
  *
- * The products are cuBLAS strided-batched GEMMs over the NH heads of one batch
- * row: head h's Q, K, V, O and dQ, dK, dV are the column slices [h HS, (h+1) HS) of
- * rows with stride 3C (or C), so consecutive heads are HS floats apart, while the
- * heads' T x T att blocks are T*T apart. Heads of different batch rows are not a
- * constant stride from each other (the stride changes at every NH-th head), hence
- * one batched call per batch row. Each head writes only its own slices, so the
- * batched outputs never overlap. As on the CPU the full T x T scores are formed and
- * the future half masked to exact zeros, which then contribute nothing. */
+ * Why fused: the materialised form (cuBLAS score products, a softmax kernel, the
+ * probabilities saved for backward) moved B*NH*T*T floats through memory several
+ * times per layer. For GPT-2 124M at 16 x 1024 that is 805 MB per tensor, and an
+ * H100 profile (ncu, 2026-11-22) put the attention products, the two softmax kernels
+ * and the rounding of the saved probabilities at about 70 of a step's 170 ms. The
+ * fused kernels read Q, K, V (and dO) tile by tile from global memory, keep the
+ * scores of one tile in registers, and save only each row's log-sum-exp.
+ *
+ * Forward, one block per (batch row b, head h, tile of BR query rows): each warp
+ * owns R query rows, each lane one key of the current 32-key tile. Per tile: the
+ * lane's score s = scale q.k, the online softmax (running max m and sum l per row,
+ * the accumulator rescaled by exp(m_old - m_new)), then O += p V with the lanes
+ * over the head's dimensions. At the end O /= l and lse = m + log l is saved in att.
+ *
+ * Backward recomputes p = exp(s - lse) and needs Dvec_i = sum_j p_ij dp_ij, which is
+ * rowsum(dO_i * O_i) (O is forward's output): a small kernel writes it into datt.
+ * Then two kernels, each owning what it writes so no atomics are needed and results
+ * are identical run to run: dK, dV per key tile (warps over keys, lanes over the
+ * queries of a 32-query tile), and dQ per query tile (warps over queries, lanes over
+ * keys). With ds = p (dp - Dvec) and dp = dO.v: dV_j = sum_i p_ij dO_i, dK_j = scale
+ * sum_i ds_ij q_i, dQ_i = scale sum_j ds_ij k_j.
+ *
+ * Precision: the kernels here are fp32 on the CUDA cores, for fp32 and fp16-mixed
+ * runs. bf16-mixed runs (head sizes up to 128) take the same scheme on tensor cores
+ * (cuda_attention_tc.cu), which rounds the probabilities and score gradients to bf16
+ * before multiplying them.
+ *
+ * Head sizes up to 256: HS is padded with zeros to D = 32, 64, 128 or 256 (a
+ * template argument, so the per-lane arrays have a fixed size). */
+#include "cuda/cuda_attention_tc.h"
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
+
+#include "backend/lowp_math.h" /* tr_precision */
 
 #include "backend/scalar_math.h" /* tr_expf */
 
@@ -26,120 +48,403 @@ static int head_size(int C, int NH, const char *what)
     return C / NH;
 }
 
-/* Rows of the att tensor a block of the row kernels handles: one warp a row. */
-#define ROWS_PER_BLOCK (TR_CUDA_BLOCK / 32)
+#define FA_WARPS 8
+#define FA_THREADS (FA_WARPS * 32)
+#define FA_MAX_HS 256
 
-/* Causal softmax in place over rows of T x T blocks: row t keeps columns 0..t. */
-__global__ static void causal_softmax_kernel(float *att, size_t rows, int T)
+/* Rows (or keys) per warp for a padded head size D: R D / 32 <= 16 per-lane
+ * accumulators of each kind, which keeps the wider heads from spilling registers. */
+template <int D> struct fa_rows {
+    static const int R = D <= 64 ? 8 : D == 128 ? 2 : 1;
+};
+
+/* dst[r][d] (row stride ldd) = src rows row0 + r, columns d < HS (row stride lds);
+ * zero for rows >= T and columns >= HS. The whole block takes part. */
+template <int D>
+__device__ static void load_tile(float *dst, int ldd, const float *src, size_t lds, int row0,
+                                 int rows, int T, int HS)
 {
-    size_t row = (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= rows)
-        return;
-    int t = (int)(row % T);
-    float *a = att + row * T;
-    float mx = -INFINITY;
-    for (int j = lane; j <= t; j += 32)
-        mx = a[j] > mx ? a[j] : mx;
-    mx = tr_warp_max(mx);
-    float sum = 0.0f;
-    for (int j = lane; j <= t; j += 32) {
-        float e = tr_expf(a[j] - mx);
-        a[j] = e;
-        sum += e;
+    for (int e = threadIdx.x; e < rows * D; e += FA_THREADS) {
+        int r = e / D, d = e % D, i = row0 + r;
+        dst[r * ldd + d] = (i < T && d < HS) ? src[(size_t)i * lds + d] : 0.0f;
     }
-    float inv = 1.0f / tr_warp_sum(sum); /* sum >= 1: the max term is exp(0) */
-    for (int j = lane; j <= t; j += 32)
-        a[j] *= inv;
-    for (int j = t + 1 + lane; j < T; j += 32)
-        a[j] = 0.0f;
 }
 
-/* Softmax backward in place: dA becomes dS = scale A (dA - sum_j A dA), 0 beyond t. */
-__global__ static void causal_softmax_backward_kernel(float *datt, const float *att,
-                                                      size_t rows, int T, float scale)
+/* dot of a D-vector read by all lanes alike (broadcast, 16-byte aligned) with one
+ * read per lane from a padded row */
+template <int D> __device__ static inline float dot_bcast(const float *a, const float *b)
 {
-    size_t row = (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= rows)
-        return;
-    int t = (int)(row % T);
-    const float *a = att + row * T;
-    float *d = datt + row * T;
     float s = 0.0f;
-    for (int j = lane; j <= t; j += 32)
-        s += a[j] * d[j];
-    s = tr_warp_sum(s);
-    for (int j = lane; j <= t; j += 32)
-        d[j] = scale * a[j] * (d[j] - s);
-    for (int j = t + 1 + lane; j < T; j += 32)
-        d[j] = 0.0f;
+#pragma unroll
+    for (int d = 0; d < D; d += 4) {
+        float4 a4 = *reinterpret_cast<const float4 *>(a + d);
+        s += a4.x * b[d] + a4.y * b[d + 1] + a4.z * b[d + 2] + a4.w * b[d + 3];
+    }
+    return s;
 }
 
-static unsigned row_blocks(size_t rows)
+template <int D>
+__global__ static void __launch_bounds__(FA_THREADS)
+    flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int HS,
+                         float scale)
 {
-    return (unsigned)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+    const int R = fa_rows<D>::R, BR = FA_WARPS * R, LDK = D + 1;
+    extern __shared__ float sm[];
+    float *Qs = sm;            /* [BR][D] */
+    float *KV = sm + BR * D;   /* [32][D + 1]: the K tile, then the V tile */
+    int ntile = (T + BR - 1) / BR;
+    int bh = blockIdx.x / ntile;
+    int tile = ntile - 1 - (int)(blockIdx.x % ntile); /* longest rows first */
+    int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    size_t ld = 3 * (size_t)C;
+    const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+    int i0 = tile * BR;
+    load_tile<D>(Qs, D, q, ld, i0, BR, T, HS);
+
+    float m[R], l[R], acc[R][D / 32];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < D / 32; c++)
+            acc[r][c] = 0.0f;
+    }
+    int last = min(i0 + BR, T) - 1; /* the tile's last row sees keys 0..last */
+    for (int j0 = 0; j0 <= last; j0 += 32) {
+        __syncthreads(); /* the previous V tile is read (and Qs written) */
+        load_tile<D>(KV, LDK, k, ld, j0, 32, T, HS);
+        __syncthreads();
+        int j = j0 + lane;
+        float p[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            int i = min(i0 + warp * R + r, T - 1); /* rows past T: any valid row */
+            float s = scale * dot_bcast<D>(Qs + (warp * R + r) * D, KV + lane * LDK);
+            bool valid = j <= i;
+            float mnew = fmaxf(m[r], tr_warp_max(valid ? s : -INFINITY));
+            /* mnew is finite: key 0 is valid for every row in the first tile */
+            p[r] = valid ? tr_expf(s - mnew) : 0.0f;
+            float corr = m[r] == -INFINITY ? 0.0f : tr_expf(m[r] - mnew);
+            l[r] = l[r] * corr + tr_warp_sum(p[r]);
+            m[r] = mnew;
+#pragma unroll
+            for (int c = 0; c < D / 32; c++)
+                acc[r][c] *= corr;
+        }
+        __syncthreads();
+        load_tile<D>(KV, LDK, v, ld, j0, 32, T, HS);
+        __syncthreads();
+        for (int jj = 0; jj < 32; jj++) {
+            const float *vr = KV + jj * LDK;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float pj = __shfl_sync(0xffffffffu, p[r], jj);
+#pragma unroll
+                for (int c = 0; c < D / 32; c++)
+                    acc[r][c] += pj * vr[lane + 32 * c];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int i = i0 + warp * R + r;
+        if (i >= T)
+            continue;
+        float inv = 1.0f / l[r];
+        float *o = out + ((size_t)b * T + i) * C + (size_t)h * HS;
+#pragma unroll
+        for (int c = 0; c < D / 32; c++)
+            if (lane + 32 * c < HS)
+                o[lane + 32 * c] = acc[r][c] * inv;
+        if (lane == 0)
+            lse[(size_t)bh * T + i] = m[r] + logf(l[r]);
+    }
+}
+
+/* dvec[bh T + i] = sum_d dO[b, i, h HS + d] O[b, i, h HS + d]: one warp per (b, i, h) */
+__global__ static void flash_dvec_kernel(float *dvec, const float *dout, const float *out,
+                                         int B, int T, int C, int NH, int HS)
+{
+    size_t row = (size_t)blockIdx.x * (TR_CUDA_BLOCK / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= (size_t)B * T * NH)
+        return;
+    int h = (int)(row % NH);
+    size_t bi = row / NH; /* b T + i */
+    const float *a = dout + bi * C + (size_t)h * HS, *o = out + bi * C + (size_t)h * HS;
+    float s = 0.0f;
+    for (int d = lane; d < HS; d += 32)
+        s += a[d] * o[d];
+    s = tr_warp_sum(s);
+    if (lane == 0) {
+        size_t b = bi / T, i = bi % T;
+        dvec[(b * NH + h) * T + i] = s;
+    }
+}
+
+/* dK, dV of one tile of BK = 8 R keys: warps over keys, lanes over 32-query tiles. */
+template <int D>
+__global__ static void __launch_bounds__(FA_THREADS)
+    flash_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                     const float *dvec, int T, int C, int NH, int HS, float scale)
+{
+    const int R = fa_rows<D>::R, BK = FA_WARPS * R, LDQ = D + 1;
+    extern __shared__ float sm[];
+    float *Ks = sm, *Vs = Ks + BK * D;        /* [BK][D] each */
+    float *Qt = Vs + BK * D, *dOt = Qt + 32 * LDQ; /* [32][D + 1] each */
+    int ntile = (T + BK - 1) / BK;
+    int bh = blockIdx.x / ntile, tile = (int)(blockIdx.x % ntile); /* longest first */
+    int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    size_t ld = 3 * (size_t)C;
+    size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
+    const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    const float *L = lse + (size_t)bh * T, *Dv = dvec + (size_t)bh * T;
+    int j0 = tile * BK;
+    load_tile<D>(Ks, D, k, ld, j0, BK, T, HS);
+    load_tile<D>(Vs, D, v, ld, j0, BK, T, HS);
+
+    float dk[R][D / 32], dv[R][D / 32];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int c = 0; c < D / 32; c++)
+            dk[r][c] = dv[r][c] = 0.0f;
+    for (int i0 = j0 / 32 * 32; i0 < T; i0 += 32) { /* queries i >= j only */
+        __syncthreads();
+        load_tile<D>(Qt, LDQ, q, ld, i0, 32, T, HS);
+        load_tile<D>(dOt, LDQ, dO, C, i0, 32, T, HS);
+        __syncthreads();
+        int i = i0 + lane;
+        float li = i < T ? L[i] : 0.0f, di = i < T ? Dv[i] : 0.0f;
+        float p[R], ds[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            int j = j0 + warp * R + r;
+            float s = scale * dot_bcast<D>(Ks + (warp * R + r) * D, Qt + lane * LDQ);
+            float dp = dot_bcast<D>(Vs + (warp * R + r) * D, dOt + lane * LDQ);
+            bool valid = i < T && j <= i;
+            p[r] = valid ? tr_expf(s - li) : 0.0f;
+            ds[r] = p[r] * (dp - di);
+        }
+        for (int ii = 0; ii < 32; ii++) {
+            const float *qr = Qt + ii * LDQ, *gr = dOt + ii * LDQ;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float pj = __shfl_sync(0xffffffffu, p[r], ii);
+                float dsj = __shfl_sync(0xffffffffu, ds[r], ii);
+#pragma unroll
+                for (int c = 0; c < D / 32; c++) {
+                    dv[r][c] += pj * gr[lane + 32 * c];
+                    dk[r][c] += dsj * qr[lane + 32 * c];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int j = j0 + warp * R + r;
+        if (j >= T)
+            continue;
+        float *dkr = dqkv + qoff + (size_t)j * ld + C, *dvr = dkr + C;
+#pragma unroll
+        for (int c = 0; c < D / 32; c++)
+            if (lane + 32 * c < HS) {
+                dkr[lane + 32 * c] = scale * dk[r][c];
+                dvr[lane + 32 * c] = dv[r][c];
+            }
+    }
+}
+
+/* dQ of one tile of BQ = 8 R queries: warps over queries, lanes over 32-key tiles. */
+template <int D>
+__global__ static void __launch_bounds__(FA_THREADS)
+    flash_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                    const float *dvec, int T, int C, int NH, int HS, float scale)
+{
+    const int R = fa_rows<D>::R, BQ = FA_WARPS * R, LDK = D + 1;
+    extern __shared__ float sm[];
+    float *Qs = sm, *dOs = Qs + BQ * D;             /* [BQ][D] each */
+    float *Kt = dOs + BQ * D, *Vt = Kt + 32 * LDK;  /* [32][D + 1] each */
+    int ntile = (T + BQ - 1) / BQ;
+    int bh = blockIdx.x / ntile;
+    int tile = ntile - 1 - (int)(blockIdx.x % ntile); /* longest first */
+    int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    size_t ld = 3 * (size_t)C;
+    size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
+    const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    int i0 = tile * BQ;
+    load_tile<D>(Qs, D, q, ld, i0, BQ, T, HS);
+    load_tile<D>(dOs, D, dO, C, i0, BQ, T, HS);
+    float li[R], di[R], dq[R][D / 32];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int i = min(i0 + warp * R + r, T - 1);
+        li[r] = lse[(size_t)bh * T + i];
+        di[r] = dvec[(size_t)bh * T + i];
+#pragma unroll
+        for (int c = 0; c < D / 32; c++)
+            dq[r][c] = 0.0f;
+    }
+    int last = min(i0 + BQ, T) - 1;
+    for (int j0 = 0; j0 <= last; j0 += 32) {
+        __syncthreads();
+        load_tile<D>(Kt, LDK, k, ld, j0, 32, T, HS);
+        load_tile<D>(Vt, LDK, v, ld, j0, 32, T, HS);
+        __syncthreads();
+        int j = j0 + lane;
+        float ds[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            int i = i0 + warp * R + r;
+            float s = scale * dot_bcast<D>(Qs + (warp * R + r) * D, Kt + lane * LDK);
+            float dp = dot_bcast<D>(dOs + (warp * R + r) * D, Vt + lane * LDK);
+            bool valid = i < T && j <= i;
+            float p = valid ? tr_expf(s - li[r]) : 0.0f;
+            ds[r] = p * (dp - di[r]);
+        }
+        for (int jj = 0; jj < 32; jj++) {
+            const float *kr = Kt + jj * LDK;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float dsj = __shfl_sync(0xffffffffu, ds[r], jj);
+#pragma unroll
+                for (int c = 0; c < D / 32; c++)
+                    dq[r][c] += dsj * kr[lane + 32 * c];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int i = i0 + warp * R + r;
+        if (i >= T)
+            continue;
+        float *dqr = dqkv + qoff + (size_t)i * ld;
+#pragma unroll
+        for (int c = 0; c < D / 32; c++)
+            if (lane + 32 * c < HS)
+                dqr[lane + 32 * c] = scale * dq[r][c];
+    }
+}
+
+/* Shared memory of each kernel, and the opt-in above 48 KB (once per instantiation). */
+template <int D> static size_t fwd_smem(void)
+{
+    return sizeof(float) * ((size_t)FA_WARPS * fa_rows<D>::R * D + 32 * (D + 1));
+}
+template <int D> static size_t bwd_smem(void)
+{
+    return sizeof(float) * (2 * (size_t)FA_WARPS * fa_rows<D>::R * D + 2 * 32 * (D + 1));
+}
+
+template <typename K> static void allow_smem(K kernel, size_t bytes, int *done)
+{
+    if (*done)
+        return;
+    TR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)bytes));
+    *done = 1;
+}
+
+static unsigned grid_of(int B, int NH, int T, int rows_per_block)
+{
+    size_t n = (size_t)B * NH * ((T + rows_per_block - 1) / rows_per_block);
+    if (n > 0x7fffffffu)
+        tr_fatal(TR_EXIT_SOFTWARE, "attention: %zu blocks exceed the CUDA grid", n);
+    return (unsigned)n;
+}
+
+template <int D>
+static void forward_d(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+                      int HS, float scale)
+{
+    static int opted;
+    size_t smem = fwd_smem<D>();
+    allow_smem(flash_forward_kernel<D>, smem, &opted);
+    flash_forward_kernel<D><<<grid_of(B, NH, T, FA_WARPS * fa_rows<D>::R), FA_THREADS, smem,
+                              tr_cuda_stream()>>>(out, lse, qkv, T, C, NH, HS, scale);
+    TR_CUDA_LAUNCHED();
+}
+
+template <int D>
+static void backward_d(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                       const float *dvec, int B, int T, int C, int NH, int HS, float scale)
+{
+    static int opted_kv, opted_q;
+    size_t smem = bwd_smem<D>();
+    unsigned grid = grid_of(B, NH, T, FA_WARPS * fa_rows<D>::R);
+    allow_smem(flash_dkv_kernel<D>, smem, &opted_kv);
+    allow_smem(flash_dq_kernel<D>, smem, &opted_q);
+    flash_dkv_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(dqkv, dout, qkv, lse,
+                                                                    dvec, T, C, NH, HS, scale);
+    TR_CUDA_LAUNCHED();
+    flash_dq_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(dqkv, dout, qkv, lse, dvec,
+                                                                   T, C, NH, HS, scale);
+    TR_CUDA_LAUNCHED();
+}
+
+static int padded_head(int HS, const char *what)
+{
+    if (HS > FA_MAX_HS)
+        tr_fatal(TR_EXIT_USAGE,
+                 "%s: head size %d (n_embd / n_head) is above the %d the GPU's fused attention "
+                 "supports; use more heads (model.n_head) or train on the CPU",
+                 what, HS, FA_MAX_HS);
+    return HS <= 32 ? 32 : HS <= 64 ? 64 : HS <= 128 ? 128 : 256;
+}
+
+size_t tr_cuda_attention_state_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
+
+/* bf16-mixed runs multiply on the tensor cores (the run's format, set before the first
+ * kernel, is the same in forward and backward) */
+static int tensor_cores(int HS)
+{
+    return tr_cuda_gemm_precision() == TR_PREC_BF16 && tr_cuda_attention_tc_fits(HS);
 }
 
 void tr_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                               int NH)
+                               int NH, int format)
 {
+    (void)format; /* the saved log-sum-exps stay fp32: they are not an activation */
     int HS = head_size(C, NH, "attention_forward");
     if (B <= 0 || T <= 0)
         return;
-    int ld = 3 * C;
-    long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HS);
-    for (int b = 0; b < B; b++) { /* S = scale Q K^T */
-        const float *q = qkv + (size_t)b * T * ld, *k = q + C;
-        tr_cuda_gemm_strided_batched(0, 1, T, T, HS, scale, q, ld, HS, k, ld, HS, 0.0f,
-                                     att + (size_t)b * NH * TT, T, TT, NH);
+    if (tensor_cores(HS)) {
+        tr_cuda_attention_tc_forward(out, att, qkv, B, T, C, NH, HS, scale);
+        return;
     }
-    size_t rows = (size_t)B * NH * T;
-    causal_softmax_kernel<<<row_blocks(rows), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(att, rows, T);
-    TR_CUDA_LAUNCHED();
-    for (int b = 0; b < B; b++) { /* O = A V */
-        const float *v = qkv + (size_t)b * T * ld + 2 * C;
-        tr_cuda_gemm_strided_batched(0, 0, T, HS, T, 1.0f, att + (size_t)b * NH * TT, T, TT, v,
-                                     ld, HS, 0.0f, out + (size_t)b * T * C, C, HS, NH);
+    switch (padded_head(HS, "attention_forward")) {
+    case 32: forward_d<32>(out, att, qkv, B, T, C, NH, HS, scale); break;
+    case 64: forward_d<64>(out, att, qkv, B, T, C, NH, HS, scale); break;
+    case 128: forward_d<128>(out, att, qkv, B, T, C, NH, HS, scale); break;
+    default: forward_d<256>(out, att, qkv, B, T, C, NH, HS, scale); break;
     }
 }
 
-void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                                const float *att, int B, int T, int C, int NH)
+void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
+                                const float *qkv, const float *att, int B, int T, int C, int NH)
 {
     int HS = head_size(C, NH, "attention_backward");
     if (B <= 0 || T <= 0)
         return;
-    int ld = 3 * C;
-    long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HS);
-    for (int b = 0; b < B; b++) {
-        const float *v = qkv + (size_t)b * T * ld + 2 * C;
-        const float *dO = dout + (size_t)b * T * C;
-        const float *A = att + (size_t)b * NH * TT;
-        float *dA = datt + (size_t)b * NH * TT;
-        float *dv = dqkv + (size_t)b * T * ld + 2 * C;
-        /* dA = dO V^T */
-        tr_cuda_gemm_strided_batched(0, 1, T, T, HS, 1.0f, dO, C, HS, v, ld, HS, 0.0f, dA, T, TT,
-                                     NH);
-        /* dV = A^T dO */
-        tr_cuda_gemm_strided_batched(1, 0, T, HS, T, 1.0f, A, T, TT, dO, C, HS, 0.0f, dv, ld, HS,
-                                     NH);
-    }
-    size_t rows = (size_t)B * NH * T;
-    causal_softmax_backward_kernel<<<row_blocks(rows), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
-        datt, att, rows, T, scale);
+    float *dvec = datt; /* [B, NH, T] of the caller's scratch */
+    size_t rows = (size_t)B * T * NH;
+    const unsigned per_block = TR_CUDA_BLOCK / 32;
+    flash_dvec_kernel<<<(unsigned)((rows + per_block - 1) / per_block), TR_CUDA_BLOCK, 0,
+                        tr_cuda_stream()>>>(dvec, dout, out, B, T, C, NH, HS);
     TR_CUDA_LAUNCHED();
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * ld, *k = q + C;
-        const float *dS = datt + (size_t)b * NH * TT;
-        float *dq = dqkv + (size_t)b * T * ld, *dk = dq + C;
-        /* dQ = dS K */
-        tr_cuda_gemm_strided_batched(0, 0, T, HS, T, 1.0f, dS, T, TT, k, ld, HS, 0.0f, dq, ld, HS,
-                                     NH);
-        /* dK = dS^T Q */
-        tr_cuda_gemm_strided_batched(1, 0, T, HS, T, 1.0f, dS, T, TT, q, ld, HS, 0.0f, dk, ld, HS,
-                                     NH);
+    if (tensor_cores(HS)) {
+        tr_cuda_attention_tc_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale);
+        return;
+    }
+    switch (padded_head(HS, "attention_backward")) {
+    case 32: backward_d<32>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale); break;
+    case 64: backward_d<64>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale); break;
+    case 128: backward_d<128>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale); break;
+    default: backward_d<256>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale); break;
     }
 }

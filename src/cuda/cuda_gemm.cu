@@ -21,12 +21,8 @@
  * is exact and the products are the CPU's exact fp32 products of the same values:
  * this is the bf16 (fp16) GEMM with fp32 accumulation that the CPU emulates. Inputs
  * that the model has not rounded are rounded here, by cuBLAS, where the CPU
- * multiplies them unrounded: inside attention_forward the probabilities of O = A V
- * (the model rounds the att it stores only afterwards, so backward's dV = A^T dO
- * reads rounded ones), inside attention_backward the softmax gradient dS of
- * dQ = dS K and dK = dS^T Q, and the classifiers' input images in their first
- * layer. In fp16-mixed a dS beyond 65504 becomes inf here and the step is skipped
- * as any fp16 overflow is (the loss scale halves), where the CPU would go on.
+ * multiplies them unrounded: the classifiers' input images in their first layer.
+ * (Attention's products are not cuBLAS calls: cuda_attention.cu fuses them in fp32.)
  * alpha and beta are host floats (the handle's pointer mode stays the default,
  * host), the scale type CUDA_R_32F that these compute types take. Algorithm
  * CUBLAS_GEMM_DEFAULT: cuBLAS's heuristic (the _TENSOR_OP variant is deprecated and

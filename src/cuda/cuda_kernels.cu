@@ -35,6 +35,7 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .gelu_backward = tr_cuda_gelu_backward,
     .linear_gelu_forward = tr_cuda_linear_gelu_forward,
     .residual_forward = tr_cuda_residual_forward,
+    .attention_state_floats = tr_cuda_attention_state_floats,
     .attention_forward = tr_cuda_attention_forward,
     .attention_backward = tr_cuda_attention_backward,
     .xent_padded_forward = tr_cuda_xent_padded_forward,

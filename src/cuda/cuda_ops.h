@@ -79,10 +79,11 @@ void tr_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, siz
 void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
 
 /* cuda_attention.cu */
+size_t tr_cuda_attention_state_floats(int B, int T, int NH); /* B*NH*T */
 void tr_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                               int NH);
-void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                                const float *att, int B, int T, int C, int NH);
+                               int NH, int format);
+void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
+                                const float *qkv, const float *att, int B, int T, int C, int NH);
 
 /* cuda_xent.cu */
 double tr_cuda_xent_padded_forward(float *probs, float *losses, const float *logits,

@@ -348,7 +348,7 @@ static void block_buffers(const tr_model *m, block_acts *b, size_t BT, size_t at
     b->ln1_rstd = buf(m, alloc, BT, a, "activations");
     b->qkv = buf(m, alloc, BT * 3 * (size_t)g->Cl, a, "activations");
     b->atty = buf(m, alloc, BT * (size_t)g->Cl, a, "activations");
-    b->att = buf(m, alloc, att, a, "attention probabilities");
+    b->att = buf(m, alloc, att, a, "attention state");
     b->res2 = buf(m, alloc, BT * C, a, "activations");
     b->ln2 = buf(m, alloc, BT * C, a, "activations");
     b->ln2_mean = buf(m, alloc, BT, a, "activations");
@@ -362,7 +362,9 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
     gpt *g = G(m);
     const tr_gpt_config *c = &g->cfg;
     size_t BT = (size_t)max_batch * c->T, C = (size_t)c->C;
-    size_t att = (size_t)max_batch * g->NHl * c->T * c->T;
+    /* the backend's saved attention state: the CPU's probabilities, T times the
+     * GPU's log-sum-exps */
+    size_t att = m->dev->k->attention_state_floats(max_batch, c->T, g->NHl);
     size_t *a = &mem->activations, *s = &mem->scratch;
     int S = g->slots;
     if (alloc)
@@ -457,9 +459,9 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
     tr_model_round(m, b->ln1, n);
     k->linear_forward(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * Cl);
     tr_model_round(m, b->qkv, (size_t)BT * 3 * Cl);
-    k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, g->NHl);
+    /* att is the backend's state for backward, stored (rounded) by the kernel itself */
+    k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, g->NHl, m->precision);
     tr_model_round(m, b->atty, (size_t)BT * Cl);
-    tr_model_round(m, b->att, (size_t)B * g->NHl * T * T);
     k->linear_forward(g->proj_out, b->atty, proj[0].value, bias_here ? proj[1].value : NULL, BT,
                       Cl, C);
     tp_sum(g, g->proj_out, n);
@@ -643,7 +645,7 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
     k->linear_backward(g->dln, proj[0].grad, proj[1].grad, g->dres, b.atty, proj[0].value, BT,
                        Cl, C);
     tr_model_round(m, g->dln, (size_t)BT * Cl);
-    k->attention_backward(g->dqkv, g->datt, g->dln, b.qkv, b.att, B, T, Cl, g->NHl);
+    k->attention_backward(g->dqkv, g->datt, g->dln, b.atty, b.qkv, b.att, B, T, Cl, g->NHl);
     tr_model_round(m, g->dqkv, (size_t)BT * 3 * Cl);
     k->linear_backward(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1, qkv[0].value, BT, C,
                        3 * Cl);

@@ -30,6 +30,7 @@
  * reports as skipped. A bad token must end the process with exit 70 and a message,
  * as on the CPU: checked by running this program again with --bad-token. */
 #include "backend/cpu_backend.h"
+#include "backend/lowp_math.h" /* tr_precision */
 #include "backend/transformer_kernels.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -49,6 +50,8 @@ enum { B = 2, T = 16, C = 64, NH = 4, V = 100, VP = 128, BT = B * T };
 
 #define TOL_ELEM 1e-5
 #define TOL_GEMM 1e-4
+/* attention in bf16-mixed: P and dS rounded to bf16 (8 bits) before their products */
+#define TOL_ATT_BF16 2e-2
 
 static const tr_kernels *gpu = &tr_cuda_kernels;
 static uint64_t g_stream = 1; /* each random tensor its own Philox stream */
@@ -132,8 +135,10 @@ static double rel_err(const pair *p)
     float *g = malloc(p->n * sizeof(float));
     tr_cuda_download(g, p->d, p->n * sizeof(float));
     double worst = 0.0, scale = max_abs(p->h, p->n);
-    for (size_t i = 0; i < p->n; i++)
-        worst = fmax(worst, fabs((double)g[i] - p->h[i]));
+    for (size_t i = 0; i < p->n; i++) { /* a NaN on either side is the worst error */
+        double d = fabs((double)g[i] - p->h[i]);
+        worst = isnan(d) ? INFINITY : fmax(worst, d);
+    }
     free(g);
     return scale > 0.0 ? worst / scale : worst;
 }
@@ -372,35 +377,63 @@ static void test_elementwise(void)
 
 /* ---- attention ------------------------------------------------------------------- */
 
-static void test_attention(void)
+/* One shape: each side runs its own forward, whose saved state (att) is the
+ * backend's own (the CPU's probabilities, the GPU's log-sum-exps), then backward
+ * from it; out and dqkv must agree. The datt scratch starts as NaN on the GPU, so
+ * a read of scratch the kernels did not write first would show. */
+/* the model's bf16-mixed storage of an input: rounded on both sides */
+static void pair_round(pair *p, int format)
 {
-    printf("attention\n");
-    size_t natt = (size_t)B * NH * T * T;
-    pair qkv = pair_rand((size_t)BT * 3 * C, -1, 1), out = pair_zero((size_t)BT * C);
-    pair att = pair_rand(natt, -1, 1), dout = pair_rand((size_t)BT * C, -1, 1);
-    pair dqkv = pair_rand((size_t)BT * 3 * C, -1, 1), datt = pair_rand(natt, -1, 1);
-    tr_cpu_attention_forward(out.h, att.h, qkv.h, B, T, C, NH);
-    gpu->attention_forward(out.d, att.d, qkv.d, B, T, C, NH);
-    compare("attention_forward out", &out, TOL_GEMM);
-    compare("attention_forward att", &att, TOL_GEMM);
-    /* the future half of att is saved as exact zeros */
-    float *g = malloc(natt * sizeof(float));
-    tr_cuda_download(g, att.d, natt * sizeof(float));
-    size_t nonzero = 0;
-    for (size_t bh = 0; bh < (size_t)B * NH; bh++)
-        for (int t = 0; t < T; t++)
-            for (int j = t + 1; j < T; j++)
-                nonzero += g[(bh * T + t) * T + j] != 0.0f;
-    CHECK(nonzero == 0, "attention_forward: %zu entries above the diagonal are not 0", nonzero);
-    free(g);
-    /* backward from the CPU's att on both sides */
-    tr_cuda_upload(att.d, att.h, natt * sizeof(float));
-    tr_cpu_attention_backward(dqkv.h, datt.h, dout.h, qkv.h, att.h, B, T, C, NH);
-    gpu->attention_backward(dqkv.d, datt.d, dout.d, qkv.d, att.d, B, T, C, NH);
-    compare("attention_backward dqkv", &dqkv, TOL_GEMM);
+    tr_cpu_round_lowp(p->h, p->n, format);
+    tr_cuda_upload(p->d, p->h, p->n * sizeof(float));
+}
+
+static void test_attention_shape(int b, int t, int c, int nh, int format)
+{
+    printf("attention%s: B=%d T=%d C=%d NH=%d (head size %d)\n",
+           format == TR_PREC_BF16 ? " (bf16-mixed)" : "", b, t, c, nh, c / nh);
+    /* bf16-mixed rounds P and dS to bf16 on the GPU's tensor cores, not on the CPU */
+    double tol = format == TR_PREC_BF16 ? TOL_ATT_BF16 : TOL_GEMM;
+    gpu->set_gemm_precision(format);
+    size_t natt = (size_t)b * nh * t * t, bt = (size_t)b * t;
+    pair qkv = pair_rand(bt * 3 * c, -1, 1), out = pair_zero(bt * c);
+    pair att = pair_rand(natt, -1, 1), dout = pair_rand(bt * c, -1, 1);
+    pair dqkv = pair_rand(bt * 3 * c, -1, 1), datt = pair_rand(natt, NAN, NAN);
+    pair_round(&qkv, format);
+    pair_round(&dout, format);
+    tr_cpu_attention_forward(out.h, att.h, qkv.h, b, t, c, nh, format);
+    gpu->attention_forward(out.d, att.d, qkv.d, b, t, c, nh, format);
+    compare("attention_forward out", &out, tol);
+    tr_cpu_attention_backward(dqkv.h, datt.h, dout.h, out.h, qkv.h, att.h, b, t, c, nh);
+    gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh);
+    compare("attention_backward dqkv", &dqkv, tol);
+    /* twice: the same bits (no atomics, dqkv overwritten) */
+    float *first = malloc(bt * 3 * c * sizeof(float)), *again = malloc(bt * 3 * c * sizeof(float));
+    tr_cuda_download(first, dqkv.d, bt * 3 * c * sizeof(float));
+    gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh);
+    tr_cuda_download(again, dqkv.d, bt * 3 * c * sizeof(float));
+    CHECK(memcmp(first, again, bt * 3 * c * sizeof(float)) == 0,
+          "attention_backward: two runs differ");
+    free(first);
+    free(again);
+    gpu->set_gemm_precision(TR_PREC_FP32);
     pair *all[] = {&qkv, &out, &att, &dout, &dqkv, &datt};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);
+}
+
+/* Head sizes padded to each of the kernels' widths (16 -> 32, 64, 96 -> 128, 256),
+ * sequence lengths that end mid-tile, and GPT-2's own head size at T 256. */
+static void test_attention(void)
+{
+    for (int f = TR_PREC_FP32; f <= TR_PREC_BF16; f++) {
+        test_attention_shape(B, T, C, NH, f);
+        test_attention_shape(2, 77, 64, 4, f);
+        test_attention_shape(1, 130, 96, 1, f);
+        test_attention_shape(2, 100, 128, 2, f);
+        test_attention_shape(1, 70, 512, 2, f);
+        test_attention_shape(2, 256, 256, 4, f);
+    }
 }
 
 /* ---- cross-entropy --------------------------------------------------------------- */

@@ -308,7 +308,7 @@ typedef struct att_rig {
 static double att_loss(void *ctx)
 {
     att_rig *a = ctx;
-    tr_cpu_attention_forward(a->out, a->att, a->qkv, SB, ST, SC, SNH);
+    tr_cpu_attention_forward(a->out, a->att, a->qkv, SB, ST, SC, SNH, 0);
     return dot_r(a->out, a->R, (size_t)SB * ST * SC);
 }
 
@@ -370,11 +370,11 @@ static void test_attention(void)
 
     fill_nan(dqkv, nqkv);
     fill_nan(datt, natt); /* scratch: must be written before it is read */
-    tr_cpu_attention_backward(dqkv, datt, a.R, a.qkv, a.att, SB, ST, SC, SNH);
+    tr_cpu_attention_backward(dqkv, datt, a.R, a.out, a.qkv, a.att, SB, ST, SC, SNH);
     fd_problem p = {att_loss, NULL, &a};
     FD_CHECK_TENSOR("attention d/dqkv", fd_check(&p, a.qkv, dqkv, nqkv, EPS, FLOOR, TOL), 0.0);
     fill_nan(dqkv2, nqkv);
-    tr_cpu_attention_backward(dqkv2, datt, a.R, a.qkv, a.att, SB, ST, SC, SNH);
+    tr_cpu_attention_backward(dqkv2, datt, a.R, a.out, a.qkv, a.att, SB, ST, SC, SNH);
     CHECK(same_bits(dqkv, dqkv2, nqkv), "attention backward: two runs differ (or dqkv not =)");
 
     /* causal mask: changing every q, k, v of time t0 leaves rows t < t0 of out and att
@@ -530,8 +530,8 @@ static size_t big_run(const big *g, float *res)
 
     float *out = take(&w, n), *att = take(&w, natt), *datt = take(&w, natt);
     float *dqkv = take(&w, 3 * n);
-    tr_cpu_attention_forward(out, att, g->qkv, LB, LT, LC, LNH);
-    tr_cpu_attention_backward(dqkv, datt, g->dout, g->qkv, att, LB, LT, LC, LNH);
+    tr_cpu_attention_forward(out, att, g->qkv, LB, LT, LC, LNH, 0);
+    tr_cpu_attention_backward(dqkv, datt, g->dout, out, g->qkv, att, LB, LT, LC, LNH);
 
     float *probs = take(&w, BT * LVP), *losses = take(&w, BT), *loss = take(&w, 2);
     float *dlogits = take(&w, BT * LVP);
