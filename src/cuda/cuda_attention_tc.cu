@@ -12,11 +12,16 @@
  * Shape of the work: a block of 4 warps owns 64 rows (queries in forward and dQ,
  * keys in dK/dV), each warp 16 of them, and walks the other side in tiles of 64. A
  * warp computes its 16 x 64 block of scores (or score gradients) with WMMA into
- * shared memory, applies the softmax arithmetic there on the CUDA cores, writes the
- * result back as bf16, and multiplies it into accumulators that stay in registers.
- * Forward takes two passes over the keys, the first for each row's max and sum, so
- * that the second can form final probabilities and never rescale its accumulators
- * (WMMA does not say which row an accumulator element belongs to). */
+ * shared memory, applies the softmax arithmetic there on the CUDA cores (a lane pair
+ * per row), writes the result back as bf16 over the scores it came from, and
+ * multiplies it into accumulators that stay in registers.
+ *
+ * Forward is one pass with an online softmax whose rescaling is lazy: a row's
+ * probabilities are taken against a running max that moves only when a tile's max
+ * exceeds it by more than LAZY (so p <= e^LAZY, harmless in fp32 sums and in bf16),
+ * and only then are the warp's accumulators rescaled, through shared memory, since
+ * WMMA does not say which row an accumulator element belongs to. After the first
+ * tiles of a row that is rare. */
 #include "cuda/cuda_attention_tc.h"
 
 #include "cuda/cuda_common.h"
@@ -26,39 +31,57 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
+#include <stdint.h>
 
 using namespace nvcuda;
 
 #define TC_WARPS 4
 #define TC_THREADS (TC_WARPS * 32)
-#define TC_TILE 64 /* rows a block owns, and the other side's tile */
+#define TC_TILE 64     /* rows a block owns, and the other side's tile */
+#define LAZY 8.0f      /* forward's running max moves when a tile's exceeds it by this */
 
 typedef __nv_bfloat16 bf16;
+typedef __nv_bfloat162 bf16x2;
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b_row;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_b_col;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_acc;
 
 /* Shared-memory layout for a padded head size D (a multiple of 16, up to 128). Row
- * strides are padded by 16 bytes (bf16) or 16 bytes (fp32) against bank conflicts;
- * every fragment pointer stays 32-byte aligned. */
+ * strides are padded by 16 bytes against bank conflicts; every fragment pointer
+ * stays 32-byte aligned. A bf16 result (P, dS) is written over the fp32 scores it
+ * came from: row r of it starts where row r of the scores does, stride LP. */
 template <int D> struct tc_layout {
-    static const int LH = D + 8;                          /* bf16 [64][D] tiles */
-    static const int LP = TC_TILE + 8;                    /* bf16 [64][64] P, dS */
+    static const int LH = D + 8;                           /* bf16 [64][D] tiles */
     static const int LS = (D > TC_TILE ? D : TC_TILE) + 4; /* fp32 [64][64 or D] */
+    static const int LP = 2 * LS;                          /* bf16 over fp32 rows */
     static const size_t TILE_H = (size_t)TC_TILE * LH * sizeof(bf16);
-    static const size_t TILE_P = (size_t)TC_TILE * LP * sizeof(bf16);
     static const size_t TILE_S = (size_t)TC_TILE * LS * sizeof(float);
-    /* four bf16 tiles, two fp32 score tiles, two bf16 P/dS tiles, 2 x 64 row stats */
-    static const size_t BYTES = 4 * TILE_H + 2 * TILE_S + 2 * TILE_P + 2 * TC_TILE * sizeof(float);
+    /* forward: Q, K, V and one score tile; backward: four bf16 tiles, two score
+     * tiles and two rows of 64 statistics */
+    static const size_t FWD_BYTES = 3 * TILE_H + TILE_S;
+    static const size_t BWD_BYTES = 4 * TILE_H + 2 * TILE_S + 2 * TC_TILE * sizeof(float);
 };
 
 /* dst[r][d] (bf16, stride ld) = src rows row0 + r (fp32, stride lds), zero for rows
- * >= T and columns >= HS; the whole block takes part. */
+ * >= T and columns >= HS; the whole block takes part. vec: src and lds allow 16-byte
+ * loads and HS is a multiple of 4. */
 template <int D>
 __device__ static void load_bf16(bf16 *dst, int ld, const float *src, size_t lds, int row0,
-                                 int T, int HS)
+                                 int T, int HS, bool vec)
 {
+    if (vec) {
+        for (int e = threadIdx.x; e < TC_TILE * D / 4; e += TC_THREADS) {
+            int r = e / (D / 4), d = e % (D / 4) * 4, i = row0 + r;
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (i < T && d < HS)
+                x = *reinterpret_cast<const float4 *>(src + (size_t)i * lds + d);
+            bf16x2 *o = reinterpret_cast<bf16x2 *>(dst + r * ld + d);
+            o[0] = __floats2bfloat162_rn(x.x, x.y);
+            o[1] = __floats2bfloat162_rn(x.z, x.w);
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < TC_TILE * D; e += TC_THREADS) {
         int r = e / D, d = e % D, i = row0 + r;
         dst[r * ld + d] = __float2bfloat16((i < T && d < HS) ? src[(size_t)i * lds + d] : 0.0f);
@@ -105,136 +128,141 @@ __device__ static void accumulate_16xD(frag_acc *acc, const bf16 *P, const bf16 
     }
 }
 
-/* The warp's 16 x D accumulators, times `scale`, to rows row0.. of dst (stride ldd,
- * rows < T, columns < HS), through the warp's fp32 scratch rows W (stride LS). */
+/* The warp's 16 x D accumulators, row r times rscale (the calling lane pair's row) and
+ * all times `scale`, to rows row0.. of dst (stride ldd; rows < T, columns < HS),
+ * through the warp's fp32 scratch rows W (stride LS). */
 template <int D>
 __device__ static void store_rows(float *dst, size_t ldd, int row0, int T, int HS, float scale,
-                                  frag_acc *acc, float *W)
+                                  frag_acc *acc, float *W, float rscale)
 {
     const int LS = tc_layout<D>::LS;
+    __syncwarp();
 #pragma unroll
     for (int c = 0; c < D / 16; c++)
         wmma::store_matrix_sync(W + c * 16, acc[c], LS, wmma::mem_row_major);
     __syncwarp();
-    int lane = threadIdx.x % 32;
-    for (int e = lane; e < 16 * D; e += 32) {
-        int r = e / D, d = e % D, i = row0 + r;
-        if (i < T && d < HS)
-            dst[(size_t)i * ldd + d] = scale * W[r * LS + d];
-    }
+    int lane = threadIdx.x % 32, r = lane / 2, i = row0 + r;
+    float f = scale * rscale;
+    if (i < T)
+        for (int d = lane % 2; d < HS; d += 2)
+            dst[(size_t)i * ldd + d] = f * W[r * LS + d];
+    __syncwarp();
 }
 
-/* Pointers into the dynamic shared memory of one block. */
-template <int D> struct tc_smem {
-    bf16 *h0, *h1, *h2, *h3; /* [64][LH] */
-    float *s0, *s1;          /* [64][LS] */
-    bf16 *p0, *p1;           /* [64][LP] */
-    float *r0, *r1;          /* [64] */
-    __device__ explicit tc_smem(unsigned char *sm)
-    {
-        typedef tc_layout<D> L;
-        h0 = (bf16 *)sm;
-        h1 = (bf16 *)(sm + L::TILE_H);
-        h2 = (bf16 *)(sm + 2 * L::TILE_H);
-        h3 = (bf16 *)(sm + 3 * L::TILE_H);
-        s0 = (float *)(sm + 4 * L::TILE_H);
-        s1 = (float *)(sm + 4 * L::TILE_H + L::TILE_S);
-        p0 = (bf16 *)(sm + 4 * L::TILE_H + 2 * L::TILE_S);
-        p1 = (bf16 *)(sm + 4 * L::TILE_H + 2 * L::TILE_S + L::TILE_P);
-        r0 = (float *)(sm + 4 * L::TILE_H + 2 * L::TILE_S + 2 * L::TILE_P);
-        r1 = r0 + TC_TILE;
-    }
-};
+/* The lane pair (2r, 2r + 1) owns row r of a warp's 16 x 64 block; lane 2r + h takes
+ * the column pairs 4k + 2h, 4k + 2h + 1 (k < 16), which spreads a warp's reads and
+ * writes of a row over the shared-memory banks. */
+#define PAIR_COL(k, half) (4 * (k) + 2 * (half))
 
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int HS,
-                      float scale)
+                      float scale, int vec)
 {
     typedef tc_layout<D> L;
     extern __shared__ __align__(128) unsigned char tc_sm[];
-    tc_smem<D> s(tc_sm);
-    bf16 *Qs = s.h0, *Ks = s.h1, *Vs = s.h2;
+    bf16 *Qs = (bf16 *)tc_sm, *Ks = (bf16 *)(tc_sm + L::TILE_H);
+    bf16 *Vs = (bf16 *)(tc_sm + 2 * L::TILE_H);
     int ntile = (T + TC_TILE - 1) / TC_TILE;
     int bh = blockIdx.x / ntile, tile = ntile - 1 - (int)(blockIdx.x % ntile);
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
     const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
     int i0 = tile * TC_TILE, last = min(i0 + TC_TILE, T) - 1;
-    float *S = s.s0 + warp * 16 * L::LS;
-    bf16 *P = s.p0 + warp * 16 * L::LP;
-    load_bf16<D>(Qs, L::LH, q, ld, i0, T, HS);
-    /* lane pair (2r, 2r + 1) owns row r of the warp's 16, 32 columns each */
+    float *S = (float *)(tc_sm + 3 * L::TILE_H) + warp * 16 * L::LS;
+    bf16 *P = (bf16 *)S;
+    load_bf16<D>(Qs, L::LH, q, ld, i0, T, HS, vec);
     int r = lane / 2, half = lane % 2, i = min(i0 + warp * 16 + r, T - 1);
-    float m = -INFINITY, l = 0.0f;
-    for (int j0 = 0; j0 <= last; j0 += TC_TILE) { /* pass 1: row max and sum */
-        __syncthreads();
-        load_bf16<D>(Ks, L::LH, k, ld, j0, T, HS);
-        __syncthreads();
-        scores_16x64<D>(S, Qs + warp * 16 * L::LH, Ks);
-        __syncwarp();
-        float tmax = -INFINITY;
-        for (int c = half * 32; c < half * 32 + 32; c++)
-            if (j0 + c <= i)
-                tmax = fmaxf(tmax, scale * S[r * L::LS + c]);
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-        float mnew = fmaxf(m, tmax), sum = 0.0f;
-        for (int c = half * 32; c < half * 32 + 32; c++)
-            if (j0 + c <= i)
-                sum += tr_expf(scale * S[r * L::LS + c] - mnew);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        l = (m == -INFINITY ? 0.0f : l * tr_expf(m - mnew)) + sum;
-        m = mnew;
-        __syncwarp();
-    }
-    float row_lse = m + logf(l);
+    float m = -INFINITY, l = 0.0f; /* the row's running max and sum */
     frag_acc acc[D / 16];
 #pragma unroll
     for (int c = 0; c < D / 16; c++)
         wmma::fill_fragment(acc[c], 0.0f);
-    for (int j0 = 0; j0 <= last; j0 += TC_TILE) { /* pass 2: O = P V */
-        __syncthreads();
-        load_bf16<D>(Ks, L::LH, k, ld, j0, T, HS);
-        load_bf16<D>(Vs, L::LH, v, ld, j0, T, HS);
+    for (int j0 = 0; j0 <= last; j0 += TC_TILE) {
+        __syncthreads(); /* the last tile's K and V are read (and Q is written) */
+        load_bf16<D>(Ks, L::LH, k, ld, j0, T, HS, vec);
+        load_bf16<D>(Vs, L::LH, v, ld, j0, T, HS, vec);
         __syncthreads();
         scores_16x64<D>(S, Qs + warp * 16 * L::LH, Ks);
         __syncwarp();
-        for (int c = half * 32; c < half * 32 + 32; c++)
-            P[r * L::LP + c] = __float2bfloat16(
-                j0 + c <= i ? tr_expf(scale * S[r * L::LS + c] - row_lse) : 0.0f);
+        float sv[32], tmax = -INFINITY;
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = PAIR_COL(kk, half) + e;
+                float x = j0 + c <= i ? scale * S[r * L::LS + c] : -INFINITY;
+                sv[2 * kk + e] = x;
+                tmax = fmaxf(tmax, x);
+            }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        bool grow = tmax > m + LAZY; /* false for a row the whole tile is masked for */
+        if (__any_sync(0xffffffffu, grow && m != -INFINITY)) {
+            /* rescale the warp's accumulators: row r by exp(m - tmax) where it grows */
+            const int LS = L::LS;
+            __syncwarp(); /* every lane has read its scores: S is free */
+#pragma unroll
+            for (int c = 0; c < D / 16; c++)
+                wmma::store_matrix_sync(S + c * 16, acc[c], LS, wmma::mem_row_major);
+            __syncwarp();
+            float corr = grow && m != -INFINITY ? tr_expf(m - tmax) : 1.0f;
+            for (int d = half; d < D; d += 2)
+                S[r * LS + d] *= corr;
+            l *= corr;
+            __syncwarp();
+#pragma unroll
+            for (int c = 0; c < D / 16; c++)
+                wmma::load_matrix_sync(acc[c], S + c * 16, LS, wmma::mem_row_major);
+        }
+        if (grow)
+            m = tmax;
+        float psum = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 32; e++) {
+            sv[e] = sv[e] == -INFINITY ? 0.0f : tr_expf(sv[e] - m);
+            psum += sv[e];
+        }
+        l += psum + __shfl_xor_sync(0xffffffffu, psum, 1);
+        __syncwarp(); /* all scores read (and any rescale done) before P overwrites them */
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++)
+            *reinterpret_cast<bf16x2 *>(P + r * L::LP + PAIR_COL(kk, half)) =
+                __floats2bfloat162_rn(sv[2 * kk], sv[2 * kk + 1]);
         __syncwarp();
         accumulate_16xD<D>(acc, P, Vs);
     }
     store_rows<D>(out + (size_t)b * T * C + (size_t)h * HS, C, i0 + warp * 16, T, HS, 1.0f, acc,
-                  S);
+                  S, 1.0f / l);
     int row = i0 + warp * 16 + r;
     if (half == 0 && row < T)
-        lse[(size_t)bh * T + row] = row_lse;
+        lse[(size_t)bh * T + row] = m + logf(l);
 }
 
 /* dK, dV of 64 keys (16 per warp), over the query tiles at and after them. */
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                  const float *dvec, int T, int C, int NH, int HS, float scale)
+                  const float *dvec, int T, int C, int NH, int HS, float scale, int vec)
 {
     typedef tc_layout<D> L;
     extern __shared__ __align__(128) unsigned char tc_sm[];
-    tc_smem<D> s(tc_sm);
-    bf16 *Ks = s.h0, *Vs = s.h1, *Qt = s.h2, *dOt = s.h3;
-    float *Lt = s.r0, *Dt = s.r1;
+    bf16 *Ks = (bf16 *)tc_sm, *Vs = (bf16 *)(tc_sm + L::TILE_H);
+    bf16 *Qt = (bf16 *)(tc_sm + 2 * L::TILE_H), *dOt = (bf16 *)(tc_sm + 3 * L::TILE_H);
+    float *S = (float *)(tc_sm + 4 * L::TILE_H), *G = S + TC_TILE * L::LS;
+    float *Lt = G + TC_TILE * L::LS, *Dt = Lt + TC_TILE;
     int ntile = (T + TC_TILE - 1) / TC_TILE;
-    int bh = blockIdx.x / ntile, tile = (int)(blockIdx.x % ntile);
+    int bh = blockIdx.x / ntile, tile = (int)(blockIdx.x % ntile); /* longest first */
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
     const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int j0 = tile * TC_TILE;
-    float *S = s.s0 + warp * 16 * L::LS, *G = s.s1 + warp * 16 * L::LS;
-    bf16 *P = s.p0 + warp * 16 * L::LP, *dS = s.p1 + warp * 16 * L::LP;
-    load_bf16<D>(Ks, L::LH, k, ld, j0, T, HS);
-    load_bf16<D>(Vs, L::LH, v, ld, j0, T, HS);
+    S += warp * 16 * L::LS;
+    G += warp * 16 * L::LS;
+    bf16 *P = (bf16 *)S, *dS = (bf16 *)G;
+    load_bf16<D>(Ks, L::LH, k, ld, j0, T, HS, vec);
+    load_bf16<D>(Vs, L::LH, v, ld, j0, T, HS, vec);
     frag_acc dk[D / 16], dv[D / 16];
 #pragma unroll
     for (int c = 0; c < D / 16; c++) {
@@ -244,8 +272,8 @@ __global__ static void __launch_bounds__(TC_THREADS)
     int r = lane / 2, half = lane % 2, j = j0 + warp * 16 + r; /* this lane pair's key */
     for (int i0 = j0; i0 < T; i0 += TC_TILE) {
         __syncthreads();
-        load_bf16<D>(Qt, L::LH, q, ld, i0, T, HS);
-        load_bf16<D>(dOt, L::LH, dO, C, i0, T, HS);
+        load_bf16<D>(Qt, L::LH, q, ld, i0, T, HS, vec);
+        load_bf16<D>(dOt, L::LH, dO, C, i0, T, HS, vec);
         for (int e = threadIdx.x; e < TC_TILE; e += TC_THREADS) {
             int i = i0 + e;
             Lt[e] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
@@ -255,32 +283,46 @@ __global__ static void __launch_bounds__(TC_THREADS)
         scores_16x64<D>(S, Ks + warp * 16 * L::LH, Qt);  /* S^T: keys x queries */
         scores_16x64<D>(G, Vs + warp * 16 * L::LH, dOt); /* dP^T = V dO^T */
         __syncwarp();
-        for (int c = half * 32; c < half * 32 + 32; c++) {
-            int i = i0 + c;
-            float p = (i < T && j <= i) ? tr_expf(scale * S[r * L::LS + c] - Lt[c]) : 0.0f;
-            P[r * L::LP + c] = __float2bfloat16(p);
-            dS[r * L::LP + c] = __float2bfloat16(p * (G[r * L::LS + c] - Dt[c]));
+        bf16x2 pp[16], dd[16];
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++) {
+            float p2[2], d2[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = PAIR_COL(kk, half) + e, i = i0 + c;
+                float p = (i < T && j <= i) ? tr_expf(scale * S[r * L::LS + c] - Lt[c]) : 0.0f;
+                p2[e] = p;
+                d2[e] = p * (G[r * L::LS + c] - Dt[c]);
+            }
+            pp[kk] = __floats2bfloat162_rn(p2[0], p2[1]);
+            dd[kk] = __floats2bfloat162_rn(d2[0], d2[1]);
+        }
+        __syncwarp(); /* all scores read before P and dS overwrite them */
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++) {
+            *reinterpret_cast<bf16x2 *>(P + r * L::LP + PAIR_COL(kk, half)) = pp[kk];
+            *reinterpret_cast<bf16x2 *>(dS + r * L::LP + PAIR_COL(kk, half)) = dd[kk];
         }
         __syncwarp();
         accumulate_16xD<D>(dv, P, dOt); /* dV += P^T dO */
         accumulate_16xD<D>(dk, dS, Qt); /* dK += dS^T Q (scale at the end) */
     }
     float *dk_rows = dqkv + qoff + C, *dv_rows = dk_rows + C;
-    store_rows<D>(dk_rows, ld, j0 + warp * 16, T, HS, scale, dk, S);
-    __syncwarp();
-    store_rows<D>(dv_rows, ld, j0 + warp * 16, T, HS, 1.0f, dv, S);
+    store_rows<D>(dk_rows, ld, j0 + warp * 16, T, HS, scale, dk, S, 1.0f);
+    store_rows<D>(dv_rows, ld, j0 + warp * 16, T, HS, 1.0f, dv, S, 1.0f);
 }
 
 /* dQ of 64 queries (16 per warp), over the key tiles up to them. */
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                 const float *dvec, int T, int C, int NH, int HS, float scale)
+                 const float *dvec, int T, int C, int NH, int HS, float scale, int vec)
 {
     typedef tc_layout<D> L;
     extern __shared__ __align__(128) unsigned char tc_sm[];
-    tc_smem<D> s(tc_sm);
-    bf16 *Qs = s.h0, *dOs = s.h1, *Kt = s.h2, *Vt = s.h3;
+    bf16 *Qs = (bf16 *)tc_sm, *dOs = (bf16 *)(tc_sm + L::TILE_H);
+    bf16 *Kt = (bf16 *)(tc_sm + 2 * L::TILE_H), *Vt = (bf16 *)(tc_sm + 3 * L::TILE_H);
+    float *S = (float *)(tc_sm + 4 * L::TILE_H), *G = S + TC_TILE * L::LS;
     int ntile = (T + TC_TILE - 1) / TC_TILE;
     int bh = blockIdx.x / ntile, tile = ntile - 1 - (int)(blockIdx.x % ntile);
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -289,10 +331,11 @@ __global__ static void __launch_bounds__(TC_THREADS)
     const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int i0 = tile * TC_TILE, last = min(i0 + TC_TILE, T) - 1;
-    float *S = s.s0 + warp * 16 * L::LS, *G = s.s1 + warp * 16 * L::LS;
-    bf16 *dS = s.p1 + warp * 16 * L::LP;
-    load_bf16<D>(Qs, L::LH, q, ld, i0, T, HS);
-    load_bf16<D>(dOs, L::LH, dO, C, i0, T, HS);
+    S += warp * 16 * L::LS;
+    G += warp * 16 * L::LS;
+    bf16 *dS = (bf16 *)S;
+    load_bf16<D>(Qs, L::LH, q, ld, i0, T, HS, vec);
+    load_bf16<D>(dOs, L::LH, dO, C, i0, T, HS, vec);
     int r = lane / 2, half = lane % 2, i = i0 + warp * 16 + r;
     int ic = min(i, T - 1);
     float li = lse[(size_t)bh * T + ic], di = dvec[(size_t)bh * T + ic];
@@ -302,21 +345,32 @@ __global__ static void __launch_bounds__(TC_THREADS)
         wmma::fill_fragment(dq[c], 0.0f);
     for (int j0 = 0; j0 <= last; j0 += TC_TILE) {
         __syncthreads();
-        load_bf16<D>(Kt, L::LH, k, ld, j0, T, HS);
-        load_bf16<D>(Vt, L::LH, v, ld, j0, T, HS);
+        load_bf16<D>(Kt, L::LH, k, ld, j0, T, HS, vec);
+        load_bf16<D>(Vt, L::LH, v, ld, j0, T, HS, vec);
         __syncthreads();
         scores_16x64<D>(S, Qs + warp * 16 * L::LH, Kt);
         scores_16x64<D>(G, dOs + warp * 16 * L::LH, Vt); /* dP = dO V^T */
         __syncwarp();
-        for (int c = half * 32; c < half * 32 + 32; c++) {
-            int jj = j0 + c;
-            float p = (i < T && jj <= i) ? tr_expf(scale * S[r * L::LS + c] - li) : 0.0f;
-            dS[r * L::LP + c] = __float2bfloat16(p * (G[r * L::LS + c] - di));
+        bf16x2 dd[16];
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++) {
+            float d2[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = PAIR_COL(kk, half) + e, jj = j0 + c;
+                float p = (i < T && jj <= i) ? tr_expf(scale * S[r * L::LS + c] - li) : 0.0f;
+                d2[e] = p * (G[r * L::LS + c] - di);
+            }
+            dd[kk] = __floats2bfloat162_rn(d2[0], d2[1]);
         }
+        __syncwarp(); /* all scores read before dS overwrites them */
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++)
+            *reinterpret_cast<bf16x2 *>(dS + r * L::LP + PAIR_COL(kk, half)) = dd[kk];
         __syncwarp();
         accumulate_16xD<D>(dq, dS, Kt); /* dQ += dS K (scale at the end) */
     }
-    store_rows<D>(dqkv + qoff, ld, i0 + warp * 16, T, HS, scale, dq, S);
+    store_rows<D>(dqkv + qoff, ld, i0 + warp * 16, T, HS, scale, dq, S, 1.0f);
 }
 
 template <typename K> static void allow_smem(K kernel, size_t bytes, int *done)
@@ -336,14 +390,21 @@ static unsigned tc_grid(int B, int NH, int T)
     return (unsigned)n;
 }
 
+/* 16-byte loads: every row start of q, k, v (and dO) is a multiple of 4 floats */
+static int vec_ok(const void *a, const void *b, int C, int HS)
+{
+    return HS % 4 == 0 && C % 4 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0;
+}
+
 template <int D>
 static void tc_forward_d(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
                          int HS, float scale)
 {
     static int opted;
-    allow_smem(tc_forward_kernel<D>, tc_layout<D>::BYTES, &opted);
-    tc_forward_kernel<D><<<tc_grid(B, NH, T), TC_THREADS, tc_layout<D>::BYTES,
-                           tr_cuda_stream()>>>(out, lse, qkv, T, C, NH, HS, scale);
+    size_t bytes = tc_layout<D>::FWD_BYTES;
+    allow_smem(tc_forward_kernel<D>, bytes, &opted);
+    tc_forward_kernel<D><<<tc_grid(B, NH, T), TC_THREADS, bytes, tr_cuda_stream()>>>(
+        out, lse, qkv, T, C, NH, HS, scale, vec_ok(qkv, qkv, C, HS));
     TR_CUDA_LAUNCHED();
 }
 
@@ -352,15 +413,16 @@ static void tc_backward_d(float *dqkv, const float *dout, const float *qkv, cons
                           const float *dvec, int B, int T, int C, int NH, int HS, float scale)
 {
     static int opted_kv, opted_q;
-    size_t bytes = tc_layout<D>::BYTES;
+    size_t bytes = tc_layout<D>::BWD_BYTES;
     allow_smem(tc_dkv_kernel<D>, bytes, &opted_kv);
     allow_smem(tc_dq_kernel<D>, bytes, &opted_q);
     unsigned grid = tc_grid(B, NH, T);
+    int vec = vec_ok(qkv, dout, C, HS);
     tc_dkv_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(dqkv, dout, qkv, lse, dvec,
-                                                                  T, C, NH, HS, scale);
+                                                                  T, C, NH, HS, scale, vec);
     TR_CUDA_LAUNCHED();
     tc_dq_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(dqkv, dout, qkv, lse, dvec, T,
-                                                                 C, NH, HS, scale);
+                                                                 C, NH, HS, scale, vec);
     TR_CUDA_LAUNCHED();
 }
 
