@@ -75,11 +75,18 @@ static inline int tr_cuda_row_blocks(size_t R, size_t floats)
     return rb > 0 ? (int)rb : 1;
 }
 
+/* bf16-mixed and fp16-mixed GEMMs copy their two operands to 16-bit buffers first
+ * (cuda_gemm.cu): given fp32 operands cuBLAS runs TF32 kernels, about half the speed
+ * of its bf16 ones. Each buffer holds this many 16-bit values (128 MiB): GPT-2's
+ * activations at B*T = 16K rows up to 4C wide fit; a larger operand (the LM head's
+ * logits) keeps the fp32 path. */
+#define TR_CUDA_CAST_ELEMS ((size_t)64 << 20)
+
 /* The context's device scratch (below), each piece 256-byte aligned as the
  * reservation hands memory out. */
 #define TR_CUDA_SCRATCH_BYTES                                                           \
     (((TR_CUDA_REDUCE_BLOCKS * sizeof(double) + 255) & ~(size_t)255) + 256 + 256 +       \
-     TR_CUDA_COL_PARTIAL_FLOATS * sizeof(float))
+     TR_CUDA_COL_PARTIAL_FLOATS * sizeof(float) + 2 * TR_CUDA_CAST_ELEMS * 2)
 
 /* What the backend takes out of the device's reservation before the model does:
  * the figure the memory plan counts as the CUDA device's own (tr_device's
@@ -102,6 +109,7 @@ typedef struct tr_cuda_ctx {
     double *d_result;   /* [1] */
     unsigned *d_flag;   /* [1] */
     float *d_col_partial; /* [TR_CUDA_COL_PARTIAL_FLOATS]: column sums' partials */
+    void *d_cast[2];      /* [TR_CUDA_CAST_ELEMS] 16-bit values each: GEMM operands */
     /* pinned host landing spots for what the host waits for */
     double *h_result;
     unsigned *h_flag;

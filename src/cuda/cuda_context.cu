@@ -193,6 +193,9 @@ static void place_scratch(tr_cuda_ctx *c, unsigned char *base)
     c->d_result = (double *)(base + partial);
     c->d_flag = (unsigned *)(base + partial + 256);
     c->d_col_partial = (float *)(base + partial + 512);
+    unsigned char *cast = base + partial + 512 + TR_CUDA_COL_PARTIAL_FLOATS * sizeof(float);
+    c->d_cast[0] = cast;
+    c->d_cast[1] = cast + TR_CUDA_CAST_ELEMS * 2;
 }
 
 void tr_cuda_ctx_adopt(void *base, size_t bytes)
@@ -234,6 +237,7 @@ void tr_cuda_ctx_give_back(void)
     c->d_partial = c->d_result = NULL;
     c->d_flag = NULL;
     c->d_col_partial = NULL;
+    c->d_cast[0] = c->d_cast[1] = NULL;
     g_scratch = SCRATCH_NONE;
 }
 

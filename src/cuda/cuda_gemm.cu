@@ -22,7 +22,13 @@
  * this is the bf16 (fp16) GEMM with fp32 accumulation that the CPU emulates. Inputs
  * that the model has not rounded are rounded here, by cuBLAS, where the CPU
  * multiplies them unrounded: the classifiers' input images in their first layer.
- * (Attention's products are not cuBLAS calls: cuda_attention.cu fuses them in fp32.)
+ * (Attention's products are not cuBLAS calls: cuda_attention.cu fuses them.)
+ * Given fp32 operands, cuBLAS picks TF32 kernels (an H100 profile: every product of
+ * a bf16-mixed GPT-2 step), at about half the rate of its bf16 ones. So tr_cuda_gemm
+ * first copies both operands, rounded the same way (exactly, for rounded values), to
+ * 16-bit buffers of the backend's scratch and multiplies those (A and B CUDA_R_16BF
+ * or _16F, C CUDA_R_32F, compute CUBLAS_COMPUTE_32F); an operand too large for the
+ * buffers (TR_CUDA_CAST_ELEMS) keeps the fp32 path. Same products, same sums.
  * alpha and beta are host floats (the handle's pointer mode stays the default,
  * host), the scale type CUDA_R_32F that these compute types take. Algorithm
  * CUBLAS_GEMM_DEFAULT: cuBLAS's heuristic (the _TENSOR_OP variant is deprecated and
@@ -32,6 +38,10 @@
 #include "cuda/cuda_ops.h"
 
 #include "backend/lowp_math.h" /* tr_precision */
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
 
 static cublasOperation_t op(int trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
@@ -65,6 +75,60 @@ static cublasComputeType_t fast_compute_type(int format)
     return format == TR_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F;
 }
 
+/* dst [rows][cols] (packed) = src [rows][cols] (row stride ld) in bf16 or fp16,
+ * rounded to nearest even as tr_round_lowp rounds (exact for the values the model
+ * has rounded). */
+template <typename H> __device__ static inline H to_16(float x);
+template <> __device__ inline __nv_bfloat16 to_16<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ inline __half to_16<__half>(float x) { return __float2half_rn(x); }
+
+template <typename H>
+__global__ static void cast_packed4_kernel(H *dst, const float4 *src, size_t n4)
+{
+    TR_GRID_STRIDE(i, n4)
+    {
+        float4 v = src[i];
+        dst[4 * i] = to_16<H>(v.x);
+        dst[4 * i + 1] = to_16<H>(v.y);
+        dst[4 * i + 2] = to_16<H>(v.z);
+        dst[4 * i + 3] = to_16<H>(v.w);
+    }
+}
+
+template <typename H>
+__global__ static void cast_rows_kernel(H *dst, const float *src, int rows, int cols, int ld)
+{
+    size_t n = (size_t)rows * cols;
+    TR_GRID_STRIDE(i, n)
+        dst[i] = to_16<H>(src[(i / cols) * ld + i % cols]);
+}
+
+template <typename H>
+static void cast_16_as(void *dst, const float *src, int rows, int cols, int ld, cudaStream_t s)
+{
+    size_t n = (size_t)rows * cols;
+    if (ld == cols && n % 4 == 0 && (uintptr_t)src % 16 == 0) {
+        cast_packed4_kernel<H><<<tr_cuda_grid(n / 4), TR_CUDA_BLOCK, 0, s>>>(
+            (H *)dst, (const float4 *)src, n / 4);
+    } else {
+        cast_rows_kernel<H><<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, s>>>((H *)dst, src, rows, cols,
+                                                                       ld);
+    }
+    TR_CUDA_LAUNCHED();
+}
+
+static void cast_16(void *dst, const float *src, int rows, int cols, int ld, int format,
+                    cudaStream_t s)
+{
+    if (format == TR_PREC_BF16)
+        cast_16_as<__nv_bfloat16>(dst, src, rows, cols, ld, s);
+    else
+        cast_16_as<__half>(dst, src, rows, cols, ld, s);
+}
+
 void tr_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
@@ -80,6 +144,18 @@ void tr_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, cons
     if (g_gemm_format == TR_PREC_FP32) {
         TR_CUBLAS_CHECK(cublasSgemm(ctx->blas, op(transB), op(transA), N, M, K, &alpha, B, ldb,
                                     A, lda, &beta, C, ldc));
+        return;
+    }
+    /* the stored shapes: A is [M,K] or, transposed, [K,M]; B is [K,N] or [N,K] */
+    int ar = transA ? K : M, ac = transA ? M : K, br = transB ? N : K, bc = transB ? K : N;
+    if ((size_t)ar * ac <= TR_CUDA_CAST_ELEMS && (size_t)br * bc <= TR_CUDA_CAST_ELEMS) {
+        ctx = tr_cuda_ctx_with_scratch();
+        cudaDataType_t t = g_gemm_format == TR_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+        cast_16(ctx->d_cast[0], A, ar, ac, lda, g_gemm_format, ctx->stream);
+        cast_16(ctx->d_cast[1], B, br, bc, ldb, g_gemm_format, ctx->stream);
+        TR_CUBLAS_CHECK(cublasGemmEx(ctx->blas, op(transB), op(transA), N, M, K, &alpha,
+                                     ctx->d_cast[1], t, bc, ctx->d_cast[0], t, ac, &beta, C,
+                                     CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return;
     }
     TR_CUBLAS_CHECK(cublasGemmEx(ctx->blas, op(transB), op(transA), N, M, K, &alpha, B,
