@@ -120,13 +120,37 @@ static void cast_16_as(void *dst, const float *src, int rows, int cols, int ld, 
     TR_CUDA_LAUNCHED();
 }
 
-static void cast_16(void *dst, const float *src, int rows, int cols, int ld, int format,
-                    cudaStream_t s)
+void tr_cuda_cast_16(void *dst, const float *src, int rows, int cols, int ld)
 {
-    if (format == TR_PREC_BF16)
+    cudaStream_t s = tr_cuda_stream();
+    if (g_gemm_format == TR_PREC_BF16)
         cast_16_as<__nv_bfloat16>(dst, src, rows, cols, ld, s);
     else
         cast_16_as<__half>(dst, src, rows, cols, ld, s);
+}
+
+cudaDataType_t tr_cuda_type_16(void)
+{
+    return g_gemm_format == TR_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+/* Whether a bf16/fp16-mixed product takes 16-bit copies: both stored operands fit. */
+static int casts(size_t a_elems, size_t b_elems)
+{
+    return g_gemm_format != TR_PREC_FP32 && a_elems <= TR_CUDA_CAST_ELEMS &&
+           b_elems <= TR_CUDA_CAST_ELEMS;
+}
+
+/* The row-major product on 16-bit operands A16 and B16 (packed copies, leading
+ * dimensions as copied), fp32 C, fp32 accumulation. */
+static void gemm_16(const tr_cuda_ctx *ctx, int transA, int transB, int M, int N, int K,
+                    float alpha, const void *A16, int lda, const void *B16, int ldb, float beta,
+                    float *C, int ldc)
+{
+    cudaDataType_t t = tr_cuda_type_16();
+    TR_CUBLAS_CHECK(cublasGemmEx(ctx->blas, op(transB), op(transA), N, M, K, &alpha, B16, t, ldb,
+                                 A16, t, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
 }
 
 void tr_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
@@ -148,14 +172,12 @@ void tr_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, cons
     }
     /* the stored shapes: A is [M,K] or, transposed, [K,M]; B is [K,N] or [N,K] */
     int ar = transA ? K : M, ac = transA ? M : K, br = transB ? N : K, bc = transB ? K : N;
-    if ((size_t)ar * ac <= TR_CUDA_CAST_ELEMS && (size_t)br * bc <= TR_CUDA_CAST_ELEMS) {
+    if (casts((size_t)ar * ac, (size_t)br * bc)) {
         ctx = tr_cuda_ctx_with_scratch();
-        cudaDataType_t t = g_gemm_format == TR_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-        cast_16(ctx->d_cast[0], A, ar, ac, lda, g_gemm_format, ctx->stream);
-        cast_16(ctx->d_cast[1], B, br, bc, ldb, g_gemm_format, ctx->stream);
-        TR_CUBLAS_CHECK(cublasGemmEx(ctx->blas, op(transB), op(transA), N, M, K, &alpha,
-                                     ctx->d_cast[1], t, bc, ctx->d_cast[0], t, ac, &beta, C,
-                                     CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        tr_cuda_cast_16(ctx->d_cast[0], A, ar, ac, lda);
+        tr_cuda_cast_16(ctx->d_cast[1], B, br, bc, ldb);
+        gemm_16(ctx, transA, transB, M, N, K, alpha, ctx->d_cast[0], ac, ctx->d_cast[1], bc, beta,
+                C, ldc);
         return;
     }
     TR_CUBLAS_CHECK(cublasGemmEx(ctx->blas, op(transB), op(transA), N, M, K, &alpha, B,
@@ -251,10 +273,26 @@ __global__ static void colsum_partial_kernel(float *partial, const float *src, s
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, int B, int IN, int OUT)
 {
-    if (dinp) /* dinp[B,IN] = dout[B,OUT] w[OUT,IN] */
-        tr_cuda_gemm(0, 0, B, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f, dinp, IN);
-    /* dw[OUT,IN] += dout^T[OUT,B] inp[B,IN] */
-    tr_cuda_gemm(1, 0, OUT, IN, B, 1.0f, dout, OUT, inp, IN, 1.0f, dw, IN);
+    size_t nd = (size_t)B * OUT, nw = (size_t)OUT * IN, ni = (size_t)B * IN;
+    if (B > 0 && IN > 0 && OUT > 0 && casts(nd, nw > ni ? nw : ni)) {
+        /* 16-bit copies, dout's made once for both products */
+        const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
+        tr_cuda_cast_16(ctx->d_cast[0], dout, B, OUT, OUT);
+        if (dinp) {
+            tr_cuda_cast_16(ctx->d_cast[1], w, OUT, IN, IN);
+            gemm_16(ctx, 0, 0, B, IN, OUT, 1.0f, ctx->d_cast[0], OUT, ctx->d_cast[1], IN, 0.0f,
+                    dinp, IN);
+        }
+        /* (queued after the product above, which has read the w copy by then) */
+        tr_cuda_cast_16(ctx->d_cast[1], inp, B, IN, IN);
+        gemm_16(ctx, 1, 0, OUT, IN, B, 1.0f, ctx->d_cast[0], OUT, ctx->d_cast[1], IN, 1.0f, dw,
+                IN);
+    } else {
+        if (dinp) /* dinp[B,IN] = dout[B,OUT] w[OUT,IN] */
+            tr_cuda_gemm(0, 0, B, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f, dinp, IN);
+        /* dw[OUT,IN] += dout^T[OUT,B] inp[B,IN] */
+        tr_cuda_gemm(1, 0, OUT, IN, B, 1.0f, dout, OUT, inp, IN, 1.0f, dw, IN);
+    }
     if (!db || B <= 0 || OUT <= 0)
         return;
     const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();

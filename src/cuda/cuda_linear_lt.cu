@@ -11,10 +11,11 @@
  * (every sample): exactly b. The GELU input (the "aux" matrix) has D's shape; its
  * leading dimension must be a multiple of 8, so OUT must be.
  *
- * Precision: the compute types of cuda_gemm.cu, so the products are the same:
- * CUBLAS_COMPUTE_32F (fp32, no TF32) or _32F_FAST_16BF / _FAST_16F after
- * set_gemm_precision, on fp32 A, B and D, scale type fp32. The bias and the aux
- * matrix are fp32 too (their types default to D's). cuBLASLt's GELU is the tanh
+ * Precision: as in cuda_gemm.cu, so the products are the same: CUBLAS_COMPUTE_32F
+ * (fp32, no TF32) on fp32 A, B and D; in bf16/fp16-mixed, 16-bit copies of w and inp
+ * (the backend's cast buffers; both must fit) with CUBLAS_COMPUTE_32F, or, where
+ * they do not fit, _32F_FAST_16BF / _FAST_16F on the fp32 ones. D, the bias and the
+ * aux matrix are fp32 (the bias's and aux's types default to D's); scale type fp32. cuBLASLt's GELU is the tanh
  * approximation (see tr_cuda_linear_gelu_forward in cuda_gemm.cu for the evidence
  * and the one difference from the CPU).
  *
@@ -65,7 +66,7 @@ static uint32_t alignment_of(const void *p)
 /* Everything the heuristic's choice depends on (the leading dimensions follow from
  * the sizes). Only ints: compared with memcmp, no padding. */
 typedef struct lt_key {
-    int format, epilogue, m, n, k;
+    int format, cast, epilogue, m, n, k;
     uint32_t align_w, align_inp, align_out, align_bias, align_aux;
 } lt_key;
 
@@ -115,11 +116,13 @@ static void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr
     TR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, value, size));
 }
 
-static lt_problem make_problem(int format, uint32_t epilogue, float *pre, const float *bias,
-                               int B, int IN, int OUT)
+static lt_problem make_problem(int format, int cast, uint32_t epilogue, float *pre,
+                               const float *bias, int B, int IN, int OUT)
 {
     lt_problem p;
-    TR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, compute_type(format), CUDA_R_32F));
+    cublasComputeType_t ct = cast ? CUBLAS_COMPUTE_32F : compute_type(format);
+    cudaDataType_t in_type = cast ? tr_cuda_type_16() : CUDA_R_32F;
+    TR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, ct, CUDA_R_32F));
     int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
@@ -131,8 +134,8 @@ static lt_problem make_problem(int format, uint32_t epilogue, float *pre, const 
         set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
         set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
     }
-    TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, IN, OUT, IN));
-    TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, IN, B, IN));
+    TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, in_type, IN, OUT, IN));
+    TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, in_type, IN, B, IN));
     TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, OUT, B, OUT));
     return p;
 }
@@ -202,12 +205,18 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, 
     lt_key key;
     memset(&key, 0, sizeof key);
     key.format = tr_cuda_gemm_precision();
+    key.cast = key.format != TR_PREC_FP32 && (size_t)OUT * IN <= TR_CUDA_CAST_ELEMS &&
+               (size_t)B * IN <= TR_CUDA_CAST_ELEMS;
+    if (key.cast) /* the operands the matmul reads: the copies, 256-byte aligned */
+        c = tr_cuda_ctx_with_scratch();
+    const void *wa = key.cast ? c->d_cast[0] : (const void *)w;
+    const void *ia = key.cast ? c->d_cast[1] : (const void *)inp;
     key.epilogue = (int)epilogue;
     key.m = OUT;
     key.n = B;
     key.k = IN;
-    key.align_w = alignment_of(w);
-    key.align_inp = alignment_of(inp);
+    key.align_w = alignment_of(wa);
+    key.align_inp = alignment_of(ia);
     key.align_out = alignment_of(out);
     key.align_bias = b ? alignment_of(b) : 0;
     key.align_aux = pre ? alignment_of(pre) : 0;
@@ -224,7 +233,7 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, 
         g_refused++;
         return 0;
     }
-    lt_problem p = make_problem(key.format, epilogue, pre, b, B, IN, OUT);
+    lt_problem p = make_problem(key.format, key.cast, epilogue, pre, b, B, IN, OUT);
     cublasLtMatmulAlgo_t algo;
     memset(&algo, 0, sizeof algo);
     int found = known ? 1 : ask_heuristic(c->lt, &p, &key, &algo);
@@ -233,8 +242,12 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, 
     else
         keep_answer(&key, found, &algo);
     if (found) {
+        if (key.cast) {
+            tr_cuda_cast_16(c->d_cast[0], w, OUT, IN, IN);
+            tr_cuda_cast_16(c->d_cast[1], inp, B, IN, IN);
+        }
         const float alpha = 1.0f, beta = 0.0f; /* C is not read: D = op(A) B' + bias */
-        cublasStatus_t st = cublasLtMatmul(c->lt, p.desc, &alpha, w, p.a, inp, p.b, &beta, out,
+        cublasStatus_t st = cublasLtMatmul(c->lt, p.desc, &alpha, wa, p.a, ia, p.b, &beta, out,
                                            p.d, out, p.d, &algo, NULL, 0, c->stream);
         /* An algorithm the heuristic offered but the call refuses (checked before any
          * launch: NOT_SUPPORTED, INVALID_VALUE) leaves nothing queued: the fallback

@@ -9,6 +9,7 @@
 #include "backend/kernels.h" /* tr_conv_shape */
 #include "cuda/cuda_backend.h" /* tr_cuda_gemm_strided_batched */
 
+#include <library_types.h> /* cudaDataType_t */
 #include <stddef.h>
 
 /* cuda_gemm.cu */
@@ -17,6 +18,10 @@ void tr_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, cons
 /* tr_cuda_gemm_strided_batched: in cuda_backend.h (C-callable, for the tests) */
 void tr_cuda_set_gemm_precision(int format);
 int tr_cuda_gemm_precision(void); /* the tr_precision set last (fp32 at first) */
+/* bf16/fp16-mixed: dst [rows][cols] packed = src [rows][cols] (row stride ld) in the
+ * run's 16-bit format, on the stream; and that format's cuBLAS type */
+void tr_cuda_cast_16(void *dst, const float *src, int rows, int cols, int ld);
+cudaDataType_t tr_cuda_type_16(void);
 
 /* cuda_peak.cu: GFLOP/s of this rank's GPU for MFU in the precision set, and where
  * the figure comes from in source (device.h's peak_gflops) */
