@@ -42,6 +42,11 @@ __device__ static float row_max(const float *x, int n, float *shared)
 
 /* ---- padded vocabulary ---------------------------------------------------------- */
 
+/* Two passes over the row, not three: each thread keeps a running max and a sum of
+ * exponentials rescaled when its max grows (an online softmax), the block combines
+ * them (each thread's sum times exp(its max - the row's), added in double in a fixed
+ * tree), and the second pass writes the probabilities. A GPT-2 row is 50 K logits,
+ * 3.3 GB a step at 16 x 1024: the pass saved was 2.2 ms of an H100's bandwidth. */
 __global__ static void xent_padded_forward_kernel(float *probs, float *losses,
                                                   const float *logits, const int *targets,
                                                   int V, int Vp)
@@ -51,13 +56,24 @@ __global__ static void xent_padded_forward_kernel(float *probs, float *losses,
     size_t r = blockIdx.x;
     const float *x = logits + r * Vp;
     float *p = probs + r * Vp;
-    /* read before the barriers in row_max, so before any thread overwrites it */
+    /* read before the first barrier, so before any thread overwrites it */
     float xtarget = threadIdx.x == 0 ? x[targets[r]] : 0.0f;
-    float mx = row_max(x, V, fsh);
-    double sum = exp_and_sum(p, x, V, mx, dsh);
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float xj = x[j];
+        if (xj > m) {
+            s = s * tr_expf(m - xj) + 1.0f; /* m = -inf at first: 0 * tiny + 1 */
+            m = xj;
+        } else {
+            s += tr_expf(xj - m);
+        }
+    }
+    float mx = tr_block_max(m, fsh);
+    /* a thread without columns has s = 0: it adds 0 */
+    double sum = tr_block_sum((double)s * tr_expf(m - mx), dsh);
     float inv = (float)(1.0 / sum);
     for (int j = threadIdx.x; j < V; j += blockDim.x)
-        p[j] *= inv;
+        p[j] = tr_expf(x[j] - mx) * inv;
     for (int j = V + threadIdx.x; j < Vp; j += blockDim.x)
         p[j] = 0.0f;
     /* -log softmax[target] = log(sum) - (x[target] - max): exact where p underflows */
