@@ -2,11 +2,14 @@
  * at batch 16 x 1024 (16384 rows of C = 768, 12 heads of 64, vocabulary padded to
  * 50304), in each precision the trainer asks the CUDA backend for
  * (set_gemm_precision, kernels.h): fp32 (cublasSgemm, TF32 off) and bf16-mixed /
- * fp16-mixed (cublasGemmEx on the same fp32 buffers, tensor cores, fp32
- * accumulation). It calls what the trainer calls: the kernel table's gemm for the
- * linear layers (forward, input gradient, weight gradient: the three products of
- * linear_forward/backward) and tr_cuda_gemm_strided_batched, one call per batch row
- * over the heads, for the six products of attention_forward/backward.
+ * fp16-mixed (cublasGemmEx on 16-bit copies of the fp32 operands, or on the fp32
+ * buffers where they are too large to copy, tensor cores, fp32 accumulation). For the
+ * linear layers it calls what the trainer calls: the kernel table's gemm (forward,
+ * input gradient, weight gradient: the three products of linear_forward/backward),
+ * copies included. Attention's six products go through
+ * tr_cuda_gemm_strided_batched, one call per batch row over the heads: what cuBLAS
+ * takes for them, which the trainer no longer calls (its attention is fused,
+ * src/cuda/cuda_attention.cu).
  *
  * The products of one training step are its model FLOPs (the trainer's MFU
  * convention, gpt.c: 6 N per token for the N weights of the products, the tied head
