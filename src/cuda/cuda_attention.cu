@@ -339,32 +339,16 @@ template <int D> static size_t bwd_smem(void)
     return sizeof(float) * (2 * (size_t)FA_WARPS * fa_rows<D>::R * D + 2 * 32 * (D + 1));
 }
 
-template <typename K> static void allow_smem(K kernel, size_t bytes, int *done)
-{
-    if (*done)
-        return;
-    TR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)bytes));
-    *done = 1;
-}
-
-static unsigned grid_of(int B, int NH, int T, int rows_per_block)
-{
-    size_t n = (size_t)B * NH * ((T + rows_per_block - 1) / rows_per_block);
-    if (n > 0x7fffffffu)
-        tr_fatal(TR_EXIT_SOFTWARE, "attention: %zu blocks exceed the CUDA grid", n);
-    return (unsigned)n;
-}
-
 template <int D>
 static void forward_d(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
                       int HS, float scale)
 {
     static int opted;
     size_t smem = fwd_smem<D>();
-    allow_smem(flash_forward_kernel<D>, smem, &opted);
-    flash_forward_kernel<D><<<grid_of(B, NH, T, FA_WARPS * fa_rows<D>::R), FA_THREADS, smem,
-                              tr_cuda_stream()>>>(out, lse, qkv, T, C, NH, HS, scale);
+    tr_cuda_allow_smem(flash_forward_kernel<D>, smem, &opted);
+    unsigned grid = tr_cuda_tile_grid(B, NH, T, FA_WARPS * fa_rows<D>::R);
+    flash_forward_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(out, lse, qkv, T, C,
+                                                                         NH, HS, scale);
     TR_CUDA_LAUNCHED();
 }
 
@@ -374,9 +358,9 @@ static void backward_d(float *dqkv, const float *dout, const float *qkv, const f
 {
     static int opted_kv, opted_q;
     size_t smem = bwd_smem<D>();
-    unsigned grid = grid_of(B, NH, T, FA_WARPS * fa_rows<D>::R);
-    allow_smem(flash_dkv_kernel<D>, smem, &opted_kv);
-    allow_smem(flash_dq_kernel<D>, smem, &opted_q);
+    unsigned grid = tr_cuda_tile_grid(B, NH, T, FA_WARPS * fa_rows<D>::R);
+    tr_cuda_allow_smem(flash_dkv_kernel<D>, smem, &opted_kv);
+    tr_cuda_allow_smem(flash_dq_kernel<D>, smem, &opted_q);
     flash_dkv_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(dqkv, dout, qkv, lse,
                                                                     dvec, T, C, NH, HS, scale);
     TR_CUDA_LAUNCHED();

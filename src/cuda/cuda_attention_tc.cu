@@ -373,23 +373,6 @@ __global__ static void __launch_bounds__(TC_THREADS)
     store_rows<D>(dqkv + qoff, ld, i0 + warp * 16, T, HS, scale, dq, S, 1.0f);
 }
 
-template <typename K> static void allow_smem(K kernel, size_t bytes, int *done)
-{
-    if (*done)
-        return;
-    TR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)bytes));
-    *done = 1;
-}
-
-static unsigned tc_grid(int B, int NH, int T)
-{
-    size_t n = (size_t)B * NH * ((T + TC_TILE - 1) / TC_TILE);
-    if (n > 0x7fffffffu)
-        tr_fatal(TR_EXIT_SOFTWARE, "attention: %zu blocks exceed the CUDA grid", n);
-    return (unsigned)n;
-}
-
 /* 16-byte loads: every row start of q, k, v (and dO) is a multiple of 4 floats */
 static int vec_ok(const void *a, const void *b, int C, int HS)
 {
@@ -402,8 +385,9 @@ static void tc_forward_d(float *out, float *lse, const float *qkv, int B, int T,
 {
     static int opted;
     size_t bytes = tc_layout<D>::FWD_BYTES;
-    allow_smem(tc_forward_kernel<D>, bytes, &opted);
-    tc_forward_kernel<D><<<tc_grid(B, NH, T), TC_THREADS, bytes, tr_cuda_stream()>>>(
+    tr_cuda_allow_smem(tc_forward_kernel<D>, bytes, &opted);
+    unsigned grid = tr_cuda_tile_grid(B, NH, T, TC_TILE);
+    tc_forward_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(
         out, lse, qkv, T, C, NH, HS, scale, vec_ok(qkv, qkv, C, HS));
     TR_CUDA_LAUNCHED();
 }
@@ -414,9 +398,9 @@ static void tc_backward_d(float *dqkv, const float *dout, const float *qkv, cons
 {
     static int opted_kv, opted_q;
     size_t bytes = tc_layout<D>::BWD_BYTES;
-    allow_smem(tc_dkv_kernel<D>, bytes, &opted_kv);
-    allow_smem(tc_dq_kernel<D>, bytes, &opted_q);
-    unsigned grid = tc_grid(B, NH, T);
+    tr_cuda_allow_smem(tc_dkv_kernel<D>, bytes, &opted_kv);
+    tr_cuda_allow_smem(tc_dq_kernel<D>, bytes, &opted_q);
+    unsigned grid = tr_cuda_tile_grid(B, NH, T, TC_TILE);
     int vec = vec_ok(qkv, dout, C, HS);
     tc_dkv_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(dqkv, dout, qkv, lse, dvec,
                                                                   T, C, NH, HS, scale, vec);

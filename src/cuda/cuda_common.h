@@ -169,6 +169,27 @@ static inline unsigned tr_cuda_grid(size_t n)
 }
 
 #ifdef __CUDACC__
+/* A kernel's dynamic shared memory above the default 48 KB must be opted into, once
+ * per kernel (*done remembers it; one flag per kernel instance). */
+template <typename K> static inline void tr_cuda_allow_smem(K kernel, size_t bytes, int *done)
+{
+    if (*done)
+        return;
+    TR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)bytes));
+    *done = 1;
+}
+
+/* Blocks of a kernel with one block per (batch row, head, tile of `rows` positions of
+ * T): the attention kernels' 1-D grid. */
+static inline unsigned tr_cuda_tile_grid(int B, int NH, int T, int rows)
+{
+    size_t n = (size_t)B * NH * ((T + rows - 1) / rows);
+    if (n > 0x7fffffffu)
+        tr_fatal(TR_EXIT_SOFTWARE, "attention: %zu blocks exceed the CUDA grid", n);
+    return (unsigned)n;
+}
+
 /* The body runs for i = this thread's index, then every gridDim * blockDim after,
  * while i < n: any n with the capped grid of tr_cuda_grid. */
 #define TR_GRID_STRIDE(i, n)                                                           \

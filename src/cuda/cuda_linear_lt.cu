@@ -15,9 +15,9 @@
  * (fp32, no TF32) on fp32 A, B and D; in bf16/fp16-mixed, 16-bit copies of w and inp
  * (the backend's cast buffers; both must fit) with CUBLAS_COMPUTE_32F, or, where
  * they do not fit, _32F_FAST_16BF / _FAST_16F on the fp32 ones. D, the bias and the
- * aux matrix are fp32 (the bias's and aux's types default to D's); scale type fp32. cuBLASLt's GELU is the tanh
- * approximation (see tr_cuda_linear_gelu_forward in cuda_gemm.cu for the evidence
- * and the one difference from the CPU).
+ * aux matrix are fp32 (the bias's and aux's types default to D's); scale type fp32.
+ * cuBLASLt's GELU is the tanh approximation (see tr_cuda_linear_gelu_forward in
+ * cuda_gemm.cu for the evidence and the one difference from the CPU).
  *
  * Workspace: none (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 0). The trainer's
  * device memory is one allocation sized by the plan (cuda_device_memory.cu) and
