@@ -410,7 +410,25 @@ static void tc_backward_d(float *dqkv, const float *dout, const float *qkv, cons
     TR_CUDA_LAUNCHED();
 }
 
-int tr_cuda_attention_tc_fits(int HS) { return HS >= 1 && HS <= 128; }
+/* Head sizes up to 128, where the GPU lets a block have the backward kernels' shared
+ * memory (137 KB at 128: an A100 or H100 does, a GPU of compute capability 8.6 or
+ * 8.9, with 99 KB, does not, and takes the fp32 kernels instead). */
+int tr_cuda_attention_tc_fits(int HS)
+{
+    if (HS < 1 || HS > 128)
+        return 0;
+    static int optin = -1; /* the device's opt-in limit, asked once */
+    if (optin < 0) {
+        int dev = 0;
+        TR_CUDA_CHECK(cudaGetDevice(&dev));
+        TR_CUDA_CHECK(
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    }
+    size_t need = HS <= 32   ? tc_layout<32>::BWD_BYTES
+                  : HS <= 64 ? tc_layout<64>::BWD_BYTES
+                             : tc_layout<128>::BWD_BYTES;
+    return need <= (size_t)optin;
+}
 
 void tr_cuda_attention_tc_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
                                   int NH, int HS, float scale)
