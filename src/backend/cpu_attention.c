@@ -14,7 +14,7 @@
  * change them. Each head writes only its own slices of out, att and dqkv, so no two
  * threads write the same element and results are bit-identical run to run. */
 #include "backend/transformer_kernels.h"
-#include "backend/cpu_backend.h" /* tr_cpu_round_lowp */
+#include "backend/lowp_math.h" /* tr_round_lowp */
 #include "backend/scalar_math.h"
 #include "core/error.h"
 
@@ -76,7 +76,11 @@ void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
         causal_softmax(A, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, v, ld,
                     0.0f, o, C);
-        tr_cpu_round_lowp(A, (size_t)T * T, format); /* stored for backward */
+        /* stored for backward, as the model stores activations; a plain loop, not
+         * tr_cpu_round_lowp, whose own parallel region would nest in this one */
+        if (format != TR_PREC_FP32)
+            for (size_t i = 0; i < (size_t)T * T; i++)
+                A[i] = tr_round_lowp(A[i], format);
     }
 }
 
