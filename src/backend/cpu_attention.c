@@ -57,6 +57,14 @@ size_t tr_cpu_attention_state_floats(int B, int T, int NH)
     return (size_t)B * NH * T * T;
 }
 
+/* One head's T rows of HS floats, ld apart, rounded to format (serially: the caller
+ * runs inside its parallel loop over heads). */
+static void round_head_rows(float *x, int ld, int T, int HS, int format)
+{
+    for (int t = 0; t < T; t++)
+        tr_round_lowp_span(x + (size_t)t * ld, (size_t)HS, format);
+}
+
 void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH, int format)
 {
@@ -76,16 +84,17 @@ void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
         causal_softmax(A, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, v, ld,
                     0.0f, o, C);
-        /* stored for backward, as the model stores activations; a plain loop, not
-         * tr_cpu_round_lowp, whose own parallel region would nest in this one */
-        if (format != TR_PREC_FP32)
-            for (size_t i = 0; i < (size_t)T * T; i++)
-                A[i] = tr_round_lowp(A[i], format);
+        /* out and the probabilities stored for backward, as the model stores
+         * activations; serial spans, not tr_cpu_round_lowp, whose own parallel region
+         * would nest in this one */
+        round_head_rows(o, C, T, HS, format);
+        tr_round_lowp_span(A, (size_t)T * T, format);
     }
 }
 
 void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
-                               const float *qkv, const float *att, int B, int T, int C, int NH)
+                               const float *qkv, const float *att, int B, int T, int C, int NH,
+                               int format)
 {
     (void)out; /* the saved probabilities already hold what the GPU recomputes from it */
     int HS = head_size(C, NH, "attention_backward");
@@ -122,5 +131,8 @@ void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, cons
                     0.0f, dq, ld);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, dA, T, q, ld, 0.0f,
                     dk, ld);
+        round_head_rows(dq, ld, T, HS, format);
+        round_head_rows(dk, ld, T, HS, format);
+        round_head_rows(dv, ld, T, HS, format);
     }
 }

@@ -13,6 +13,7 @@
 #include "backend/transformer_kernels.h"
 #include "backend/cpu_backend.h" /* tr_cpu_linear_forward, tr_cpu_round_lowp */
 #include "backend/gelu_math.h"
+#include "backend/lowp_math.h" /* tr_round_lowp_span */
 #include "core/error.h"
 
 #include <math.h>
@@ -55,7 +56,8 @@ void tr_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, cons
 /* ---- layernorm ------------------------------------------------------------------ */
 
 void tr_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int B, int T, int C)
+                              const float *weight, const float *bias, int B, int T, int C,
+                              int format)
 {
     size_t BT = (size_t)B * T;
 #pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS)
@@ -76,6 +78,7 @@ void tr_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float 
         float rs = 1.0f / sqrtf(v / (float)C + TR_LAYERNORM_EPS); /* biased variance */
         for (int c = 0; c < C; c++)
             o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+        tr_round_lowp_span(o, (size_t)C, format);
         mean[r] = m;
         rstd[r] = rs;
     }
@@ -132,11 +135,22 @@ void tr_cpu_gelu_forward(float *out, const float *inp, size_t n)
         out[i] = tr_gelu(inp[i]);
 }
 
-void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+/* Element-wise kernels that round their output work in blocks of this many floats: the
+ * block is rounded while it is in L1, and the loop that computes it stays a plain one
+ * that vectorises. */
+#define ROUND_BLOCK 2048
+
+void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+                          int format)
 {
+    size_t nb = (n + ROUND_BLOCK - 1) / ROUND_BLOCK;
 #pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS / 8)
-    for (size_t i = 0; i < n; i++)
-        dinp[i] = tr_gelu_grad(inp[i]) * dout[i];
+    for (size_t blk = 0; blk < nb; blk++) {
+        size_t i0 = blk * ROUND_BLOCK, i1 = i0 + ROUND_BLOCK < n ? i0 + ROUND_BLOCK : n;
+        for (size_t i = i0; i < i1; i++)
+            dinp[i] = tr_gelu_grad(inp[i]) * dout[i];
+        tr_round_lowp_span(dinp + i0, i1 - i0, format);
+    }
 }
 
 void tr_cpu_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
@@ -151,11 +165,16 @@ void tr_cpu_linear_gelu_forward(float *pre, float *out, const float *inp, const 
 /* Backward of out = a + b is da = db = dout: nothing to compute. The residual
  * stream's gradient accumulates, so the model adds dout into (or hands on) the
  * stream's gradient buffer instead of calling a kernel. */
-void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t n)
+void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t n, int format)
 {
+    size_t nb = (n + ROUND_BLOCK - 1) / ROUND_BLOCK;
 #pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++)
-        out[i] = a[i] + b[i];
+    for (size_t blk = 0; blk < nb; blk++) {
+        size_t i0 = blk * ROUND_BLOCK, i1 = i0 + ROUND_BLOCK < n ? i0 + ROUND_BLOCK : n;
+        for (size_t i = i0; i < i1; i++)
+            out[i] = a[i] + b[i];
+        tr_round_lowp_span(out + i0, i1 - i0, format);
+    }
 }
 
 /* ---- softmax cross-entropy over a padded vocabulary ----------------------------- */
@@ -198,7 +217,7 @@ double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logi
 }
 
 void tr_cpu_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
-                                 float scale, int B, int T, int V, int Vp)
+                                 float scale, int B, int T, int V, int Vp, int format)
 {
     size_t BT = (size_t)B * T;
     check_tokens(targets, BT, V, "xent_padded_backward");
@@ -209,6 +228,7 @@ void tr_cpu_xent_padded_backward(float *dlogits, const float *probs, const int *
         int t = targets[r];
         for (int j = 0; j < V; j++)
             d[j] = scale * (p[j] - (j == t ? 1.0f : 0.0f));
+        tr_round_lowp_span(d, (size_t)V, format);
         for (int j = V; j < Vp; j++)
             d[j] = 0.0f;
     }

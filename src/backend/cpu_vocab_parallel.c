@@ -9,6 +9,7 @@
  * and the caller sums those over the ranks between the calls (the comm layer, not
  * the kernels, talks to other ranks). Determinism as in cpu_transformer.c. */
 #include "backend/transformer_kernels.h"
+#include "backend/lowp_math.h" /* tr_round_lowp_span */
 #include "backend/scalar_math.h"
 #include "core/error.h"
 
@@ -111,7 +112,7 @@ double tr_cpu_xent_shard_finish(float *probs, float *losses, const double *sums,
 }
 
 void tr_cpu_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
-                                float scale, size_t BT, int Vl, int v0, int nreal)
+                                float scale, size_t BT, int Vl, int v0, int nreal, int format)
 {
 #pragma omp parallel for schedule(static) if (BT * (size_t)Vl > PAR_MIN_ELEMS)
     for (size_t r = 0; r < BT; r++) {
@@ -120,6 +121,7 @@ void tr_cpu_xent_shard_backward(float *dlogits, const float *probs, const int *t
         long t = (long)targets[r] - v0;
         for (int j = 0; j < nreal; j++)
             d[j] = scale * (p[j] - (j == t ? 1.0f : 0.0f));
+        tr_round_lowp_span(d, (size_t)(nreal > 0 ? nreal : 0), format);
         for (int j = nreal; j < Vl; j++)
             d[j] = 0.0f;
     }

@@ -147,10 +147,10 @@ static void guarded_embedding_backward(float *dwte, float *dwpe, const float *do
     tr_guarded_close();
 }
 
-static void guarded_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int B, int T, int C)
+static void guarded_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int B, int T, int C, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C);
+    tr_cpu_kernels.layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C, format);
     tr_guarded_close();
 }
 
@@ -168,10 +168,10 @@ static void guarded_gelu_forward(float *out, const float *inp, size_t n)
     tr_guarded_close();
 }
 
-static void guarded_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+static void guarded_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.gelu_backward(dinp, inp, dout, n);
+    tr_cpu_kernels.gelu_backward(dinp, inp, dout, n, format);
     tr_guarded_close();
 }
 
@@ -182,10 +182,10 @@ static void guarded_linear_gelu_forward(float *pre, float *out, const float *inp
     tr_guarded_close();
 }
 
-static void guarded_residual_forward(float *out, const float *a, const float *b, size_t n)
+static void guarded_residual_forward(float *out, const float *a, const float *b, size_t n, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.residual_forward(out, a, b, n);
+    tr_cpu_kernels.residual_forward(out, a, b, n, format);
     tr_guarded_close();
 }
 
@@ -204,10 +204,10 @@ static void guarded_attention_forward(float *out, float *att, const float *qkv, 
     tr_guarded_close();
 }
 
-static void guarded_attention_backward(float *dqkv, float *datt, const float *dout, const float *out, const float *qkv, const float *att, int B, int T, int C, int NH)
+static void guarded_attention_backward(float *dqkv, float *datt, const float *dout, const float *out, const float *qkv, const float *att, int B, int T, int C, int NH, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.attention_backward(dqkv, datt, dout, out, qkv, att, B, T, C, NH);
+    tr_cpu_kernels.attention_backward(dqkv, datt, dout, out, qkv, att, B, T, C, NH, format);
     tr_guarded_close();
 }
 
@@ -219,10 +219,10 @@ static double guarded_xent_padded_forward(float *probs, float *losses, const flo
     return r;
 }
 
-static void guarded_xent_padded_backward(float *dlogits, const float *probs, const int *targets, float scale, int B, int T, int V, int Vp)
+static void guarded_xent_padded_backward(float *dlogits, const float *probs, const int *targets, float scale, int B, int T, int V, int Vp, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_padded_backward(dlogits, probs, targets, scale, B, T, V, Vp);
+    tr_cpu_kernels.xent_padded_backward(dlogits, probs, targets, scale, B, T, V, Vp, format);
     tr_guarded_close();
 }
 
@@ -262,10 +262,10 @@ static double guarded_xent_shard_finish(float *probs, float *losses, const doubl
     return r;
 }
 
-static void guarded_xent_shard_backward(float *dlogits, const float *probs, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal)
+static void guarded_xent_shard_backward(float *dlogits, const float *probs, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_shard_backward(dlogits, probs, targets, scale, BT, Vl, v0, nreal);
+    tr_cpu_kernels.xent_shard_backward(dlogits, probs, targets, scale, BT, Vl, v0, nreal, format);
     tr_guarded_close();
 }
 

@@ -96,35 +96,41 @@ typedef struct tr_kernels {
                               int B, int T, int C, int V);
     void (*embedding_backward)(float *dwte, float *dwpe, const float *dout, const int *tok,
                                int B, int T, int C, int V);
+    /* Activations that the model stores come out rounded to `format` (a tr_precision;
+     * fp32 leaves them) where a kernel below takes one: the same bits as the kernel
+     * at fp32 followed by round_lowp, without a second pass over the tensor. */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int B, int T, int C);
+                              const float *weight, const float *bias, int B, int T, int C,
+                              int format);
     void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int B, int T, int C);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n,
+                          int format);
     /* The MLP's first half: pre = linear_forward(inp, w, b), rounded to `format` (a
      * tr_precision; fp32 leaves it), and out = gelu(pre): one entry so that a GPU can
      * make it one matmul with a GELU epilogue (transformer_kernels.h). */
     void (*linear_gelu_forward)(float *pre, float *out, const float *inp, const float *w,
                                 const float *b, int B, int IN, int OUT, int format);
     /* out = a + b; also how gradients add up on the residual stream */
-    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n, int format);
     /* att (and backward's datt) is the backend's own state for backward, of
      * attention_state_floats(B, T, NH) floats each: the CPU saves the probabilities
      * there (B*NH*T*T), rounded to `format` (a tr_precision; they are stored
      * activations), the GPU's fused kernels the rows' log-sum-exps (B*NH*T;
-     * transformer_kernels.h). out is forward's own output, which backward reads. */
+     * transformer_kernels.h). out is forward's own output, rounded to `format`, which
+     * backward reads; backward's dqkv is rounded to `format`. */
     size_t (*attention_state_floats)(int B, int T, int NH);
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH, int format);
     void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *out,
-                               const float *qkv, const float *att, int B, int T, int C,
-                               int NH);
+                               const float *qkv, const float *att, int B, int T, int C, int NH,
+                               int format);
     double (*xent_padded_forward)(float *probs, float *losses, const float *logits,
                                   const int *targets, int B, int T, int V, int Vp);
     void (*xent_padded_backward)(float *dlogits, const float *probs, const int *targets,
-                                 float scale, int B, int T, int V, int Vp);
+                                 float scale, int B, int T, int V, int Vp, int format);
     /* The vocabulary split over tensor-parallel ranks (transformer_kernels.h). */
     void (*embedding_shard_forward)(float *out, const int *tok, const float *wte,
                                     const float *wpe, int B, int T, int C, int v0, int Vl);
@@ -137,7 +143,7 @@ typedef struct tr_kernels {
     double (*xent_shard_finish)(float *probs, float *losses, const double *sums, size_t BT,
                                 int Vl, int nreal);
     void (*xent_shard_backward)(float *dlogits, const float *probs, const int *targets,
-                                float scale, size_t BT, int Vl, int v0, int nreal);
+                                float scale, size_t BT, int Vl, int v0, int nreal, int format);
     /* A language model's accuracy: for each row r of x [rows, ld], idx[r] is the
      * first index j < n of the row's largest value and val[r] that value, as the scan
      * "best = 0; if (x[j] > x[best]) best = j" finds it (NaN never wins, but a NaN in

@@ -100,4 +100,14 @@ TR_HD static inline float tr_round_lowp(float f, int format)
     return f;
 }
 
+/* x[0, n) rounded in place, serially: a kernel's rows just written, inside its own
+ * parallel loop, while they are in cache (fp32: nothing to do) */
+static inline void tr_round_lowp_span(float *x, size_t n, int format)
+{
+    if (format != TR_PREC_BF16 && format != TR_PREC_FP16)
+        return;
+    for (size_t i = 0; i < n; i++)
+        x[i] = tr_round_lowp(x[i], format);
+}
+
 #endif

@@ -10,6 +10,11 @@
  * Gradient rule: parameter gradients accumulate (+=), activation gradients
  * overwrite (=). The caller owns every buffer; no kernel allocates.
  *
+ * Mixed precision: a kernel that takes `format` (a tr_precision of lowp_math.h)
+ * rounds the activation or activation gradient it stores to that format (fp32 leaves
+ * it), exactly as tr_cpu_round_lowp would afterwards; which outputs, each kernel says.
+ * The GPU rounds as it stores, saving the model a pass over the tensor.
+ *
  * Threading: OpenMP over rows (B*T) or heads (B*NH), small problems serially; the
  * BLAS is single-threaded (see cpu_gemm.c). Deterministic: no atomics, and every
  * reduction across rows (parameter gradients) is a serial loop over rows inside a
@@ -30,20 +35,23 @@ void tr_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, cons
                                int B, int T, int C, int V);
 
 /* ---- layernorm over C, eps 1e-5 ---------------------------------------------------
- * out, inp [B,T,C]; mean, rstd [B,T] saved for backward; weight, bias [C].
+ * out, inp [B,T,C]; mean, rstd [B,T] saved for backward; weight, bias [C]; out is
+ * rounded to `format`, mean and rstd stay fp32.
  * Backward: dinp [B,T,C] (=), dweight, dbias [C] (+=). */
 #define TR_LAYERNORM_EPS 1e-5f
 void tr_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int B, int T, int C);
+                              const float *weight, const float *bias, int B, int T, int C,
+                              int format);
 void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int B, int T, int C);
 
 /* ---- GELU, tanh approximation (gelu_math.h), elementwise over n -------------------
- * Backward: dinp = gelu'(inp) dout (=); it needs the input, not the output. dinp may
- * be dout (in place). */
+ * Backward: dinp = gelu'(inp) dout (=), rounded to `format`; it needs the input, not
+ * the output. dinp may be dout (in place). */
 void tr_cpu_gelu_forward(float *out, const float *inp, size_t n);
-void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+                          int format);
 
 /* ---- linear then GELU: the MLP's c_fc and its activation ---------------------------
  * pre, out [B,OUT]; inp [B,IN]; w [OUT,IN]; b [OUT] or NULL; format a tr_precision.
@@ -55,40 +63,44 @@ void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size
 void tr_cpu_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
                                 const float *b, int B, int IN, int OUT, int format);
 
-/* ---- residual add: out = a + b, elementwise over n --------------------------------
+/* ---- residual add: out = a + b, elementwise over n, rounded to `format` -----------
  * out may alias a or b. No backward kernel: d a = d b = dout, and on the residual
  * stream the gradient accumulates, so the caller adds dout into the stream's
  * gradient (or passes the same buffer on) instead of calling a kernel. */
-void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
+void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t n, int format);
 
 /* ---- causal multi-head self-attention core ----------------------------------------
  * qkv [B,T,3C]: q, k, v concatenated on the last dim, each split into NH heads of HS.
- * out [B,T,C] = per head softmax(q k^T / sqrt(HS), causal) v, heads concatenated.
+ * out [B,T,C] = per head softmax(q k^T / sqrt(HS), causal) v, heads concatenated,
+ * rounded to `format`.
  * att [B,NH,T,T] holds what backward needs and belongs to the backend: here the
  * probabilities (row t: columns > t are 0), rounded to `format` (a tr_precision; fp32
  * leaves them) after out is formed from the unrounded ones, as the model stores any
  * activation; the GPU keeps each row's log-sum-exp there instead and recomputes the
  * probabilities in backward (src/cuda/cuda_attention.cu).
- * Backward: dqkv [B,T,3C] (=); out is forward's output (unused here); datt
+ * Backward: dqkv [B,T,3C] (=), rounded to `format`; out is forward's output (unused
+ * here); datt
  * [B,NH,T,T] is scratch the caller provides (contents on return unspecified).
  * C % NH must be 0. */
 size_t tr_cpu_attention_state_floats(int B, int T, int NH); /* B*NH*T*T */
 void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH, int format);
 void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
-                               const float *qkv, const float *att, int B, int T, int C, int NH);
+                               const float *qkv, const float *att, int B, int T, int C, int NH,
+                               int format);
 
 /* ---- softmax cross-entropy over a padded vocabulary -------------------------------
  * logits, probs [B*T,Vp]: only columns [0, V) are real; padded columns never touch
  * the loss and get probability 0 and gradient 0. targets [B*T] in [0, V) (checked).
  * losses [B*T] = -log softmax(logits[row, 0..V))[target]. Returns the sum of losses,
  * added serially in row order (in double). probs may be logits (in place).
- * Backward: dlogits [B*T,Vp] (=) = scale (probs - onehot(target)) on real columns, 0
- * on padded ones; dlogits may be probs (in place). scale is typically 1 / (B*T). */
+ * Backward: dlogits [B*T,Vp] (=) = scale (probs - onehot(target)) on real columns,
+ * rounded to `format`, 0 on padded ones; dlogits may be probs (in place). scale is
+ * typically 1 / (B*T). */
 double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logits,
                                   const int *targets, int B, int T, int V, int Vp);
 void tr_cpu_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
-                                 float scale, int B, int T, int V, int Vp);
+                                 float scale, int B, int T, int V, int Vp, int format);
 
 /* ---- the vocabulary split over tensor-parallel ranks (cpu_vocab_parallel.c) --------
  * This rank holds vocabulary rows [v0, v0 + Vl); the first nreal of them are real.
@@ -113,6 +125,6 @@ void tr_cpu_xent_shard_sums(double *sums, float *probs, const float *logits,
 double tr_cpu_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
                                 int Vl, int nreal);
 void tr_cpu_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
-                                float scale, size_t BT, int Vl, int v0, int nreal);
+                                float scale, size_t BT, int Vl, int v0, int nreal, int format);
 
 #endif

@@ -86,7 +86,7 @@ template <int D> __device__ static inline float dot_bcast(const float *a, const 
 template <int D>
 __global__ static void __launch_bounds__(FA_THREADS)
     flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int HS,
-                         float scale)
+                         float scale, int format)
 {
     const int R = fa_rows<D>::R, BR = FA_WARPS * R, LDK = D + 1;
     extern __shared__ float sm[];
@@ -156,7 +156,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
 #pragma unroll
         for (int c = 0; c < D / 32; c++)
             if (lane + 32 * c < HS)
-                o[lane + 32 * c] = acc[r][c] * inv;
+                o[lane + 32 * c] = tr_round_lowp(acc[r][c] * inv, format);
         if (lane == 0)
             lse[(size_t)bh * T + i] = m[r] + logf(l[r]);
     }
@@ -187,7 +187,7 @@ __global__ static void flash_dvec_kernel(float *dvec, const float *dout, const f
 template <int D>
 __global__ static void __launch_bounds__(FA_THREADS)
     flash_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                     const float *dvec, int T, int C, int NH, int HS, float scale)
+                     const float *dvec, int T, int C, int NH, int HS, float scale, int format)
 {
     const int R = fa_rows<D>::R, BK = FA_WARPS * R, LDQ = D + 1;
     extern __shared__ float sm[];
@@ -251,8 +251,8 @@ __global__ static void __launch_bounds__(FA_THREADS)
 #pragma unroll
         for (int c = 0; c < D / 32; c++)
             if (lane + 32 * c < HS) {
-                dkr[lane + 32 * c] = scale * dk[r][c];
-                dvr[lane + 32 * c] = dv[r][c];
+                dkr[lane + 32 * c] = tr_round_lowp(scale * dk[r][c], format);
+                dvr[lane + 32 * c] = tr_round_lowp(dv[r][c], format);
             }
     }
 }
@@ -261,7 +261,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
 template <int D>
 __global__ static void __launch_bounds__(FA_THREADS)
     flash_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                    const float *dvec, int T, int C, int NH, int HS, float scale)
+                    const float *dvec, int T, int C, int NH, int HS, float scale, int format)
 {
     const int R = fa_rows<D>::R, BQ = FA_WARPS * R, LDK = D + 1;
     extern __shared__ float sm[];
@@ -325,7 +325,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
 #pragma unroll
         for (int c = 0; c < D / 32; c++)
             if (lane + 32 * c < HS)
-                dqr[lane + 32 * c] = scale * dq[r][c];
+                dqr[lane + 32 * c] = tr_round_lowp(scale * dq[r][c], format);
     }
 }
 
@@ -341,31 +341,32 @@ template <int D> static size_t bwd_smem(void)
 
 template <int D>
 static void forward_d(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
-                      int HS, float scale)
+                      int HS, float scale, int format)
 {
     static int opted;
     size_t smem = fwd_smem<D>();
     tr_cuda_allow_smem(flash_forward_kernel<D>, smem, &opted);
     unsigned grid = tr_cuda_tile_grid(B, NH, T, FA_WARPS * fa_rows<D>::R);
     flash_forward_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(out, lse, qkv, T, C,
-                                                                         NH, HS, scale);
+                                                                         NH, HS, scale, format);
     TR_CUDA_LAUNCHED();
 }
 
 template <int D>
 static void backward_d(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                       const float *dvec, int B, int T, int C, int NH, int HS, float scale)
+                       const float *dvec, int B, int T, int C, int NH, int HS, float scale,
+                       int format)
 {
     static int opted_kv, opted_q;
     size_t smem = bwd_smem<D>();
     unsigned grid = tr_cuda_tile_grid(B, NH, T, FA_WARPS * fa_rows<D>::R);
     tr_cuda_allow_smem(flash_dkv_kernel<D>, smem, &opted_kv);
     tr_cuda_allow_smem(flash_dq_kernel<D>, smem, &opted_q);
-    flash_dkv_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(dqkv, dout, qkv, lse,
-                                                                    dvec, T, C, NH, HS, scale);
+    flash_dkv_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(
+        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, format);
     TR_CUDA_LAUNCHED();
-    flash_dq_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(dqkv, dout, qkv, lse, dvec,
-                                                                   T, C, NH, HS, scale);
+    flash_dq_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(
+        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, format);
     TR_CUDA_LAUNCHED();
 }
 
@@ -391,25 +392,27 @@ static int tensor_cores(int HS)
 void tr_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                int NH, int format)
 {
-    (void)format; /* the saved log-sum-exps stay fp32: they are not an activation */
+    /* out is rounded to format as it is stored; the saved log-sum-exps stay fp32:
+     * they are not an activation */
     int HS = head_size(C, NH, "attention_forward");
     if (B <= 0 || T <= 0)
         return;
     float scale = 1.0f / sqrtf((float)HS);
     if (tensor_cores(HS)) {
-        tr_cuda_attention_tc_forward(out, att, qkv, B, T, C, NH, HS, scale);
+        tr_cuda_attention_tc_forward(out, att, qkv, B, T, C, NH, HS, scale, format);
         return;
     }
     switch (padded_head(HS, "attention_forward")) {
-    case 32: forward_d<32>(out, att, qkv, B, T, C, NH, HS, scale); break;
-    case 64: forward_d<64>(out, att, qkv, B, T, C, NH, HS, scale); break;
-    case 128: forward_d<128>(out, att, qkv, B, T, C, NH, HS, scale); break;
-    default: forward_d<256>(out, att, qkv, B, T, C, NH, HS, scale); break;
+    case 32: forward_d<32>(out, att, qkv, B, T, C, NH, HS, scale, format); break;
+    case 64: forward_d<64>(out, att, qkv, B, T, C, NH, HS, scale, format); break;
+    case 128: forward_d<128>(out, att, qkv, B, T, C, NH, HS, scale, format); break;
+    default: forward_d<256>(out, att, qkv, B, T, C, NH, HS, scale, format); break;
     }
 }
 
 void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
-                                const float *qkv, const float *att, int B, int T, int C, int NH)
+                                const float *qkv, const float *att, int B, int T, int C, int NH,
+                                int format)
 {
     int HS = head_size(C, NH, "attention_backward");
     if (B <= 0 || T <= 0)
@@ -422,13 +425,14 @@ void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, con
                         tr_cuda_stream()>>>(dvec, dout, out, B, T, C, NH, HS);
     TR_CUDA_LAUNCHED();
     if (tensor_cores(HS)) {
-        tr_cuda_attention_tc_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale);
+        tr_cuda_attention_tc_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,
+                                      format);
         return;
     }
     switch (padded_head(HS, "attention_backward")) {
-    case 32: backward_d<32>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale); break;
-    case 64: backward_d<64>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale); break;
-    case 128: backward_d<128>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale); break;
-    default: backward_d<256>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale); break;
+    case 32: backward_d<32>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format); break;
+    case 64: backward_d<64>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format); break;
+    case 128: backward_d<128>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format); break;
+    default: backward_d<256>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format); break;
     }
 }

@@ -26,6 +26,7 @@
 
 #include "cuda/cuda_common.h"
 
+#include "backend/lowp_math.h"   /* tr_round_lowp */
 #include "backend/scalar_math.h" /* tr_expf */
 
 #include <cuda_bf16.h>
@@ -129,11 +130,11 @@ __device__ static void accumulate_16xD(frag_acc *acc, const bf16 *P, const bf16 
 }
 
 /* The warp's 16 x D accumulators, row r times rscale (the calling lane pair's row) and
- * all times `scale`, to rows row0.. of dst (stride ldd; rows < T, columns < HS),
- * through the warp's fp32 scratch rows W (stride LS). */
+ * all times `scale`, rounded to `format`, to rows row0.. of dst (stride ldd; rows < T,
+ * columns < HS), through the warp's fp32 scratch rows W (stride LS). */
 template <int D>
 __device__ static void store_rows(float *dst, size_t ldd, int row0, int T, int HS, float scale,
-                                  frag_acc *acc, float *W, float rscale)
+                                  frag_acc *acc, float *W, float rscale, int format)
 {
     const int LS = tc_layout<D>::LS;
     __syncwarp();
@@ -145,7 +146,7 @@ __device__ static void store_rows(float *dst, size_t ldd, int row0, int T, int H
     float f = scale * rscale;
     if (i < T)
         for (int d = lane % 2; d < HS; d += 2)
-            dst[(size_t)i * ldd + d] = f * W[r * LS + d];
+            dst[(size_t)i * ldd + d] = tr_round_lowp(f * W[r * LS + d], format);
     __syncwarp();
 }
 
@@ -157,7 +158,7 @@ __device__ static void store_rows(float *dst, size_t ldd, int row0, int T, int H
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int HS,
-                      float scale, int vec)
+                      float scale, int vec, int format)
 {
     typedef tc_layout<D> L;
     extern __shared__ __align__(128) unsigned char tc_sm[];
@@ -232,7 +233,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
         accumulate_16xD<D>(acc, P, Vs);
     }
     store_rows<D>(out + (size_t)b * T * C + (size_t)h * HS, C, i0 + warp * 16, T, HS, 1.0f, acc,
-                  S, 1.0f / l);
+                  S, 1.0f / l, format);
     int row = i0 + warp * 16 + r;
     if (half == 0 && row < T)
         lse[(size_t)bh * T + row] = m + logf(l);
@@ -242,7 +243,8 @@ __global__ static void __launch_bounds__(TC_THREADS)
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                  const float *dvec, int T, int C, int NH, int HS, float scale, int vec)
+                  const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
+                  int format)
 {
     typedef tc_layout<D> L;
     extern __shared__ __align__(128) unsigned char tc_sm[];
@@ -308,15 +310,16 @@ __global__ static void __launch_bounds__(TC_THREADS)
         accumulate_16xD<D>(dk, dS, Qt); /* dK += dS^T Q (scale at the end) */
     }
     float *dk_rows = dqkv + qoff + C, *dv_rows = dk_rows + C;
-    store_rows<D>(dk_rows, ld, j0 + warp * 16, T, HS, scale, dk, S, 1.0f);
-    store_rows<D>(dv_rows, ld, j0 + warp * 16, T, HS, 1.0f, dv, S, 1.0f);
+    store_rows<D>(dk_rows, ld, j0 + warp * 16, T, HS, scale, dk, S, 1.0f, format);
+    store_rows<D>(dv_rows, ld, j0 + warp * 16, T, HS, 1.0f, dv, S, 1.0f, format);
 }
 
 /* dQ of 64 queries (16 per warp), over the key tiles up to them. */
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                 const float *dvec, int T, int C, int NH, int HS, float scale, int vec)
+                 const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
+                 int format)
 {
     typedef tc_layout<D> L;
     extern __shared__ __align__(128) unsigned char tc_sm[];
@@ -370,7 +373,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
         __syncwarp();
         accumulate_16xD<D>(dq, dS, Kt); /* dQ += dS K (scale at the end) */
     }
-    store_rows<D>(dqkv + qoff, ld, i0 + warp * 16, T, HS, scale, dq, S, 1.0f);
+    store_rows<D>(dqkv + qoff, ld, i0 + warp * 16, T, HS, scale, dq, S, 1.0f, format);
 }
 
 /* 16-byte loads: every row start of q, k, v (and dO) is a multiple of 4 floats */
@@ -381,20 +384,21 @@ static int vec_ok(const void *a, const void *b, int C, int HS)
 
 template <int D>
 static void tc_forward_d(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
-                         int HS, float scale)
+                         int HS, float scale, int format)
 {
     static int opted;
     size_t bytes = tc_layout<D>::FWD_BYTES;
     tr_cuda_allow_smem(tc_forward_kernel<D>, bytes, &opted);
     unsigned grid = tr_cuda_tile_grid(B, NH, T, TC_TILE);
     tc_forward_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(
-        out, lse, qkv, T, C, NH, HS, scale, vec_ok(qkv, qkv, C, HS));
+        out, lse, qkv, T, C, NH, HS, scale, vec_ok(qkv, qkv, C, HS), format);
     TR_CUDA_LAUNCHED();
 }
 
 template <int D>
 static void tc_backward_d(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                          const float *dvec, int B, int T, int C, int NH, int HS, float scale)
+                          const float *dvec, int B, int T, int C, int NH, int HS, float scale,
+                          int format)
 {
     static int opted_kv, opted_q;
     size_t bytes = tc_layout<D>::BWD_BYTES;
@@ -403,10 +407,11 @@ static void tc_backward_d(float *dqkv, const float *dout, const float *qkv, cons
     unsigned grid = tr_cuda_tile_grid(B, NH, T, TC_TILE);
     int vec = vec_ok(qkv, dout, C, HS);
     tc_dkv_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(dqkv, dout, qkv, lse, dvec,
-                                                                  T, C, NH, HS, scale, vec);
+                                                                  T, C, NH, HS, scale, vec,
+                                                                  format);
     TR_CUDA_LAUNCHED();
     tc_dq_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(dqkv, dout, qkv, lse, dvec, T,
-                                                                 C, NH, HS, scale, vec);
+                                                                 C, NH, HS, scale, vec, format);
     TR_CUDA_LAUNCHED();
 }
 
@@ -431,24 +436,24 @@ int tr_cuda_attention_tc_fits(int HS)
 }
 
 void tr_cuda_attention_tc_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                  int NH, int HS, float scale)
+                                  int NH, int HS, float scale, int format)
 {
     if (HS <= 32)
-        tc_forward_d<32>(out, lse, qkv, B, T, C, NH, HS, scale);
+        tc_forward_d<32>(out, lse, qkv, B, T, C, NH, HS, scale, format);
     else if (HS <= 64)
-        tc_forward_d<64>(out, lse, qkv, B, T, C, NH, HS, scale);
+        tc_forward_d<64>(out, lse, qkv, B, T, C, NH, HS, scale, format);
     else
-        tc_forward_d<128>(out, lse, qkv, B, T, C, NH, HS, scale);
+        tc_forward_d<128>(out, lse, qkv, B, T, C, NH, HS, scale, format);
 }
 
 void tr_cuda_attention_tc_backward(float *dqkv, const float *dout, const float *qkv,
                                    const float *lse, const float *dvec, int B, int T, int C,
-                                   int NH, int HS, float scale)
+                                   int NH, int HS, float scale, int format)
 {
     if (HS <= 32)
-        tc_backward_d<32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale);
+        tc_backward_d<32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
     else if (HS <= 64)
-        tc_backward_d<64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale);
+        tc_backward_d<64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
     else
-        tc_backward_d<128>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale);
+        tc_backward_d<128>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
 }

@@ -1,16 +1,17 @@
 /* cuda_attention_tc.h: the tensor-core (bf16 WMMA) form of the fused attention
  * kernels, which cuda_attention.cu calls in bf16-mixed runs. Same tensors as
  * tr_cuda_attention_forward/backward; lse [B,NH,T] the rows' log-sum-exps, dvec
- * [B,NH,T] backward's rowsum(dO * O), both computed by the caller's conventions. */
+ * [B,NH,T] backward's rowsum(dO * O), both computed by the caller's conventions; out
+ * and dqkv are rounded to `format` (a tr_precision) as they are stored. */
 #ifndef TR_CUDA_ATTENTION_TC_H
 #define TR_CUDA_ATTENTION_TC_H
 
 /* nonzero where the kernels take this head size (n_embd / n_head) */
 int tr_cuda_attention_tc_fits(int HS);
 void tr_cuda_attention_tc_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                  int NH, int HS, float scale);
+                                  int NH, int HS, float scale, int format);
 void tr_cuda_attention_tc_backward(float *dqkv, const float *dout, const float *qkv,
                                    const float *lse, const float *dvec, int B, int T, int C,
-                                   int NH, int HS, float scale);
+                                   int NH, int HS, float scale, int format);
 
 #endif

@@ -75,26 +75,29 @@ void tr_cuda_embedding_shard_forward(float *out, const int *tok, const float *wt
 void tr_cuda_embedding_shard_backward(float *dwte, float *dwpe, const float *dout,
                                       const int *tok, int B, int T, int C, int v0, int Vl);
 void tr_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                               const float *weight, const float *bias, int B, int T, int C);
+                               const float *weight, const float *bias, int B, int T, int C,
+                               int format);
 void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                 const float *inp, const float *weight, const float *mean,
                                 const float *rstd, int B, int T, int C);
 void tr_cuda_gelu_forward(float *out, const float *inp, size_t n);
-void tr_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
-void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
+void tr_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+                           int format);
+void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n, int format);
 
 /* cuda_attention.cu */
 size_t tr_cuda_attention_state_floats(int B, int T, int NH); /* B*NH*T */
 void tr_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                int NH, int format);
 void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
-                                const float *qkv, const float *att, int B, int T, int C, int NH);
+                                const float *qkv, const float *att, int B, int T, int C, int NH,
+                                int format);
 
 /* cuda_xent.cu */
 double tr_cuda_xent_padded_forward(float *probs, float *losses, const float *logits,
                                    const int *targets, int B, int T, int V, int Vp);
 void tr_cuda_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
-                                  float scale, int B, int T, int V, int Vp);
+                                  float scale, int B, int T, int V, int Vp, int format);
 void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal);
 void tr_cuda_xent_shard_sums(double *sums, float *probs, const float *logits,
                              const float *rowmax, const int *targets, size_t BT, int Vl, int v0,
@@ -102,7 +105,7 @@ void tr_cuda_xent_shard_sums(double *sums, float *probs, const float *logits,
 double tr_cuda_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
                                  int Vl, int nreal);
 void tr_cuda_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
-                                 float scale, size_t BT, int Vl, int v0, int nreal);
+                                 float scale, size_t BT, int Vl, int v0, int nreal, int format);
 
 /* cuda_optim.cu */
 void tr_cuda_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n,

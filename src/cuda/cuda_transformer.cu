@@ -12,6 +12,7 @@
 #include "cuda/cuda_ops.h"
 
 #include "backend/gelu_math.h"
+#include "backend/lowp_math.h" /* tr_round_lowp */
 extern "C" {
 #include "backend/transformer_kernels.h" /* TR_LAYERNORM_EPS */
 }
@@ -147,7 +148,7 @@ void tr_cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, con
 
 __global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd,
                                                 const float *inp, const float *weight,
-                                                const float *bias, size_t BT, int C)
+                                                const float *bias, size_t BT, int C, int format)
 {
     size_t r = (size_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -167,7 +168,7 @@ __global__ static void layernorm_forward_kernel(float *out, float *mean, float *
     v = tr_warp_sum(v);
     float rs = 1.0f / sqrtf(v / (float)C + TR_LAYERNORM_EPS);
     for (int c = lane; c < C; c += 32)
-        o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+        o[c] = tr_round_lowp((x[c] - m) * rs * weight[c] + bias[c], format);
     if (lane == 0) {
         mean[r] = m;
         rstd[r] = rs;
@@ -241,14 +242,15 @@ __global__ static void layernorm_backward_params_partial_kernel(float *partial,
 }
 
 void tr_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                               const float *weight, const float *bias, int B, int T, int C)
+                               const float *weight, const float *bias, int B, int T, int C,
+                               int format)
 {
     size_t BT = (size_t)B * T;
     if (BT == 0 || C <= 0)
         return;
     unsigned blocks = (unsigned)((BT + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
     layernorm_forward_kernel<<<blocks, TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
-        out, mean, rstd, inp, weight, bias, BT, C);
+        out, mean, rstd, inp, weight, bias, BT, C, format);
     TR_CUDA_LAUNCHED();
 }
 
@@ -286,14 +288,15 @@ __global__ static void gelu_forward_kernel(float *out, const float *inp, size_t 
 
 /* dinp may be dout: each element is read before it is written, by one thread */
 __global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
-                                            size_t n)
+                                            size_t n, int format)
 {
-    TR_GRID_STRIDE(i, n) dinp[i] = tr_gelu_grad(inp[i]) * dout[i];
+    TR_GRID_STRIDE(i, n) dinp[i] = tr_round_lowp(tr_gelu_grad(inp[i]) * dout[i], format);
 }
 
-__global__ static void residual_kernel(float *out, const float *a, const float *b, size_t n)
+__global__ static void residual_kernel(float *out, const float *a, const float *b, size_t n,
+                                       int format)
 {
-    TR_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+    TR_GRID_STRIDE(i, n) out[i] = tr_round_lowp(a[i] + b[i], format);
 }
 
 void tr_cuda_gelu_forward(float *out, const float *inp, size_t n)
@@ -304,19 +307,21 @@ void tr_cuda_gelu_forward(float *out, const float *inp, size_t n)
     TR_CUDA_LAUNCHED();
 }
 
-void tr_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+void tr_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+                           int format)
 {
     if (n == 0)
         return;
     gelu_backward_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(dinp, inp,
-                                                                                 dout, n);
+                                                                                 dout, n, format);
     TR_CUDA_LAUNCHED();
 }
 
-void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n)
+void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n, int format)
 {
     if (n == 0)
         return;
-    residual_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(out, a, b, n);
+    residual_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(out, a, b, n,
+                                                                            format);
     TR_CUDA_LAUNCHED();
 }

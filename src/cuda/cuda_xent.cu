@@ -12,6 +12,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
 
+#include "backend/lowp_math.h"   /* tr_round_lowp */
 #include "backend/scalar_math.h" /* tr_expf */
 
 #include <math.h>
@@ -81,18 +82,19 @@ __global__ static void xent_padded_forward_kernel(float *probs, float *losses,
         losses[r] = (float)(log(sum) - ((double)xtarget - mx));
 }
 
-/* dlogits = scale (probs - onehot(target)) on real columns, 0 on padded ones;
- * element-wise, so dlogits may be probs */
+/* dlogits = scale (probs - onehot(target)) on real columns, rounded to format, 0 on
+ * padded ones; element-wise, so dlogits may be probs */
 __global__ static void xent_backward_kernel(float *dlogits, const float *probs,
                                             const int *targets, float scale, size_t BT, int W,
-                                            int v0, int nreal)
+                                            int v0, int nreal, int format)
 {
     TR_GRID_STRIDE(i, BT * W)
     {
         size_t r = i / W;
         int j = (int)(i % W);
         long t = (long)targets[r] - v0;
-        dlogits[i] = j < nreal ? scale * (probs[i] - (j == t ? 1.0f : 0.0f)) : 0.0f;
+        dlogits[i] =
+            j < nreal ? tr_round_lowp(scale * (probs[i] - (j == t ? 1.0f : 0.0f)), format) : 0.0f;
     }
 }
 
@@ -112,14 +114,14 @@ double tr_cuda_xent_padded_forward(float *probs, float *losses, const float *log
 }
 
 void tr_cuda_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
-                                  float scale, int B, int T, int V, int Vp)
+                                  float scale, int B, int T, int V, int Vp, int format)
 {
     size_t BT = (size_t)B * T;
     tr_cuda_check_tokens(targets, BT, V, "xent_padded_backward");
     if (BT == 0 || Vp <= 0)
         return;
     xent_backward_kernel<<<tr_cuda_grid(BT * Vp), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
-        dlogits, probs, targets, scale, BT, Vp, 0, V);
+        dlogits, probs, targets, scale, BT, Vp, 0, V, format);
     TR_CUDA_LAUNCHED();
 }
 
@@ -202,11 +204,11 @@ double tr_cuda_xent_shard_finish(float *probs, float *losses, const double *sums
 }
 
 void tr_cuda_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
-                                 float scale, size_t BT, int Vl, int v0, int nreal)
+                                 float scale, size_t BT, int Vl, int v0, int nreal, int format)
 {
     if (BT == 0 || Vl <= 0)
         return;
     xent_backward_kernel<<<tr_cuda_grid(BT * Vl), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
-        dlogits, probs, targets, scale, BT, Vl, v0, nreal);
+        dlogits, probs, targets, scale, BT, Vl, v0, nreal, format);
     TR_CUDA_LAUNCHED();
 }

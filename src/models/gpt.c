@@ -453,24 +453,21 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
     /* the row-parallel biases are added once, by tp rank 0, before the sum */
     int bias_here = g->tp_rank == 0;
     /* mixed precision: every stored output rounded to the storage format (the
-     * layernorm statistics stay fp32) */
+     * layernorm statistics stay fp32), by the kernel that stores it where it takes a
+     * format, else by tr_model_round */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, ln1[0].value, ln1[1].value, B, T,
-                         C);
-    tr_model_round(m, b->ln1, n);
+                         C, m->precision);
     k->linear_forward(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * Cl);
     tr_model_round(m, b->qkv, (size_t)BT * 3 * Cl);
     /* att is the backend's state for backward, stored (rounded) by the kernel itself */
     k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, g->NHl, m->precision);
-    tr_model_round(m, b->atty, (size_t)BT * Cl);
     k->linear_forward(g->proj_out, b->atty, proj[0].value, bias_here ? proj[1].value : NULL, BT,
                       Cl, C);
     tp_sum(g, g->proj_out, n);
     tr_model_round(m, g->proj_out, n);
-    k->residual_forward(b->res2, x, g->proj_out, n);
-    tr_model_round(m, b->res2, n);
+    k->residual_forward(b->res2, x, g->proj_out, n, m->precision);
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value, ln2[1].value,
-                         B, T, C);
-    tr_model_round(m, b->ln2, n);
+                         B, T, C, m->precision);
     /* c_fc and GELU in one entry (one matmul on a GPU); it rounds fch, which
      * gelu_backward reads, itself, before the CPU's GELU reads it */
     k->linear_gelu_forward(b->fch, b->fch_gelu, b->ln2, fc[0].value, fc[1].value, BT, C, Fl,
@@ -480,8 +477,7 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
                       BT, Fl, C);
     tp_sum(g, g->proj_out, n);
     tr_model_round(m, g->proj_out, n);
-    k->residual_forward(b->res3, b->res2, g->proj_out, n);
-    tr_model_round(m, b->res3, n);
+    k->residual_forward(b->res3, b->res2, g->proj_out, n, m->precision);
 }
 
 /* Where block i of slot s keeps its activations for the forward pass. */
@@ -534,8 +530,7 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
     const float *x = g->nl ? g->blk[(g->nl - 1) * g->slots + slot].res3 : g->encoded[slot];
     const tr_param *lnf = m->layers[g->lnf].params;
     k->layernorm_forward(g->lnf_out[slot], g->lnf_mean[slot], g->lnf_rstd[slot], x, lnf[0].value,
-                         lnf[1].value, B, T, C);
-    tr_model_round(m, g->lnf_out[slot], (size_t)BT * C);
+                         lnf[1].value, B, T, C, m->precision);
     /* tied head: logits = ln_f(x) wte^T over this rank's rows (padded rows are zero:
      * zero logits, which the cross-entropy ignores) */
     k->linear_forward(g->logits[slot], g->lnf_out[slot], P(m, g->head_wte, 0)->value, NULL, BT,
@@ -628,33 +623,31 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
         b = g->blk[i * g->slots + s];
     }
     /* MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
-    /* mixed precision: activation gradients rounded as they are stored */
+    /* mixed precision: activation gradients rounded as they are stored (by the kernel
+     * where it takes a format) */
     k->linear_backward(g->dfch, fcp[0].grad, fcp[1].grad, g->dres, b.fch_gelu, fcp[0].value, BT,
                        Fl, C);
     tr_model_round(m, g->dfch, (size_t)BT * Fl);
-    k->gelu_backward(g->dfch, b.fch, g->dfch, (size_t)BT * Fl);
-    tr_model_round(m, g->dfch, (size_t)BT * Fl);
+    k->gelu_backward(g->dfch, b.fch, g->dfch, (size_t)BT * Fl, m->precision);
     k->linear_backward(g->dln, fc[0].grad, fc[1].grad, g->dfch, b.ln2, fc[0].value, BT, C, Fl);
     tp_sum(g, g->dln, n);
     tr_model_round(m, g->dln, n);
     k->layernorm_backward(g->dtmp, ln2[0].grad, ln2[1].grad, g->dln, b.res2, ln2[0].value,
                           b.ln2_mean, b.ln2_rstd, B, T, C);
-    k->residual_forward(g->dres, g->dres, g->dtmp, n);
-    tr_model_round(m, g->dres, n);
+    k->residual_forward(g->dres, g->dres, g->dtmp, n, m->precision);
     /* attention half: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))) */
     k->linear_backward(g->dln, proj[0].grad, proj[1].grad, g->dres, b.atty, proj[0].value, BT,
                        Cl, C);
     tr_model_round(m, g->dln, (size_t)BT * Cl);
-    k->attention_backward(g->dqkv, g->datt, g->dln, b.atty, b.qkv, b.att, B, T, Cl, g->NHl);
-    tr_model_round(m, g->dqkv, (size_t)BT * 3 * Cl);
+    k->attention_backward(g->dqkv, g->datt, g->dln, b.atty, b.qkv, b.att, B, T, Cl, g->NHl,
+                          m->precision);
     k->linear_backward(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1, qkv[0].value, BT, C,
                        3 * Cl);
     tp_sum(g, g->dln, n);
     tr_model_round(m, g->dln, n);
     k->layernorm_backward(g->dtmp, ln1[0].grad, ln1[1].grad, g->dln, x_in, ln1[0].value,
                           b.ln1_mean, b.ln1_rstd, B, T, C);
-    k->residual_forward(g->dres, g->dres, g->dtmp, n);
-    tr_model_round(m, g->dres, n);
+    k->residual_forward(g->dres, g->dres, g->dtmp, n, m->precision);
 }
 
 void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int32_t *y, int B,
@@ -671,10 +664,10 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
         const tr_param *wte = P(m, g->head_wte, 0);
         float *lg = g->logits[slot]; /* dlogits in place of the probabilities */
         if (g->tp == 1)
-            k->xent_padded_backward(lg, lg, y, loss_scale, B, T, c->V, g->Vl);
+            k->xent_padded_backward(lg, lg, y, loss_scale, B, T, c->V, g->Vl, m->precision);
         else
-            k->xent_shard_backward(lg, lg, y, loss_scale, (size_t)BT, g->Vl, g->v0, g->nreal);
-        tr_model_round(m, lg, (size_t)BT * g->Vl);
+            k->xent_shard_backward(lg, lg, y, loss_scale, (size_t)BT, g->Vl, g->v0, g->nreal,
+                                   m->precision);
         k->linear_backward(g->dln, wte->grad, NULL, lg, g->lnf_out[slot], wte->value, BT, C,
                            g->Vl);
         tp_sum(g, g->dln, (size_t)BT * C);

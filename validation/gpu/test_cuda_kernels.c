@@ -52,6 +52,10 @@ enum { B = 2, T = 16, C = 64, NH = 4, V = 100, VP = 128, BT = B * T };
 #define TOL_GEMM 1e-4
 /* attention in bf16-mixed: P and dS rounded to bf16 (8 bits) before their products */
 #define TOL_ATT_BF16 2e-2
+/* a kernel that rounds its output to bf16 as it stores: where the two sides' fp32
+ * values differ in the last bits, their bf16 roundings may differ by one bf16 step
+ * (2^-8 of the value) */
+#define TOL_BF16_STORE 8e-3
 
 static const tr_kernels *gpu = &tr_cuda_kernels;
 static uint64_t g_stream = 1; /* each random tensor its own Philox stream */
@@ -148,6 +152,39 @@ static void compare(const char *what, const pair *p, double tol)
     double e = rel_err(p);
     printf("  %-40s rel err %.2e (tol %.0e)\n", what, e, tol);
     CHECK(e <= tol, "%s: relative error %.3e above %.0e", what, e, tol);
+}
+
+/* every value of p's device copy is one `format` holds: the kernel rounded as it
+ * stored (a NaN passes) */
+static void check_rounded(const char *what, const pair *p, int format)
+{
+    float *g = malloc(p->n * sizeof(float));
+    tr_cuda_download(g, p->d, p->n * sizeof(float));
+    size_t bad = 0;
+    for (size_t i = 0; i < p->n; i++)
+        bad += !(isnan(g[i]) || tr_round_lowp(g[i], format) == g[i]);
+    free(g);
+    CHECK(bad == 0, "%s: %zu of %zu values not rounded to %s", what, bad, p->n,
+          format == TR_PREC_BF16 ? "bf16" : "fp16");
+}
+
+/* The CPU and GPU kernels' outputs at a 16-bit format agree and the GPU's are of it. */
+static void compare_rounded(const char *what, const pair *p, int format)
+{
+    compare(what, p, TOL_BF16_STORE);
+    check_rounded(what, p, format);
+}
+
+/* compare_rounded at a 16-bit format, compare within TOL_ELEM at fp32 */
+static void compare_format(const char *what, const pair *p, int format)
+{
+    char name[96];
+    snprintf(name, sizeof name, "%s (%s)", what,
+             format == TR_PREC_BF16 ? "bf16" : format == TR_PREC_FP16 ? "fp16" : "fp32");
+    if (format == TR_PREC_FP32)
+        compare(name, p, TOL_ELEM);
+    else
+        compare_rounded(name, p, format);
 }
 
 static void compare_value(const char *what, double cpu, double cuda, double tol)
@@ -331,8 +368,11 @@ static void test_layernorm(int nb, int nt, int nc)
     pair mean = pair_zero(nbt), rstd = pair_zero(nbt), dout = pair_rand(nbt * nc, -1, 1);
     pair dinp = pair_rand(nbt * nc, -1, 1), dw = pair_rand(nc, -1, 1);
     pair db = pair_rand(nc, -1, 1);
-    tr_cpu_layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, bias.h, nb, nt, nc);
-    gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, bias.d, nb, nt, nc);
+    tr_cpu_layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, bias.h, nb, nt, nc, TR_PREC_BF16);
+    gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, bias.d, nb, nt, nc, TR_PREC_BF16);
+    compare_rounded("layernorm_forward out (bf16)", &out, TR_PREC_BF16);
+    tr_cpu_layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, bias.h, nb, nt, nc, TR_PREC_FP32);
+    gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, bias.d, nb, nt, nc, TR_PREC_FP32);
     compare("layernorm_forward out", &out, TOL_ELEM);
     compare("layernorm_forward mean", &mean, TOL_ELEM);
     compare("layernorm_forward rstd", &rstd, TOL_ELEM);
@@ -358,17 +398,21 @@ static void test_elementwise(void)
     tr_cpu_gelu_forward(out.h, inp.h, n);
     gpu->gelu_forward(out.d, inp.d, n);
     compare("gelu_forward out", &out, TOL_ELEM);
-    tr_cpu_gelu_backward(dinp.h, inp.h, dout.h, n);
-    gpu->gelu_backward(dinp.d, inp.d, dout.d, n);
-    compare("gelu_backward dinp", &dinp, TOL_ELEM);
-    tr_cpu_gelu_backward(dout.h, inp.h, dout.h, n); /* in place */
-    gpu->gelu_backward(dout.d, inp.d, dout.d, n);
+    static const int formats[] = {TR_PREC_BF16, TR_PREC_FP16, TR_PREC_FP32};
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
+        int f = formats[i];
+        tr_cpu_gelu_backward(dinp.h, inp.h, dout.h, n, f);
+        gpu->gelu_backward(dinp.d, inp.d, dout.d, n, f);
+        compare_format("gelu_backward dinp", &dinp, f);
+        tr_cpu_residual_forward(out.h, inp.h, other.h, n, f);
+        gpu->residual_forward(out.d, inp.d, other.d, n, f);
+        compare_format("residual_forward out", &out, f);
+    }
+    tr_cpu_gelu_backward(dout.h, inp.h, dout.h, n, TR_PREC_FP32); /* in place */
+    gpu->gelu_backward(dout.d, inp.d, dout.d, n, TR_PREC_FP32);
     compare("gelu_backward dinp (in place)", &dout, TOL_ELEM);
-    tr_cpu_residual_forward(out.h, inp.h, other.h, n);
-    gpu->residual_forward(out.d, inp.d, other.d, n);
-    compare("residual_forward out", &out, TOL_ELEM);
-    tr_cpu_residual_forward(other.h, inp.h, other.h, n); /* out aliasing b */
-    gpu->residual_forward(other.d, inp.d, other.d, n);
+    tr_cpu_residual_forward(other.h, inp.h, other.h, n, TR_PREC_FP32); /* out aliasing b */
+    gpu->residual_forward(other.d, inp.d, other.d, n, TR_PREC_FP32);
     compare("residual_forward out (in place)", &other, TOL_ELEM);
     pair *all[] = {&inp, &out, &dout, &dinp, &other};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
@@ -404,13 +448,17 @@ static void test_attention_shape(int b, int t, int c, int nh, int format)
     tr_cpu_attention_forward(out.h, att.h, qkv.h, b, t, c, nh, format);
     gpu->attention_forward(out.d, att.d, qkv.d, b, t, c, nh, format);
     compare("attention_forward out", &out, tol);
-    tr_cpu_attention_backward(dqkv.h, datt.h, dout.h, out.h, qkv.h, att.h, b, t, c, nh);
-    gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh);
+    if (format != TR_PREC_FP32)
+        check_rounded("attention_forward out", &out, format);
+    tr_cpu_attention_backward(dqkv.h, datt.h, dout.h, out.h, qkv.h, att.h, b, t, c, nh, format);
+    gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh, format);
     compare("attention_backward dqkv", &dqkv, tol);
+    if (format != TR_PREC_FP32)
+        check_rounded("attention_backward dqkv", &dqkv, format);
     /* twice: the same bits (no atomics, dqkv overwritten) */
     float *first = malloc(bt * 3 * c * sizeof(float)), *again = malloc(bt * 3 * c * sizeof(float));
     tr_cuda_download(first, dqkv.d, bt * 3 * c * sizeof(float));
-    gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh);
+    gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh, format);
     tr_cuda_download(again, dqkv.d, bt * 3 * c * sizeof(float));
     CHECK(memcmp(first, again, bt * 3 * c * sizeof(float)) == 0,
           "attention_backward: two runs differ");
@@ -451,9 +499,12 @@ static void test_xent_padded(void)
     compare("xent_padded_forward probs", &probs, TOL_ELEM);
     compare("xent_padded_forward losses", &losses, TOL_ELEM);
     compare_value("xent_padded_forward loss sum", lc, lg, TOL_ELEM);
-    tr_cpu_xent_padded_backward(dlogits.h, probs.h, tgt.h, scale, B, T, V, VP);
     tr_cuda_upload(probs.d, probs.h, n * sizeof(float));
-    gpu->xent_padded_backward(dlogits.d, probs.d, tgt.d, scale, B, T, V, VP);
+    tr_cpu_xent_padded_backward(dlogits.h, probs.h, tgt.h, scale, B, T, V, VP, TR_PREC_BF16);
+    gpu->xent_padded_backward(dlogits.d, probs.d, tgt.d, scale, B, T, V, VP, TR_PREC_BF16);
+    compare_rounded("xent_padded_backward dlogits (bf16)", &dlogits, TR_PREC_BF16);
+    tr_cpu_xent_padded_backward(dlogits.h, probs.h, tgt.h, scale, B, T, V, VP, TR_PREC_FP32);
+    gpu->xent_padded_backward(dlogits.d, probs.d, tgt.d, scale, B, T, V, VP, TR_PREC_FP32);
     compare("xent_padded_backward dlogits", &dlogits, TOL_ELEM);
 
     /* in place: probs in the logits buffer, then dlogits in the probs buffer */
@@ -462,8 +513,8 @@ static void test_xent_padded(void)
     compare("xent_padded_forward probs (in place)", &logits, TOL_ELEM);
     compare_value("xent_padded_forward loss sum (in place)", lc, lg, TOL_ELEM);
     tr_cuda_upload(logits.d, logits.h, n * sizeof(float));
-    tr_cpu_xent_padded_backward(logits.h, logits.h, tgt.h, scale, B, T, V, VP);
-    gpu->xent_padded_backward(logits.d, logits.d, tgt.d, scale, B, T, V, VP);
+    tr_cpu_xent_padded_backward(logits.h, logits.h, tgt.h, scale, B, T, V, VP, TR_PREC_FP32);
+    gpu->xent_padded_backward(logits.d, logits.d, tgt.d, scale, B, T, V, VP, TR_PREC_FP32);
     compare("xent_padded_backward dlogits (in place)", &logits, TOL_ELEM);
     pair *all[] = {&logits, &probs, &losses, &dlogits};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
@@ -511,8 +562,11 @@ static void test_xent_shard(void)
     compare_value("xent_shard_finish loss sum", lc, lg, TOL_ELEM);
 
     tr_cuda_upload(probs.d, probs.h, n * sizeof(float));
-    tr_cpu_xent_shard_backward(dlogits.h, probs.h, tgt.h, 0.5f, BT, VL, V0, NREAL);
-    gpu->xent_shard_backward(dlogits.d, probs.d, tgt.d, 0.5f, BT, VL, V0, NREAL);
+    tr_cpu_xent_shard_backward(dlogits.h, probs.h, tgt.h, 0.5f, BT, VL, V0, NREAL, TR_PREC_BF16);
+    gpu->xent_shard_backward(dlogits.d, probs.d, tgt.d, 0.5f, BT, VL, V0, NREAL, TR_PREC_BF16);
+    compare_rounded("xent_shard_backward dlogits (bf16)", &dlogits, TR_PREC_BF16);
+    tr_cpu_xent_shard_backward(dlogits.h, probs.h, tgt.h, 0.5f, BT, VL, V0, NREAL, TR_PREC_FP32);
+    gpu->xent_shard_backward(dlogits.d, probs.d, tgt.d, 0.5f, BT, VL, V0, NREAL, TR_PREC_FP32);
     compare("xent_shard_backward dlogits", &dlogits, TOL_ELEM);
     tr_cuda_free(sums_d);
     pair *all[] = {&logits, &rowmax, &losses, &probs, &dlogits};

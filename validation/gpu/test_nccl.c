@@ -35,6 +35,7 @@
  * Launched by on_gpus.sh, which runs `test_nccl --gpus` first, without MPI: it
  * prints how many GPUs are usable, or why none is and exits 77 (CTest: skipped). */
 #include "backend/kernels.h"
+#include "backend/lowp_math.h" /* TR_PREC_FP32 */
 #include "comm/comm.h"
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
@@ -346,7 +347,7 @@ static void test_p2p(tr_group *g, const char *gname, int nonblocking)
 static void add(int device, float *dst, const float *a, const float *b, size_t n)
 {
     if (device) {
-        gpu->residual_forward(dst, a, b, n);
+        gpu->residual_forward(dst, a, b, n, TR_PREC_FP32);
         return;
     }
     for (size_t i = 0; i < n; i++)

@@ -3,8 +3,10 @@
  * (embedding, layernorm, GELU, causal attention, padded softmax cross-entropy),
  * forward passes against double-precision references, the gradient rules (parameter
  * gradients accumulate, activation gradients overwrite), the causal mask, the padded
- * vocabulary, GELU against its formula, and determinism: two runs bit-identical, and
- * 1 thread bit-identical to 2, on shapes large enough to take the parallel paths.
+ * vocabulary, GELU against its formula, the mixed-precision rounding that kernels do
+ * as they store (the same bits as rounding afterwards), and determinism: two runs
+ * bit-identical, and 1 thread bit-identical to 2, on shapes large enough to take the
+ * parallel paths.
  *
  * Small shapes: B=2, T=5, C=8, NH=2 (HS=4), V=11, Vp=16. Loss for a kernel with a
  * tensor output: L = sum(out * R) for a fixed random R, so dL/dout = R; for the
@@ -24,6 +26,7 @@
  * printed per tensor. */
 #include "backend/cpu_backend.h"
 #include "backend/gelu_math.h"
+#include "backend/lowp_math.h"
 #include "backend/transformer_kernels.h"
 #include "core/error.h"
 #include "fd_check.h"
@@ -146,7 +149,8 @@ typedef struct ln_rig {
 static double ln_loss(void *ctx)
 {
     ln_rig *l = ctx;
-    tr_cpu_layernorm_forward(l->out, l->mean, l->rstd, l->inp, l->w, l->b, SB, ST, SC);
+    tr_cpu_layernorm_forward(l->out, l->mean, l->rstd, l->inp, l->w, l->b, SB, ST, SC,
+                             TR_PREC_FP32);
     return dot_r(l->out, l->R, (size_t)SB * ST * SC);
 }
 
@@ -274,11 +278,11 @@ static void test_gelu(void)
         bad += g.out[i] != tr_gelu(g.inp[i]);
     CHECK(bad == 0, "gelu_forward differs from tr_gelu in %zu elements", bad);
     fill_nan(dinp, n);
-    tr_cpu_gelu_backward(dinp, g.inp, g.R, n);
+    tr_cpu_gelu_backward(dinp, g.inp, g.R, n, TR_PREC_FP32);
     fd_problem p = {gelu_loss, NULL, &g};
     FD_CHECK_TENSOR("gelu d/dinp", fd_check(&p, g.inp, dinp, n, EPS, FLOOR, TOL), 0.0);
     memcpy(inplace, g.R, n * sizeof(float));
-    tr_cpu_gelu_backward(inplace, g.inp, inplace, n);
+    tr_cpu_gelu_backward(inplace, g.inp, inplace, n, TR_PREC_FP32);
     CHECK(same_bits(inplace, dinp, n), "gelu_backward in place (dinp == dout) differs");
     tr_free(g.inp), tr_free(g.out), tr_free(g.R), tr_free(dinp), tr_free(inplace);
 }
@@ -290,11 +294,11 @@ static void test_residual(void)
     float *a = falloc(n, "a"), *b = falloc(n, "b"), *o = falloc(n, "o");
     fd_fill_uniform(a, n, -1, 1, 31);
     fd_fill_uniform(b, n, -1, 1, 32);
-    tr_cpu_residual_forward(o, a, b, n);
+    tr_cpu_residual_forward(o, a, b, n, TR_PREC_FP32);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)
         bad += o[i] != a[i] + b[i];
-    tr_cpu_residual_forward(a, a, b, n); /* in place */
+    tr_cpu_residual_forward(a, a, b, n, TR_PREC_FP32); /* in place */
     CHECK(bad == 0 && same_bits(a, o, n), "residual: %zu elements differ from a + b", bad);
     tr_free(a), tr_free(b), tr_free(o);
 }
@@ -370,11 +374,13 @@ static void test_attention(void)
 
     fill_nan(dqkv, nqkv);
     fill_nan(datt, natt); /* scratch: must be written before it is read */
-    tr_cpu_attention_backward(dqkv, datt, a.R, a.out, a.qkv, a.att, SB, ST, SC, SNH);
+    tr_cpu_attention_backward(dqkv, datt, a.R, a.out, a.qkv, a.att, SB, ST, SC, SNH,
+                              TR_PREC_FP32);
     fd_problem p = {att_loss, NULL, &a};
     FD_CHECK_TENSOR("attention d/dqkv", fd_check(&p, a.qkv, dqkv, nqkv, EPS, FLOOR, TOL), 0.0);
     fill_nan(dqkv2, nqkv);
-    tr_cpu_attention_backward(dqkv2, datt, a.R, a.out, a.qkv, a.att, SB, ST, SC, SNH);
+    tr_cpu_attention_backward(dqkv2, datt, a.R, a.out, a.qkv, a.att, SB, ST, SC, SNH,
+                              TR_PREC_FP32);
     CHECK(same_bits(dqkv, dqkv2, nqkv), "attention backward: two runs differ (or dqkv not =)");
 
     /* causal mask: changing every q, k, v of time t0 leaves rows t < t0 of out and att
@@ -454,7 +460,7 @@ static void test_xent(void)
     CHECK(fabs(L - ref) < 1e-5 * fabs(ref), "xent loss %.9g vs double reference %.9g", L, ref);
 
     fill_nan(dl, n);
-    tr_cpu_xent_padded_backward(dl, x.probs, x.tgt, 1.0f, SB, ST, SV, SVP);
+    tr_cpu_xent_padded_backward(dl, x.probs, x.tgt, 1.0f, SB, ST, SV, SVP, TR_PREC_FP32);
     fd_problem p = {xent_loss, NULL, &x};
     FD_CHECK_TENSOR("xent d/dlogits", fd_check(&p, x.logits, dl, n, EPS, FLOOR, TOL), 0.0);
     size_t padbad = 0;
@@ -478,14 +484,15 @@ static void test_xent(void)
     memcpy(x.logits, lg0, n * sizeof(float));
 
     /* scale, and in place: probs == logits, then dlogits == probs */
-    tr_cpu_xent_padded_backward(dl2, x.probs, x.tgt, 0.1f, SB, ST, SV, SVP);
+    tr_cpu_xent_padded_backward(dl2, x.probs, x.tgt, 0.1f, SB, ST, SV, SVP, TR_PREC_FP32);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)
         bad += dl2[i] != 0.1f * (p0[i] - (dl[i] - p0[i] < -0.5f ? 1.0f : 0.0f));
     CHECK(bad == 0, "xent backward with scale 0.1: %zu elements off", bad);
     double Lin = tr_cpu_xent_padded_forward(x.logits, x.losses, x.logits, x.tgt, SB, ST, SV, SVP);
     CHECK(Lin == L && same_bits(x.logits, p0, n), "xent forward in place differs");
-    tr_cpu_xent_padded_backward(x.logits, x.logits, x.tgt, 1.0f, SB, ST, SV, SVP);
+    tr_cpu_xent_padded_backward(x.logits, x.logits, x.tgt, 1.0f, SB, ST, SV, SVP,
+                                TR_PREC_FP32);
     CHECK(same_bits(x.logits, dl, n), "xent backward in place differs");
 
     tr_free(x.logits), tr_free(x.probs), tr_free(x.losses), tr_free(dl), tr_free(dl2);
@@ -521,24 +528,26 @@ static size_t big_run(const big *g, float *res)
 
     float *ln = take(&w, n), *mean = take(&w, BT), *rstd = take(&w, BT);
     float *dln = take(&w, n), *dw = take(&w, LC), *db = take(&w, LC);
-    tr_cpu_layernorm_forward(ln, mean, rstd, emb, g->lnw, g->lnb, LB, LT, LC);
+    tr_cpu_layernorm_forward(ln, mean, rstd, emb, g->lnw, g->lnb, LB, LT, LC, TR_PREC_FP32);
     tr_cpu_layernorm_backward(dln, dw, db, g->dout, emb, g->lnw, mean, rstd, LB, LT, LC);
 
     float *ge = take(&w, n), *dge = take(&w, n);
     tr_cpu_gelu_forward(ge, ln, n);
-    tr_cpu_gelu_backward(dge, ln, g->dout, n);
+    tr_cpu_gelu_backward(dge, ln, g->dout, n, TR_PREC_FP32);
 
     float *out = take(&w, n), *att = take(&w, natt), *datt = take(&w, natt);
     float *dqkv = take(&w, 3 * n);
     tr_cpu_attention_forward(out, att, g->qkv, LB, LT, LC, LNH, 0);
-    tr_cpu_attention_backward(dqkv, datt, g->dout, out, g->qkv, att, LB, LT, LC, LNH);
+    tr_cpu_attention_backward(dqkv, datt, g->dout, out, g->qkv, att, LB, LT, LC, LNH,
+                              TR_PREC_FP32);
 
     float *probs = take(&w, BT * LVP), *losses = take(&w, BT), *loss = take(&w, 2);
     float *dlogits = take(&w, BT * LVP);
     double L = tr_cpu_xent_padded_forward(probs, losses, g->logits, g->tok, LB, LT, LV, LVP);
     loss[0] = (float)L;
     loss[1] = (float)(L - (double)loss[0]); /* the rest of the double */
-    tr_cpu_xent_padded_backward(dlogits, probs, g->tok, 1.0f / (float)BT, LB, LT, LV, LVP);
+    tr_cpu_xent_padded_backward(dlogits, probs, g->tok, 1.0f / (float)BT, LB, LT, LV, LVP,
+                                TR_PREC_FP32);
     return (size_t)(w - res);
 }
 
@@ -579,6 +588,80 @@ static void test_determinism(void)
     tr_free(g.qkv), tr_free(g.logits), tr_free(g.dout), tr_free(r1), tr_free(r2), tr_free(r3);
 }
 
+/* ---- mixed precision: rounding inside the kernels -------------------------------- */
+
+/* Each kernel that takes a format, at bf16 and fp16, against the same kernel at fp32
+ * followed by tr_cpu_round_lowp: the same bits (the GPU rounds as it stores, and its
+ * test compares it with these). Inputs span magnitudes from 1e-3 to 1e3 so that both
+ * formats round, fp16's overflow and subnormals included. */
+static void fill_wide(float *x, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        float u = tr_rng_uniform(seed, 7, i) * 2.0f - 1.0f;
+        x[i] = u * powf(10.0f, 6.0f * tr_rng_uniform(seed, 8, i) - 3.0f);
+    }
+}
+
+static void check_fused(const char *what, int format, const float *fused, float *ref, size_t n)
+{
+    tr_cpu_round_lowp(ref, n, format);
+    CHECK(same_bits(fused, ref, n), "%s (%s): rounding inside the kernel differs from "
+          "round_lowp after it", what, format == TR_PREC_BF16 ? "bf16" : "fp16");
+}
+
+static void test_fused_rounding(void)
+{
+    enum { B = 2, T = 33, C = 64, NH = 4, V = 50, VP = 64 };
+    size_t n = (size_t)B * T * C, n3 = 3 * n, nv = (size_t)B * T * VP;
+    size_t natt = (size_t)B * NH * T * T;
+    float *x = falloc(n, "x"), *y = falloc(n, "y"), *w = falloc(C, "w"), *bias = falloc(C, "b");
+    float *o1 = falloc(n3 > nv ? n3 : nv, "fused"), *o2 = falloc(n3 > nv ? n3 : nv, "ref");
+    float *mean = falloc((size_t)B * T, "mean"), *rstd = falloc((size_t)B * T, "rstd");
+    float *qkv = falloc(n3, "qkv"), *att = falloc(natt, "att"), *datt = falloc(natt, "datt");
+    float *probs = falloc(nv, "probs");
+    int *tgt = tr_alloc((size_t)B * T * sizeof(int), "targets");
+    fill_wide(x, n, 1);
+    fill_wide(y, n, 2);
+    fill_wide(w, C, 3);
+    fill_wide(bias, C, 4);
+    for (size_t i = 0; i < n3; i++)
+        qkv[i] = tr_rng_uniform(5, 1, i) - 0.5f;
+    for (size_t i = 0; i < nv; i++)
+        probs[i] = (int)(i % VP) < V ? tr_rng_uniform(6, 1, i) : 0.0f;
+    for (int i = 0; i < B * T; i++)
+        tgt[i] = (i * 7) % V;
+    for (int f = TR_PREC_BF16; f <= TR_PREC_FP16; f++) {
+        tr_cpu_layernorm_forward(o1, mean, rstd, x, w, bias, B, T, C, f);
+        tr_cpu_layernorm_forward(o2, mean, rstd, x, w, bias, B, T, C, TR_PREC_FP32);
+        check_fused("layernorm_forward", f, o1, o2, n);
+        tr_cpu_gelu_backward(o1, x, y, n, f);
+        tr_cpu_gelu_backward(o2, x, y, n, TR_PREC_FP32);
+        check_fused("gelu_backward", f, o1, o2, n);
+        tr_cpu_residual_forward(o1, x, y, n, f);
+        tr_cpu_residual_forward(o2, x, y, n, TR_PREC_FP32);
+        check_fused("residual_forward", f, o1, o2, n);
+        /* out from unrounded probabilities, which are stored rounded: the fp32 call
+         * leaves them unrounded, so backward gets the fused call's state on both sides */
+        tr_cpu_attention_forward(o2, att, qkv, B, T, C, NH, TR_PREC_FP32);
+        tr_cpu_attention_forward(o1, att, qkv, B, T, C, NH, f);
+        check_fused("attention_forward", f, o1, o2, n);
+        tr_cpu_attention_backward(o1, datt, y, x, qkv, att, B, T, C, NH, f);
+        tr_cpu_attention_backward(o2, datt, y, x, qkv, att, B, T, C, NH, TR_PREC_FP32);
+        check_fused("attention_backward", f, o1, o2, n3);
+        tr_cpu_xent_padded_backward(o1, probs, tgt, 0.37f, B, T, V, VP, f);
+        tr_cpu_xent_padded_backward(o2, probs, tgt, 0.37f, B, T, V, VP, TR_PREC_FP32);
+        check_fused("xent_padded_backward", f, o1, o2, nv);
+        tr_cpu_xent_shard_backward(o1, probs, tgt, 0.37f, (size_t)B * T, VP, 10, V - 10, f);
+        tr_cpu_xent_shard_backward(o2, probs, tgt, 0.37f, (size_t)B * T, VP, 10, V - 10,
+                                   TR_PREC_FP32);
+        check_fused("xent_shard_backward", f, o1, o2, nv);
+    }
+    float *all[] = {x, y, w, bias, o1, o2, mean, rstd, qkv, att, datt, probs};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tr_free(all[i]);
+    tr_free(tgt);
+}
+
 int main(void)
 {
     tr_cpu_backend_init(2);
@@ -588,6 +671,7 @@ int main(void)
     test_residual();
     test_attention();
     test_xent();
+    test_fused_rounding();
     test_determinism();
     return tr_test_finish();
 }

@@ -8,6 +8,7 @@
  * the token gradient. Tolerance 1e-6 relative to the largest entry: only the order
  * of float additions differs (the sum of exponentials is split into partial sums);
  * a wrong offset or a missed padded column shows up as an error of order 1. */
+#include "backend/lowp_math.h"
 #include "backend/transformer_kernels.h"
 #include "fd_check.h"
 #include "test_util.h"
@@ -35,7 +36,7 @@ static void check_xent(int tp)
         tgt[r] = (r * 37 + 11) % V;
     double whole = tr_cpu_xent_padded_forward(probs, losses, logits, tgt, B, T, V, VP);
     memcpy(dfull, probs, sizeof dfull);
-    tr_cpu_xent_padded_backward(dfull, dfull, tgt, 0.25f, B, T, V, VP);
+    tr_cpu_xent_padded_backward(dfull, dfull, tgt, 0.25f, B, T, V, VP, TR_PREC_FP32);
 
     int Vl = VP / tp;
     float *sh = calloc((size_t)tp * BT * Vl, sizeof *sh), *rowmax = calloc((size_t)tp * BT, 4);
@@ -75,7 +76,7 @@ static void check_xent(int tp)
             for (int j = 0; j < Vl; j++)
                 worst_p = fmax(worst_p, fabs(p[(size_t)r * Vl + j] - probs[(size_t)r * VP + q * Vl + j]));
         }
-        tr_cpu_xent_shard_backward(p, p, tgt, 0.25f, BT, Vl, q * Vl, nreal[q]);
+        tr_cpu_xent_shard_backward(p, p, tgt, 0.25f, BT, Vl, q * Vl, nreal[q], TR_PREC_FP32);
         for (int r = 0; r < BT; r++)
             for (int j = 0; j < Vl; j++)
                 worst_d = fmax(worst_d, fabs(p[(size_t)r * Vl + j] - dfull[(size_t)r * VP + q * Vl + j]));
