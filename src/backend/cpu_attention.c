@@ -12,7 +12,10 @@
  * every product one BLAS call. Masked probabilities are stored as exact zeros, so
  * future rows of V (and K, Q) contribute 0 * v = +0 to past outputs and cannot
  * change them. Each head writes only its own slices of out, att and dqkv, so no two
- * threads write the same element and results are bit-identical run to run. */
+ * threads write the same element and results are bit-identical run to run.
+ * In bf16/fp16-mixed, Q, K, V and dO are read as values of the format: each thread
+ * rounds its head's slices into a copy of its own (T x HS each) before the BLAS reads
+ * them, as the GPU rounds them on load. */
 #include "backend/transformer_kernels.h"
 #include "backend/lowp_math.h" /* tr_round_lowp */
 #include "backend/scalar_math.h"
@@ -57,6 +60,27 @@ size_t tr_cpu_attention_state_floats(int B, int T, int NH)
     return (size_t)B * NH * T * T;
 }
 
+/* One head's T rows of HS floats (ld apart) as values of format: src itself (its ld)
+ * for fp32, else rounded into buf (T x HS, *ld set to HS). Serially, inside the loop
+ * over heads. */
+static const float *head_view(float *buf, const float *src, int *ld, int T, int HS,
+                              int format)
+{
+    if (!tr_is_lowp(format))
+        return src;
+    for (int t = 0; t < T; t++)
+        tr_lowp_view(buf + (size_t)t * HS, src + (size_t)t * *ld, (size_t)HS, format);
+    *ld = HS;
+    return buf;
+}
+
+/* Per-thread room for n head views (NULL for fp32: no copies are made) */
+static float *views_alloc(int n, int T, int HS, int format)
+{
+    return tr_is_lowp(format) ? tr_alloc((size_t)n * T * HS * sizeof(float), "attention views")
+                              : NULL;
+}
+
 /* One head's T rows of HS floats, ld apart, rounded to format (serially: the caller
  * runs inside its parallel loop over heads). */
 static void round_head_rows(float *x, int ld, int T, int HS, int format)
@@ -69,26 +93,34 @@ void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
                               int NH, int format)
 {
     int HS = head_size(C, NH, "attention_forward");
-    int ld = 3 * C, nbh = B * NH;
+    int nbh = B * NH;
     float scale = 1.0f / sqrtf((float)HS);
-#pragma omp parallel for schedule(static) \
-    if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
-    for (int bh = 0; bh < nbh; bh++) {
-        int b = bh / NH, h = bh % NH;
-        const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS;
-        const float *k = q + C, *v = q + 2 * C;
-        float *A = att + (size_t)bh * T * T;
-        float *o = out + (size_t)b * T * C + (size_t)h * HS;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, ld, k, ld,
-                    0.0f, A, T);
-        causal_softmax(A, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, v, ld,
-                    0.0f, o, C);
-        /* out and the probabilities stored for backward, as the model stores
-         * activations; serial spans, not tr_cpu_round_lowp, whose own parallel region
-         * would nest in this one */
-        round_head_rows(o, C, T, HS, format);
-        tr_round_lowp_span(A, (size_t)T * T, format);
+#pragma omp parallel if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
+    {
+        float *views = views_alloc(3, T, HS, format);
+        size_t vs = (size_t)T * HS;
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < nbh; bh++) {
+            int b = bh / NH, h = bh % NH, ldq = 3 * C, ldk = ldq, ldv = ldq;
+            const float *q0 = qkv + (size_t)b * T * ldq + (size_t)h * HS;
+            /* qkv read as values of format */
+            const float *q = head_view(views, q0, &ldq, T, HS, format);
+            const float *k = head_view(views + vs, q0 + C, &ldk, T, HS, format);
+            const float *v = head_view(views + 2 * vs, q0 + 2 * C, &ldv, T, HS, format);
+            float *A = att + (size_t)bh * T * T;
+            float *o = out + (size_t)b * T * C + (size_t)h * HS;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, ldq, k, ldk,
+                        0.0f, A, T);
+            causal_softmax(A, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, v, ldv,
+                        0.0f, o, C);
+            /* out and the probabilities stored for backward, as the model stores
+             * activations; serial spans, not tr_cpu_round_lowp, whose own parallel region
+             * would nest in this one */
+            round_head_rows(o, C, T, HS, format);
+            tr_round_lowp_span(A, (size_t)T * T, format);
+        }
+        tr_free(views);
     }
 }
 
@@ -100,39 +132,48 @@ void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, cons
     int HS = head_size(C, NH, "attention_backward");
     int ld = 3 * C, nbh = B * NH;
     float scale = 1.0f / sqrtf((float)HS);
-#pragma omp parallel for schedule(static) \
-    if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
-    for (int bh = 0; bh < nbh; bh++) {
-        int b = bh / NH, h = bh % NH;
-        size_t off = (size_t)b * T * ld + (size_t)h * HS;
-        const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
-        float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
-        const float *A = att + (size_t)bh * T * T;
-        float *dA = datt + (size_t)bh * T * T;
-        const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+#pragma omp parallel if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
+    {
+    float *views = views_alloc(4    , T, HS, format);
+        size_t vs = (size_t)T * HS;
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < nbh; bh++) {
+            int b = bh / NH, h = bh % NH, ldq = ld, ldk = ld, ldv = ld, ldo = C;
+            size_t off = (size_t)b * T * ld + (size_t)h * HS;
+            /* qkv and dout read as values of format */
+            const float *q = head_view(views, qkv + off, &ldq, T, HS, format);
+            const float *k = head_view(views + vs, qkv + off + C, &ldk, T, HS, format);
+            const float *v = head_view(views + 2 * vs, qkv + off + 2 * C, &ldv, T, HS, format);
+            float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+            const float *A = att + (size_t)bh * T * T;
+            float *dA = datt + (size_t)bh * T * T;
+            const float *dO = head_view(views + 3 * vs, dout + (size_t)b * T * C + (size_t)h * HS,
+                                        &ldo, T, HS, format);
 
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, C, v, ld,
-                    0.0f, dA, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, dO, C, 0.0f,
-                    dv, ld);
-        /* softmax backward, in place: dA becomes dS, the gradient of the scaled scores */
-        for (int t = 0; t < T; t++) {
-            const float *a = A + (size_t)t * T;
-            float *d = dA + (size_t)t * T;
-            float s = 0.0f;
-            for (int j = 0; j <= t; j++)
-                s += a[j] * d[j];
-            for (int j = 0; j <= t; j++)
-                d[j] = scale * a[j] * (d[j] - s);
-            for (int j = t + 1; j < T; j++)
-                d[j] = 0.0f;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, ldo, v, ldv,
+                        0.0f, dA, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, dO, ldo,
+                        0.0f, dv, ld);
+            /* softmax backward, in place: dA becomes dS, the gradient of the scaled scores */
+            for (int t = 0; t < T; t++) {
+                const float *a = A + (size_t)t * T;
+                float *d = dA + (size_t)t * T;
+                float s = 0.0f;
+                for (int j = 0; j <= t; j++)
+                    s += a[j] * d[j];
+                for (int j = 0; j <= t; j++)
+                    d[j] = scale * a[j] * (d[j] - s);
+                for (int j = t + 1; j < T; j++)
+                    d[j] = 0.0f;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, dA, T, k, ldk,
+                        0.0f, dq, ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, dA, T, q, ldq,
+                        0.0f, dk, ld);
+            round_head_rows(dq, ld, T, HS, format);
+            round_head_rows(dk, ld, T, HS, format);
+            round_head_rows(dv, ld, T, HS, format);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, dA, T, k, ld,
-                    0.0f, dq, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, dA, T, q, ld, 0.0f,
-                    dk, ld);
-        round_head_rows(dq, ld, T, HS, format);
-        round_head_rows(dk, ld, T, HS, format);
-        round_head_rows(dv, ld, T, HS, format);
+        tr_free(views);
     }
 }

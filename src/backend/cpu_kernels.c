@@ -333,17 +333,23 @@ void tr_cpu_round_lowp(float *x, size_t n, int format)
         x[i] = tr_round_lowp(x[i], format);
 }
 
-void tr_cpu_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n)
+void tr_cpu_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n,
+                        int format)
 {
 #pragma omp parallel for schedule(static) if (rows * (size_t)n > PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++) {
         const float *p = x + r * (size_t)ld;
         int best = 0;
-        for (int j = 1; j < n; j++)
-            if (p[j] > p[best])
+        float bv = n ? tr_round_lowp(p[0], format) : -INFINITY;
+        for (int j = 1; j < n; j++) {
+            float v = tr_round_lowp(p[j], format);
+            if (v > bv) {
                 best = j;
+                bv = v;
+            }
+        }
         idx[r] = n ? best : -1;
-        val[r] = n ? p[best] : -INFINITY;
+        val[r] = bv;
     }
 }
 

@@ -86,41 +86,62 @@ void tr_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float 
 
 /* With n = (x - mean) rstd and y = n w + b, per row:
  *   dinp = rstd (g - mean_c(g) - n mean_c(g n)),  g = w dout,
- * and, summed over rows, dweight += dout n, dbias += dout. */
+ * and, summed over rows, dweight += dout n, dbias += dout. dout is read as values of
+ * format (a per-thread row copy, rounded); dinp is stored rounded, after the add into
+ * it where accumulate is set. */
 void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int B, int T, int C)
+                               const float *rstd, int B, int T, int C, int format,
+                               int accumulate)
 {
     size_t BT = (size_t)B * T;
-#pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS)
-    for (size_t r = 0; r < BT; r++) {
-        const float *x = inp + r * C, *d = dout + r * C;
-        float *di = dinp + r * C;
-        float m = mean[r], rs = rstd[r];
-        float sg = 0.0f, sgn = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float g = weight[c] * d[c];
-            sg += g;
-            sgn += g * (x[c] - m) * rs;
+    int lowp = tr_is_lowp(format);
+#pragma omp parallel if (BT * C > PAR_MIN_ELEMS)
+    {
+        float *row = lowp ? tr_alloc((size_t)C * sizeof *row, "layernorm_backward row") : NULL;
+#pragma omp for schedule(static)
+        for (size_t r = 0; r < BT; r++) {
+            const float *x = inp + r * C;
+            const float *d = tr_lowp_view(row, dout + r * C, (size_t)C, format);
+            float *di = dinp + r * C;
+            float m = mean[r], rs = rstd[r];
+            float sg = 0.0f, sgn = 0.0f;
+            for (int c = 0; c < C; c++) {
+                float g = weight[c] * d[c];
+                sg += g;
+                sgn += g * (x[c] - m) * rs;
+            }
+            sg /= (float)C;
+            sgn /= (float)C;
+            if (accumulate) {
+                for (int c = 0; c < C; c++) {
+                    float n = (x[c] - m) * rs;
+                    di[c] += rs * (weight[c] * d[c] - sg - n * sgn);
+                }
+            } else {
+                for (int c = 0; c < C; c++) {
+                    float n = (x[c] - m) * rs;
+                    di[c] = rs * (weight[c] * d[c] - sg - n * sgn);
+                }
+            }
+            tr_round_lowp_span(di, (size_t)C, format);
         }
-        sg /= (float)C;
-        sgn /= (float)C;
-        for (int c = 0; c < C; c++) {
-            float n = (x[c] - m) * rs;
-            di[c] = rs * (weight[c] * d[c] - sg - n * sgn);
-        }
+        tr_free(row);
     }
 
     int nb = nblocks(C);
 #pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS && nb > 1)
     for (int blk = 0; blk < nb; blk++) {
         int c0 = blk * CH_BLOCK, c1 = c0 + CH_BLOCK < C ? c0 + CH_BLOCK : C;
+        float dbuf[CH_BLOCK];
         for (size_t r = 0; r < BT; r++) {
-            const float *x = inp + r * C, *d = dout + r * C;
+            const float *x = inp + r * C;
+            /* indexed from c0 */
+            const float *d = tr_lowp_view(dbuf, dout + r * C + c0, (size_t)(c1 - c0), format);
             float m = mean[r], rs = rstd[r];
             for (int c = c0; c < c1; c++) {
-                dweight[c] += d[c] * ((x[c] - m) * rs);
-                dbias[c] += d[c];
+                dweight[c] += d[c - c0] * ((x[c] - m) * rs);
+                dbias[c] += d[c - c0];
             }
         }
     }
@@ -147,9 +168,14 @@ void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size
 #pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS / 8)
     for (size_t blk = 0; blk < nb; blk++) {
         size_t i0 = blk * ROUND_BLOCK, i1 = i0 + ROUND_BLOCK < n ? i0 + ROUND_BLOCK : n;
-        for (size_t i = i0; i < i1; i++)
-            dinp[i] = tr_gelu_grad(inp[i]) * dout[i];
-        tr_round_lowp_span(dinp + i0, i1 - i0, format);
+        size_t len = i1 - i0;
+        float xbuf[ROUND_BLOCK], dbuf[ROUND_BLOCK];
+        const float *x = tr_lowp_view(xbuf, inp + i0, len, format);
+        const float *d = tr_lowp_view(dbuf, dout + i0, len, format);
+        float *o = dinp + i0;
+        for (size_t i = 0; i < len; i++)
+            o[i] = tr_gelu_grad(x[i]) * d[i];
+        tr_round_lowp_span(o, len, format);
     }
 }
 
@@ -171,44 +197,56 @@ void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t 
 #pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
     for (size_t blk = 0; blk < nb; blk++) {
         size_t i0 = blk * ROUND_BLOCK, i1 = i0 + ROUND_BLOCK < n ? i0 + ROUND_BLOCK : n;
-        for (size_t i = i0; i < i1; i++)
-            out[i] = a[i] + b[i];
-        tr_round_lowp_span(out + i0, i1 - i0, format);
+        size_t len = i1 - i0;
+        float abuf[ROUND_BLOCK], bbuf[ROUND_BLOCK];
+        const float *ar = tr_lowp_view(abuf, a + i0, len, format);
+        const float *br = tr_lowp_view(bbuf, b + i0, len, format);
+        float *o = out + i0;
+        for (size_t i = 0; i < len; i++)
+            o[i] = ar[i] + br[i];
+        tr_round_lowp_span(o, len, format);
     }
 }
 
 /* ---- softmax cross-entropy over a padded vocabulary ----------------------------- */
 
 double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logits,
-                                  const int *targets, int B, int T, int V, int Vp)
+                                  const int *targets, int B, int T, int V, int Vp, int format)
 {
     size_t BT = (size_t)B * T;
     if (V < 1 || V > Vp)
         tr_fatal(TR_EXIT_SOFTWARE, "xent_padded_forward: V = %d not in [1, Vp = %d]", V, Vp);
     check_tokens(targets, BT, V, "xent_padded_forward");
-#pragma omp parallel for schedule(static) if (BT * Vp > PAR_MIN_ELEMS)
-    for (size_t r = 0; r < BT; r++) {
-        const float *x = logits + r * Vp;
-        float *p = probs + r * Vp; /* may be x: every x[j] is read before p[j] is written */
-        float mx = x[0];
-        for (int j = 1; j < V; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        /* -log softmax[target] = log(sum) - (x[target] - max), exact even where the
-         * probability underflows; read x[target] now, before p overwrites it */
-        double xt = (double)x[targets[r]] - mx;
-        /* subtracting the max keeps every exp in (0, 1]; tr_expf vectorises (libm's
-         * expf would not), the sum stays a serial double loop: the same every run */
-        for (int j = 0; j < V; j++)
-            p[j] = tr_expf(x[j] - mx);
-        double sum = 0.0;
-        for (int j = 0; j < V; j++)
-            sum += p[j];
-        float inv = (float)(1.0 / sum);
-        for (int j = 0; j < V; j++)
-            p[j] *= inv;
-        for (int j = V; j < Vp; j++)
-            p[j] = 0.0f;
-        losses[r] = (float)(log(sum) - xt);
+    int lowp = tr_is_lowp(format);
+#pragma omp parallel if (BT * Vp > PAR_MIN_ELEMS)
+    {
+        float *row = lowp ? tr_alloc((size_t)V * sizeof *row, "xent_padded_forward row") : NULL;
+#pragma omp for schedule(static)
+        for (size_t r = 0; r < BT; r++) {
+            /* the logits as values of format */
+            const float *x = tr_lowp_view(row, logits + r * Vp, (size_t)V, format);
+            float *p = probs + r * Vp; /* may be x: every x[j] is read before p[j] is written */
+            float mx = x[0];
+            for (int j = 1; j < V; j++)
+                mx = x[j] > mx ? x[j] : mx;
+            /* -log softmax[target] = log(sum) - (x[target] - max), exact even where the
+             * probability underflows; read x[target] now, before p overwrites it */
+            double xt = (double)x[targets[r]] - mx;
+            /* subtracting the max keeps every exp in (0, 1]; tr_expf vectorises (libm's
+             * expf would not), the sum stays a serial double loop: the same every run */
+            for (int j = 0; j < V; j++)
+                p[j] = tr_expf(x[j] - mx);
+            double sum = 0.0;
+            for (int j = 0; j < V; j++)
+                sum += p[j];
+            float inv = (float)(1.0 / sum);
+            for (int j = 0; j < V; j++)
+                p[j] *= inv;
+            for (int j = V; j < Vp; j++)
+                p[j] = 0.0f;
+            losses[r] = (float)(log(sum) - xt);
+        }
+        tr_free(row);
     }
     double total = 0.0; /* serial, in row order: the same sum every run */
     for (size_t r = 0; r < BT; r++)

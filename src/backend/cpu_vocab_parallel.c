@@ -60,7 +60,10 @@ void tr_cpu_embedding_shard_backward(float *dwte, float *dwpe, const float *dout
     }
 }
 
-void tr_cpu_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal)
+/* Both read the logits as values of format (rounding being monotonic, the max of the
+ * rounded values is the rounded max). */
+void tr_cpu_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
+                           int format)
 {
 #pragma omp parallel for schedule(static) if (BT * (size_t)Vl > PAR_MIN_ELEMS)
     for (size_t r = 0; r < BT; r++) {
@@ -68,27 +71,33 @@ void tr_cpu_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl
         float mx = -INFINITY;
         for (int j = 0; j < nreal; j++)
             mx = x[j] > mx ? x[j] : mx;
-        rowmax[r] = mx;
+        rowmax[r] = tr_round_lowp(mx, format);
     }
 }
 
 void tr_cpu_xent_shard_sums(double *sums, float *probs, const float *logits,
                             const float *rowmax, const int *targets, size_t BT, int Vl,
-                            int v0, int nreal)
+                            int v0, int nreal, int format)
 {
-#pragma omp parallel for schedule(static) if (BT * (size_t)Vl > PAR_MIN_ELEMS)
-    for (size_t r = 0; r < BT; r++) {
-        const float *x = logits + r * Vl;
-        float *p = probs + r * Vl; /* may be x: x[j] is read before p[j] is written */
-        float mx = rowmax[r];
-        long t = (long)targets[r] - v0;
-        sums[2 * r + 1] = t >= 0 && t < nreal ? (double)x[t] - mx : 0.0;
-        for (int j = 0; j < nreal; j++)
-            p[j] = tr_expf(x[j] - mx);
-        double s = 0.0;
-        for (int j = 0; j < nreal; j++)
-            s += p[j];
-        sums[2 * r] = s;
+    int lowp = tr_is_lowp(format);
+#pragma omp parallel if (BT * (size_t)Vl > PAR_MIN_ELEMS)
+    {
+        float *row = lowp ? tr_alloc((size_t)nreal * sizeof *row, "xent_shard_sums row") : NULL;
+#pragma omp for schedule(static)
+        for (size_t r = 0; r < BT; r++) {
+            const float *x = tr_lowp_view(row, logits + r * Vl, (size_t)nreal, format);
+            float *p = probs + r * Vl; /* may be x: x[j] is read before p[j] is written */
+            float mx = rowmax[r];
+            long t = (long)targets[r] - v0;
+            sums[2 * r + 1] = t >= 0 && t < nreal ? (double)x[t] - mx : 0.0;
+            for (int j = 0; j < nreal; j++)
+                p[j] = tr_expf(x[j] - mx);
+            double s = 0.0;
+            for (int j = 0; j < nreal; j++)
+                s += p[j];
+            sums[2 * r] = s;
+        }
+        tr_free(row);
     }
 }
 

@@ -154,10 +154,10 @@ static void guarded_layernorm_forward(float *out, float *mean, float *rstd, cons
     tr_guarded_close();
 }
 
-static void guarded_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight, const float *mean, const float *rstd, int B, int T, int C)
+static void guarded_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight, const float *mean, const float *rstd, int B, int T, int C, int format, int accumulate)
 {
     tr_guarded_open();
-    tr_cpu_kernels.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C);
+    tr_cpu_kernels.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, format, accumulate);
     tr_guarded_close();
 }
 
@@ -211,10 +211,10 @@ static void guarded_attention_backward(float *dqkv, float *datt, const float *do
     tr_guarded_close();
 }
 
-static double guarded_xent_padded_forward(float *probs, float *losses, const float *logits, const int *targets, int B, int T, int V, int Vp)
+static double guarded_xent_padded_forward(float *probs, float *losses, const float *logits, const int *targets, int B, int T, int V, int Vp, int format)
 {
     tr_guarded_open();
-    double r = tr_cpu_kernels.xent_padded_forward(probs, losses, logits, targets, B, T, V, Vp);
+    double r = tr_cpu_kernels.xent_padded_forward(probs, losses, logits, targets, B, T, V, Vp, format);
     tr_guarded_close();
     return r;
 }
@@ -240,17 +240,17 @@ static void guarded_embedding_shard_backward(float *dwte, float *dwpe, const flo
     tr_guarded_close();
 }
 
-static void guarded_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal)
+static void guarded_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_shard_max(rowmax, logits, BT, Vl, nreal);
+    tr_cpu_kernels.xent_shard_max(rowmax, logits, BT, Vl, nreal, format);
     tr_guarded_close();
 }
 
-static void guarded_xent_shard_sums(double *sums, float *probs, const float *logits, const float *rowmax, const int *targets, size_t BT, int Vl, int v0, int nreal)
+static void guarded_xent_shard_sums(double *sums, float *probs, const float *logits, const float *rowmax, const int *targets, size_t BT, int Vl, int v0, int nreal, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_shard_sums(sums, probs, logits, rowmax, targets, BT, Vl, v0, nreal);
+    tr_cpu_kernels.xent_shard_sums(sums, probs, logits, rowmax, targets, BT, Vl, v0, nreal, format);
     tr_guarded_close();
 }
 
@@ -269,10 +269,10 @@ static void guarded_xent_shard_backward(float *dlogits, const float *probs, cons
     tr_guarded_close();
 }
 
-static void guarded_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n)
+static void guarded_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.rows_argmax(idx, val, x, rows, ld, n);
+    tr_cpu_kernels.rows_argmax(idx, val, x, rows, ld, n, format);
     tr_guarded_close();
 }
 

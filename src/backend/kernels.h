@@ -98,22 +98,28 @@ typedef struct tr_kernels {
                                int B, int T, int C, int V);
     /* Activations that the model stores come out rounded to `format` (a tr_precision;
      * fp32 leaves them) where a kernel below takes one: the same bits as the kernel
-     * at fp32 followed by round_lowp, without a second pass over the tensor. */
+     * at fp32 followed by round_lowp, without a second pass over the tensor. Inputs
+     * that transformer_kernels.h says are "read as values of format" are rounded as
+     * they are read, as if rounded in place before: how the model stores a matrix
+     * product's output without a pass of its own. */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int B, int T, int C,
                               int format);
+    /* dinp (+=) where accumulate is set: the residual stream's gradient */
     void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int B, int T, int C);
+                               const float *rstd, int B, int T, int C, int format,
+                               int accumulate);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n,
                           int format);
-    /* The MLP's first half: pre = linear_forward(inp, w, b), rounded to `format` (a
-     * tr_precision; fp32 leaves it), and out = gelu(pre): one entry so that a GPU can
-     * make it one matmul with a GELU epilogue (transformer_kernels.h). */
+    /* The MLP's first half: pre = linear_forward(inp, w, b), of `format` (a
+     * tr_precision; fp32 leaves it) as gelu_backward reads it, and out = gelu(pre):
+     * one entry so that a GPU can make it one matmul with a GELU epilogue
+     * (transformer_kernels.h). */
     void (*linear_gelu_forward)(float *pre, float *out, const float *inp, const float *w,
                                 const float *b, int B, int IN, int OUT, int format);
-    /* out = a + b; also how gradients add up on the residual stream */
+    /* out = a + b (the residual stream; its gradients add up in layernorm_backward) */
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n, int format);
     /* att (and backward's datt) is the backend's own state for backward, of
      * attention_state_floats(B, T, NH) floats each: the CPU saves the probabilities
@@ -128,7 +134,8 @@ typedef struct tr_kernels {
                                const float *qkv, const float *att, int B, int T, int C, int NH,
                                int format);
     double (*xent_padded_forward)(float *probs, float *losses, const float *logits,
-                                  const int *targets, int B, int T, int V, int Vp);
+                                  const int *targets, int B, int T, int V, int Vp,
+                                  int format);
     void (*xent_padded_backward)(float *dlogits, const float *probs, const int *targets,
                                  float scale, int B, int T, int V, int Vp, int format);
     /* The vocabulary split over tensor-parallel ranks (transformer_kernels.h). */
@@ -136,10 +143,11 @@ typedef struct tr_kernels {
                                     const float *wpe, int B, int T, int C, int v0, int Vl);
     void (*embedding_shard_backward)(float *dwte, float *dwpe, const float *dout,
                                      const int *tok, int B, int T, int C, int v0, int Vl);
-    void (*xent_shard_max)(float *rowmax, const float *logits, size_t BT, int Vl, int nreal);
+    void (*xent_shard_max)(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
+                           int format);
     void (*xent_shard_sums)(double *sums, float *probs, const float *logits,
                             const float *rowmax, const int *targets, size_t BT, int Vl,
-                            int v0, int nreal);
+                            int v0, int nreal, int format);
     double (*xent_shard_finish)(float *probs, float *losses, const double *sums, size_t BT,
                                 int Vl, int nreal);
     void (*xent_shard_backward)(float *dlogits, const float *probs, const int *targets,
@@ -147,8 +155,10 @@ typedef struct tr_kernels {
     /* A language model's accuracy: for each row r of x [rows, ld], idx[r] is the
      * first index j < n of the row's largest value and val[r] that value, as the scan
      * "best = 0; if (x[j] > x[best]) best = j" finds it (NaN never wins, but a NaN in
-     * column 0 stays); n = 0 gives idx -1 and val -inf. */
-    void (*rows_argmax)(int *idx, float *val, const float *x, size_t rows, int ld, int n);
+     * column 0 stays); n = 0 gives idx -1 and val -inf. x is read as values of
+     * `format` (the logits a product stored). */
+    void (*rows_argmax)(int *idx, float *val, const float *x, size_t rows, int ld, int n,
+                        int format);
 } tr_kernels;
 
 /* The CPU backend: CBLAS for GEMMs, OpenMP for the rest. */

@@ -110,4 +110,22 @@ static inline void tr_round_lowp_span(float *x, size_t n, int format)
         x[i] = tr_round_lowp(x[i], format);
 }
 
+/* src[0, n) read as values of format: src itself for fp32, else its values rounded
+ * into buf (n floats), serially. How a CPU kernel reads an input that the model
+ * stores rounded but did not round in a pass (the GPU rounds such inputs on load):
+ * its loops stay plain ones that vectorise. */
+static inline const float *tr_lowp_view(float *buf, const float *src, size_t n, int format)
+{
+    if (format != TR_PREC_BF16 && format != TR_PREC_FP16)
+        return src;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = tr_round_lowp(src[i], format);
+    return buf;
+}
+
+static inline int tr_is_lowp(int format)
+{
+    return format == TR_PREC_BF16 || format == TR_PREC_FP16;
+}
+
 #endif

@@ -13,7 +13,11 @@
  * Mixed precision: a kernel that takes `format` (a tr_precision of lowp_math.h)
  * rounds the activation or activation gradient it stores to that format (fp32 leaves
  * it), exactly as tr_cpu_round_lowp would afterwards; which outputs, each kernel says.
- * The GPU rounds as it stores, saving the model a pass over the tensor.
+ * Some also read an input "as values of format": as if it had been rounded in place
+ * first, which the model then need not do. A matrix product's output (fp32 from the
+ * BLAS) is stored that way, rounded by the kernel that reads it. On a GPU both save
+ * the model a pass over the tensor; the CPU reads such inputs through a rounded copy
+ * of the row or head in hand.
  *
  * Threading: OpenMP over rows (B*T) or heads (B*NH), small problems serially; the
  * BLAS is single-threaded (see cpu_gemm.c). Deterministic: no atomics, and every
@@ -37,18 +41,23 @@ void tr_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, cons
 /* ---- layernorm over C, eps 1e-5 ---------------------------------------------------
  * out, inp [B,T,C]; mean, rstd [B,T] saved for backward; weight, bias [C]; out is
  * rounded to `format`, mean and rstd stay fp32.
- * Backward: dinp [B,T,C] (=), dweight, dbias [C] (+=). */
+ * Backward: dout read as values of `format`; dweight, dbias [C] (+=); dinp [B,T,C]
+ * (=), or (+=) where accumulate is set (the residual stream's gradient, which the
+ * layernorm's input gradient adds into: no separate add), rounded to `format` after
+ * the add. */
 #define TR_LAYERNORM_EPS 1e-5f
 void tr_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int B, int T, int C,
                               int format);
 void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int B, int T, int C);
+                               const float *rstd, int B, int T, int C, int format,
+                               int accumulate);
 
 /* ---- GELU, tanh approximation (gelu_math.h), elementwise over n -------------------
- * Backward: dinp = gelu'(inp) dout (=), rounded to `format`; it needs the input, not
- * the output. dinp may be dout (in place). */
+ * Backward: dinp = gelu'(inp) dout (=), inp and dout read as values of `format` and
+ * dinp rounded to it; it needs the input, not the output. dinp may be dout (in
+ * place). */
 void tr_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
                           int format);
@@ -57,20 +66,23 @@ void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size
  * pre, out [B,OUT]; inp [B,IN]; w [OUT,IN]; b [OUT] or NULL; format a tr_precision.
  * Exactly tr_cpu_linear_forward(pre, ...), tr_cpu_round_lowp(pre, format) and
  * tr_cpu_gelu_forward(out, pre), one after the other, so the same bits as those three
- * calls. No backward of its own: linear_backward and gelu_backward, which read pre.
+ * calls. No backward of its own: linear_backward and gelu_backward, which read pre
+ * (as values of format: a GPU may leave pre unrounded).
  * The CUDA entry is one cuBLASLt matmul (src/cuda/cuda_gemm.cu says how it differs
  * in 16-bit formats). */
 void tr_cpu_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
                                 const float *b, int B, int IN, int OUT, int format);
 
-/* ---- residual add: out = a + b, elementwise over n, rounded to `format` -----------
- * out may alias a or b. No backward kernel: d a = d b = dout, and on the residual
- * stream the gradient accumulates, so the caller adds dout into the stream's
- * gradient (or passes the same buffer on) instead of calling a kernel. */
+/* ---- residual add: out = a + b, elementwise over n ---------------------------------
+ * a and b read as values of `format`, out rounded to it. out may alias a or b. No
+ * backward kernel: d a = d b = dout, and on the residual stream the gradient
+ * accumulates, so the caller adds into the stream's gradient (layernorm_backward's
+ * accumulate) or passes the same buffer on instead of calling a kernel. */
 void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t n, int format);
 
 /* ---- causal multi-head self-attention core ----------------------------------------
- * qkv [B,T,3C]: q, k, v concatenated on the last dim, each split into NH heads of HS.
+ * qkv [B,T,3C]: q, k, v concatenated on the last dim, each split into NH heads of HS,
+ * read as values of `format` (in backward too, and dout).
  * out [B,T,C] = per head softmax(q k^T / sqrt(HS), causal) v, heads concatenated,
  * rounded to `format`.
  * att [B,NH,T,T] holds what backward needs and belongs to the backend: here the
@@ -92,13 +104,15 @@ void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, cons
 /* ---- softmax cross-entropy over a padded vocabulary -------------------------------
  * logits, probs [B*T,Vp]: only columns [0, V) are real; padded columns never touch
  * the loss and get probability 0 and gradient 0. targets [B*T] in [0, V) (checked).
- * losses [B*T] = -log softmax(logits[row, 0..V))[target]. Returns the sum of losses,
- * added serially in row order (in double). probs may be logits (in place).
+ * losses [B*T] = -log softmax(logits[row, 0..V))[target], the logits read as values
+ * of `format`. Returns the sum of losses, added serially in row order (in double).
+ * probs may be logits (in place).
  * Backward: dlogits [B*T,Vp] (=) = scale (probs - onehot(target)) on real columns,
  * rounded to `format`, 0 on padded ones; dlogits may be probs (in place). scale is
  * typically 1 / (B*T). */
 double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logits,
-                                  const int *targets, int B, int T, int V, int Vp);
+                                  const int *targets, int B, int T, int V, int Vp,
+                                  int format);
 void tr_cpu_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
                                  float scale, int B, int T, int V, int Vp, int format);
 
@@ -107,7 +121,8 @@ void tr_cpu_xent_padded_backward(float *dlogits, const float *probs, const int *
  * Embedding: out [B,T,C] = wte[tok - v0] for the tokens held (zero rows for the
  * others) + wpe[t] when wpe is not NULL; the sum over the ranks is the lookup.
  * Backward accumulates into the held rows of dwte, and into dwpe when not NULL.
- * Cross-entropy over logits [BT,Vl] in four steps, the caller summing over the ranks
+ * Cross-entropy over logits [BT,Vl] (read as values of `format`) in four steps, the
+ * caller summing over the ranks
  * in between: shard_max -> rowmax [BT] (take the MAX over ranks); shard_sums ->
  * probs = exp(logits - rowmax) unnormalised (may be in place) and sums [BT,2] =
  * (sum of exp, target logit - rowmax or 0 where another rank holds the target)
@@ -118,10 +133,11 @@ void tr_cpu_embedding_shard_forward(float *out, const int *tok, const float *wte
                                     const float *wpe, int B, int T, int C, int v0, int Vl);
 void tr_cpu_embedding_shard_backward(float *dwte, float *dwpe, const float *dout,
                                      const int *tok, int B, int T, int C, int v0, int Vl);
-void tr_cpu_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal);
+void tr_cpu_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
+                           int format);
 void tr_cpu_xent_shard_sums(double *sums, float *probs, const float *logits,
                             const float *rowmax, const int *targets, size_t BT, int Vl,
-                            int v0, int nreal);
+                            int v0, int nreal, int format);
 double tr_cpu_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
                                 int Vl, int nreal);
 void tr_cpu_xent_shard_backward(float *dlogits, const float *probs, const int *targets,

@@ -58,15 +58,17 @@ template <int D> struct fa_rows {
     static const int R = D <= 64 ? 8 : D == 128 ? 2 : 1;
 };
 
-/* dst[r][d] (row stride ldd) = src rows row0 + r, columns d < HS (row stride lds);
- * zero for rows >= T and columns >= HS. The whole block takes part. */
+/* dst[r][d] (row stride ldd) = src rows row0 + r, columns d < HS (row stride lds),
+ * read as values of format (Q, K, V and dO are: the model does not round them in a
+ * pass); zero for rows >= T and columns >= HS. The whole block takes part. */
 template <int D>
 __device__ static void load_tile(float *dst, int ldd, const float *src, size_t lds, int row0,
-                                 int rows, int T, int HS)
+                                 int rows, int T, int HS, int format)
 {
     for (int e = threadIdx.x; e < rows * D; e += FA_THREADS) {
         int r = e / D, d = e % D, i = row0 + r;
-        dst[r * ldd + d] = (i < T && d < HS) ? src[(size_t)i * lds + d] : 0.0f;
+        dst[r * ldd + d] =
+            (i < T && d < HS) ? tr_round_lowp(src[(size_t)i * lds + d], format) : 0.0f;
     }
 }
 
@@ -99,7 +101,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
     size_t ld = 3 * (size_t)C;
     const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
     int i0 = tile * BR;
-    load_tile<D>(Qs, D, q, ld, i0, BR, T, HS);
+    load_tile<D>(Qs, D, q, ld, i0, BR, T, HS, format);
 
     float m[R], l[R], acc[R][D / 32];
 #pragma unroll
@@ -113,7 +115,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
     int last = min(i0 + BR, T) - 1; /* the tile's last row sees keys 0..last */
     for (int j0 = 0; j0 <= last; j0 += 32) {
         __syncthreads(); /* the previous V tile is read (and Qs written) */
-        load_tile<D>(KV, LDK, k, ld, j0, 32, T, HS);
+        load_tile<D>(KV, LDK, k, ld, j0, 32, T, HS, format);
         __syncthreads();
         int j = j0 + lane;
         float p[R];
@@ -133,7 +135,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
                 acc[r][c] *= corr;
         }
         __syncthreads();
-        load_tile<D>(KV, LDK, v, ld, j0, 32, T, HS);
+        load_tile<D>(KV, LDK, v, ld, j0, 32, T, HS, format);
         __syncthreads();
         for (int jj = 0; jj < 32; jj++) {
             const float *vr = KV + jj * LDK;
@@ -164,7 +166,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
 
 /* dvec[bh T + i] = sum_d dO[b, i, h HS + d] O[b, i, h HS + d]: one warp per (b, i, h) */
 __global__ static void flash_dvec_kernel(float *dvec, const float *dout, const float *out,
-                                         int B, int T, int C, int NH, int HS)
+                                         int B, int T, int C, int NH, int HS, int format)
 {
     size_t row = (size_t)blockIdx.x * (TR_CUDA_BLOCK / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -175,7 +177,7 @@ __global__ static void flash_dvec_kernel(float *dvec, const float *dout, const f
     const float *a = dout + bi * C + (size_t)h * HS, *o = out + bi * C + (size_t)h * HS;
     float s = 0.0f;
     for (int d = lane; d < HS; d += 32)
-        s += a[d] * o[d];
+        s += tr_round_lowp(a[d], format) * o[d]; /* dO read as values of format */
     s = tr_warp_sum(s);
     if (lane == 0) {
         size_t b = bi / T, i = bi % T;
@@ -202,8 +204,8 @@ __global__ static void __launch_bounds__(FA_THREADS)
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     const float *L = lse + (size_t)bh * T, *Dv = dvec + (size_t)bh * T;
     int j0 = tile * BK;
-    load_tile<D>(Ks, D, k, ld, j0, BK, T, HS);
-    load_tile<D>(Vs, D, v, ld, j0, BK, T, HS);
+    load_tile<D>(Ks, D, k, ld, j0, BK, T, HS, format);
+    load_tile<D>(Vs, D, v, ld, j0, BK, T, HS, format);
 
     float dk[R][D / 32], dv[R][D / 32];
 #pragma unroll
@@ -213,8 +215,8 @@ __global__ static void __launch_bounds__(FA_THREADS)
             dk[r][c] = dv[r][c] = 0.0f;
     for (int i0 = j0 / 32 * 32; i0 < T; i0 += 32) { /* queries i >= j only */
         __syncthreads();
-        load_tile<D>(Qt, LDQ, q, ld, i0, 32, T, HS);
-        load_tile<D>(dOt, LDQ, dO, C, i0, 32, T, HS);
+        load_tile<D>(Qt, LDQ, q, ld, i0, 32, T, HS, format);
+        load_tile<D>(dOt, LDQ, dO, C, i0, 32, T, HS, format);
         __syncthreads();
         int i = i0 + lane;
         float li = i < T ? L[i] : 0.0f, di = i < T ? Dv[i] : 0.0f;
@@ -276,8 +278,8 @@ __global__ static void __launch_bounds__(FA_THREADS)
     const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int i0 = tile * BQ;
-    load_tile<D>(Qs, D, q, ld, i0, BQ, T, HS);
-    load_tile<D>(dOs, D, dO, C, i0, BQ, T, HS);
+    load_tile<D>(Qs, D, q, ld, i0, BQ, T, HS, format);
+    load_tile<D>(dOs, D, dO, C, i0, BQ, T, HS, format);
     float li[R], di[R], dq[R][D / 32];
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -291,8 +293,8 @@ __global__ static void __launch_bounds__(FA_THREADS)
     int last = min(i0 + BQ, T) - 1;
     for (int j0 = 0; j0 <= last; j0 += 32) {
         __syncthreads();
-        load_tile<D>(Kt, LDK, k, ld, j0, 32, T, HS);
-        load_tile<D>(Vt, LDK, v, ld, j0, 32, T, HS);
+        load_tile<D>(Kt, LDK, k, ld, j0, 32, T, HS, format);
+        load_tile<D>(Vt, LDK, v, ld, j0, 32, T, HS, format);
         __syncthreads();
         int j = j0 + lane;
         float ds[R];
@@ -422,7 +424,7 @@ void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, con
     size_t rows = (size_t)B * T * NH;
     const unsigned per_block = TR_CUDA_BLOCK / 32;
     flash_dvec_kernel<<<(unsigned)((rows + per_block - 1) / per_block), TR_CUDA_BLOCK, 0,
-                        tr_cuda_stream()>>>(dvec, dout, out, B, T, C, NH, HS);
+                        tr_cuda_stream()>>>(dvec, dout, out, B, T, C, NH, HS, format);
     TR_CUDA_LAUNCHED();
     if (tensor_cores(HS)) {
         tr_cuda_attention_tc_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,

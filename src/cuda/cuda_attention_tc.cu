@@ -3,8 +3,9 @@
  * same saved state (each row's log-sum-exp), with every product a bf16 WMMA
  * (16 x 16 x 16, fp32 accumulation).
  *
- * Why only bf16-mixed: there the model stores Q, K, V and dO rounded to bf16, so
- * their products on the tensor cores are exact, as on the CPU. What is rounded here
+ * Why only bf16-mixed: there Q, K, V and dO are read as bf16 values (the kernel
+ * table's contract; load_bf16's round-to-nearest-even conversion is that rounding),
+ * so their products on the tensor cores are exact, as on the CPU. What is rounded here
  * and not on the CPU is the probabilities P (of O = P V and dV = P^T dO) and the
  * score gradient dS (of dQ and dK): one bf16 rounding each. fp32 and fp16-mixed runs
  * take the fp32 kernels of cuda_attention.cu.

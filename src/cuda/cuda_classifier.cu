@@ -12,6 +12,7 @@
  * per sample; only the order of its double sum of exponentials differs from the CPU. */
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
+#include "backend/lowp_math.h" /* tr_round_lowp */
 
 #include <math.h>
 
@@ -189,9 +190,10 @@ __global__ static void softmax_xent_forward_kernel(float *probs, float *losses,
 }
 
 /* A warp per row: the CPU scan's argmax (argmax_merge over non-NaN values, index 0
- * when x[0] is NaN) and its value; n = 0 gives -1 and -inf. */
+ * when x[0] is NaN) and its value, x read as values of format; n = 0 gives -1 and
+ * -inf. */
 __global__ static void rows_argmax_kernel(int *idx, float *val, const float *x, size_t rows,
-                                          int ld, int n)
+                                          int ld, int n, int format)
 {
     size_t row = (size_t)blockIdx.x * XENT_ROWS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -200,9 +202,11 @@ __global__ static void rows_argmax_kernel(int *idx, float *val, const float *x, 
     const float *p = x + row * (size_t)ld;
     float bv = 0.0f;
     int bi = -1;
-    for (int j = lane; j < n; j += 32)
-        if (p[j] == p[j])
-            argmax_merge(&bv, &bi, p[j], j);
+    for (int j = lane; j < n; j += 32) {
+        float v = tr_round_lowp(p[j], format);
+        if (v == v)
+            argmax_merge(&bv, &bi, v, j);
+    }
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -211,16 +215,18 @@ __global__ static void rows_argmax_kernel(int *idx, float *val, const float *x, 
     if (lane == 0) {
         int best = n == 0 ? -1 : (bi < 0 || p[0] != p[0] ? 0 : bi);
         idx[row] = best;
-        val[row] = best < 0 ? -INFINITY : p[best];
+        val[row] = best < 0 ? -INFINITY : tr_round_lowp(p[best], format);
     }
 }
 
-void tr_cuda_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n)
+void tr_cuda_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n,
+                         int format)
 {
     if (rows == 0)
         return;
     unsigned blocks = (unsigned)((rows + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
-    rows_argmax_kernel<<<blocks, TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(idx, val, x, rows, ld, n);
+    rows_argmax_kernel<<<blocks, TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(idx, val, x, rows, ld, n,
+                                                                         format);
     TR_CUDA_LAUNCHED();
 }
 

@@ -324,19 +324,18 @@ void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dou
  * (validation/gpu/test_cuda_linear_lt.c).
  *
  * The one difference from the CPU's entry: in bf16/fp16-mixed the CPU rounds pre to
- * the format before GELU reads it, while the epilogue takes GELU of the fp32 value
- * and pre is rounded afterwards (here). |gelu'| < 1.13, so out moves by at most
- * about one rounding step of pre, before the model rounds out to the format too.
+ * the format before GELU reads it, while the epilogue takes GELU of the fp32 value.
+ * |gelu'| < 1.13, so out moves by at most about one rounding step of pre, before the
+ * model rounds out to the format too. pre itself is left as the epilogue wrote it:
+ * its one reader, gelu_backward, reads it as values of the format (a pass saved).
  * Where cuBLASLt has no algorithm (or OUT is not a multiple of 8): the CPU's
  * sequence of kernels. */
 void tr_cuda_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
                                  const float *b, int B, int IN, int OUT, int format)
 {
     size_t n = (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0);
-    if (tr_cuda_linear_lt(out, pre, inp, w, b, B, IN, OUT)) {
-        tr_cuda_round_lowp(pre, n, format);
+    if (tr_cuda_linear_lt(out, pre, inp, w, b, B, IN, OUT))
         return;
-    }
     tr_cuda_linear_forward(pre, inp, w, b, B, IN, OUT);
     tr_cuda_round_lowp(pre, n, format);
     tr_cuda_gelu_forward(out, pre, n);

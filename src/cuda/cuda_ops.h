@@ -55,7 +55,8 @@ void tr_cuda_softmax_xent_forward(float *probs, float *losses, const float *logi
 void tr_cuda_softmax_xent_backward(float *dlogits, const float *probs, const int *labels,
                                    float scale, int B, int V);
 
-void tr_cuda_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n);
+void tr_cuda_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n,
+                         int format);
 
 /* cuda_conv.cu */
 size_t tr_cuda_conv_scratch_floats(const tr_conv_shape *s);
@@ -79,7 +80,8 @@ void tr_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float
                                int format);
 void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                 const float *inp, const float *weight, const float *mean,
-                                const float *rstd, int B, int T, int C);
+                                const float *rstd, int B, int T, int C, int format,
+                                int accumulate);
 void tr_cuda_gelu_forward(float *out, const float *inp, size_t n);
 void tr_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
                            int format);
@@ -95,13 +97,15 @@ void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, con
 
 /* cuda_xent.cu */
 double tr_cuda_xent_padded_forward(float *probs, float *losses, const float *logits,
-                                   const int *targets, int B, int T, int V, int Vp);
+                                   const int *targets, int B, int T, int V, int Vp,
+                                   int format);
 void tr_cuda_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
                                   float scale, int B, int T, int V, int Vp, int format);
-void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal);
+void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
+                            int format);
 void tr_cuda_xent_shard_sums(double *sums, float *probs, const float *logits,
                              const float *rowmax, const int *targets, size_t BT, int Vl, int v0,
-                             int nreal);
+                             int nreal, int format);
 double tr_cuda_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
                                  int Vl, int nreal);
 void tr_cuda_xent_shard_backward(float *dlogits, const float *probs, const int *targets,

@@ -175,11 +175,13 @@ __global__ static void layernorm_forward_kernel(float *out, float *mean, float *
     }
 }
 
-/* dinp = rstd (g - mean_c(g) - n mean_c(g n)), g = w dout, n = (x - mean) rstd */
+/* dinp = rstd (g - mean_c(g) - n mean_c(g n)), g = w dout, n = (x - mean) rstd; dout
+ * read as values of format, dinp (+= where accumulate) rounded to it */
 __global__ static void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
                                                       const float *inp, const float *weight,
                                                       const float *mean, const float *rstd,
-                                                      size_t BT, int C)
+                                                      size_t BT, int C, int format,
+                                                      int accumulate)
 {
     size_t r = (size_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -190,7 +192,7 @@ __global__ static void layernorm_backward_dinp_kernel(float *dinp, const float *
     float m = mean[r], rs = rstd[r];
     float sg = 0.0f, sgn = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float g = weight[c] * d[c];
+        float g = weight[c] * tr_round_lowp(d[c], format);
         sg += g;
         sgn += g * (x[c] - m) * rs;
     }
@@ -198,7 +200,9 @@ __global__ static void layernorm_backward_dinp_kernel(float *dinp, const float *
     sgn = tr_warp_sum(sgn) / (float)C;
     for (int c = lane; c < C; c += 32) {
         float n = (x[c] - m) * rs;
-        di[c] = rs * (weight[c] * d[c] - sg - n * sgn);
+        float v = rs * (weight[c] * tr_round_lowp(d[c], format) - sg - n * sgn);
+        /* __fadd_rn: never contracted into an FMA with v's product, as the CPU adds */
+        di[c] = tr_round_lowp(accumulate ? __fadd_rn(di[c], v) : v, format);
     }
 }
 
@@ -214,7 +218,7 @@ __global__ static void layernorm_backward_params_partial_kernel(float *partial,
                                                                 const float *inp,
                                                                 const float *mean,
                                                                 const float *rstd, size_t BT,
-                                                                int C, int RB)
+                                                                int C, int RB, int format)
 {
     __shared__ float pw[LN_LANES][32], pb[LN_LANES][32];
     int c = blockIdx.x * 32 + threadIdx.x;
@@ -223,7 +227,7 @@ __global__ static void layernorm_backward_params_partial_kernel(float *partial,
     float aw = 0.0f, ab = 0.0f;
     if (c < C)
         for (size_t r = r0 + threadIdx.y; r < r1; r += LN_LANES) {
-            float d = dout[r * C + c];
+            float d = tr_round_lowp(dout[r * C + c], format);
             aw += d * ((inp[r * C + c] - mean[r]) * rstd[r]);
             ab += d;
         }
@@ -256,7 +260,8 @@ void tr_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float
 
 void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                 const float *inp, const float *weight, const float *mean,
-                                const float *rstd, int B, int T, int C)
+                                const float *rstd, int B, int T, int C, int format,
+                                int accumulate)
 {
     size_t BT = (size_t)B * T;
     if (BT == 0 || C <= 0)
@@ -269,13 +274,14 @@ void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const
     int RB = tr_cuda_row_blocks(BT, 2 * (size_t)C);
     dim3 block(32, LN_LANES), grid((unsigned)((C + 31) / 32), (unsigned)RB);
     layernorm_backward_params_partial_kernel<<<grid, block, 0, s>>>(ctx->d_col_partial, dout, inp,
-                                                                    mean, rstd, BT, C, RB);
+                                                                    mean, rstd, BT, C, RB,
+                                                                    format);
     TR_CUDA_LAUNCHED();
     tr_cuda_add_partials(dweight, ctx->d_col_partial, C, RB);
     tr_cuda_add_partials(dbias, ctx->d_col_partial + (size_t)RB * C, C, RB);
     unsigned blocks = (unsigned)((BT + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
-    layernorm_backward_dinp_kernel<<<blocks, TR_CUDA_BLOCK, 0, s>>>(dinp, dout, inp, weight,
-                                                                    mean, rstd, BT, C);
+    layernorm_backward_dinp_kernel<<<blocks, TR_CUDA_BLOCK, 0, s>>>(
+        dinp, dout, inp, weight, mean, rstd, BT, C, format, accumulate);
     TR_CUDA_LAUNCHED();
 }
 
@@ -286,17 +292,22 @@ __global__ static void gelu_forward_kernel(float *out, const float *inp, size_t 
     TR_GRID_STRIDE(i, n) out[i] = tr_gelu(inp[i]);
 }
 
-/* dinp may be dout: each element is read before it is written, by one thread */
+/* dinp may be dout: each element is read before it is written, by one thread; inp
+ * and dout are read as values of format */
 __global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
                                             size_t n, int format)
 {
-    TR_GRID_STRIDE(i, n) dinp[i] = tr_round_lowp(tr_gelu_grad(inp[i]) * dout[i], format);
+    TR_GRID_STRIDE(i, n)
+    dinp[i] = tr_round_lowp(tr_gelu_grad(tr_round_lowp(inp[i], format)) *
+                                tr_round_lowp(dout[i], format),
+                            format);
 }
 
 __global__ static void residual_kernel(float *out, const float *a, const float *b, size_t n,
                                        int format)
 {
-    TR_GRID_STRIDE(i, n) out[i] = tr_round_lowp(a[i] + b[i], format);
+    TR_GRID_STRIDE(i, n)
+    out[i] = tr_round_lowp(tr_round_lowp(a[i], format) + tr_round_lowp(b[i], format), format);
 }
 
 void tr_cuda_gelu_forward(float *out, const float *inp, size_t n)

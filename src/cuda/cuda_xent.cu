@@ -20,13 +20,14 @@
 #define XENT_BLOCK 512
 
 /* Normalises row x[0..n) of a block-per-row kernel into p: p = exp(x - mx) / sum,
- * returning the sum (double) to every thread; reads x[j] before writing p[j] in
- * the same thread. */
-__device__ static double exp_and_sum(float *p, const float *x, int n, float mx, double *shared)
+ * returning the sum (double) to every thread; reads x[j] (as a value of format)
+ * before writing p[j] in the same thread. */
+__device__ static double exp_and_sum(float *p, const float *x, int n, float mx, double *shared,
+                                     int format)
 {
     double s = 0.0;
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        float e = tr_expf(x[j] - mx);
+        float e = tr_expf(tr_round_lowp(x[j], format) - mx);
         p[j] = e;
         s += e;
     }
@@ -50,7 +51,7 @@ __device__ static float row_max(const float *x, int n, float *shared)
  * 3.3 GB a step at 16 x 1024: the pass saved was 2.2 ms of an H100's bandwidth. */
 __global__ static void xent_padded_forward_kernel(float *probs, float *losses,
                                                   const float *logits, const int *targets,
-                                                  int V, int Vp)
+                                                  int V, int Vp, int format)
 {
     __shared__ float fsh[32];
     __shared__ double dsh[32];
@@ -58,10 +59,10 @@ __global__ static void xent_padded_forward_kernel(float *probs, float *losses,
     const float *x = logits + r * Vp;
     float *p = probs + r * Vp;
     /* read before the first barrier, so before any thread overwrites it */
-    float xtarget = threadIdx.x == 0 ? x[targets[r]] : 0.0f;
+    float xtarget = threadIdx.x == 0 ? tr_round_lowp(x[targets[r]], format) : 0.0f;
     float m = -INFINITY, s = 0.0f;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float xj = x[j];
+        float xj = tr_round_lowp(x[j], format); /* the logits as values of format */
         if (xj > m) {
             s = s * tr_expf(m - xj) + 1.0f; /* m = -inf at first: 0 * tiny + 1 */
             m = xj;
@@ -74,7 +75,7 @@ __global__ static void xent_padded_forward_kernel(float *probs, float *losses,
     double sum = tr_block_sum((double)s * tr_expf(m - mx), dsh);
     float inv = (float)(1.0 / sum);
     for (int j = threadIdx.x; j < V; j += blockDim.x)
-        p[j] = tr_expf(x[j] - mx) * inv;
+        p[j] = tr_expf(tr_round_lowp(x[j], format) - mx) * inv;
     for (int j = V + threadIdx.x; j < Vp; j += blockDim.x)
         p[j] = 0.0f;
     /* -log softmax[target] = log(sum) - (x[target] - max): exact where p underflows */
@@ -99,7 +100,7 @@ __global__ static void xent_backward_kernel(float *dlogits, const float *probs,
 }
 
 double tr_cuda_xent_padded_forward(float *probs, float *losses, const float *logits,
-                                   const int *targets, int B, int T, int V, int Vp)
+                                   const int *targets, int B, int T, int V, int Vp, int format)
 {
     size_t BT = (size_t)B * T;
     if (V < 1 || V > Vp)
@@ -108,7 +109,7 @@ double tr_cuda_xent_padded_forward(float *probs, float *losses, const float *log
     if (BT == 0)
         return 0.0;
     xent_padded_forward_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(
-        probs, losses, logits, targets, V, Vp);
+        probs, losses, logits, targets, V, Vp, format);
     TR_CUDA_LAUNCHED();
     return tr_cuda_sum_in_order(losses, BT);
 }
@@ -127,21 +128,22 @@ void tr_cuda_xent_padded_backward(float *dlogits, const float *probs, const int 
 
 /* ---- vocabulary split over tensor-parallel ranks -------------------------------- */
 
+/* the max of the values of format is the max rounded: rounding is monotonic */
 __global__ static void xent_shard_max_kernel(float *rowmax, const float *logits, int Vl,
-                                             int nreal)
+                                             int nreal, int format)
 {
     __shared__ float fsh[32];
     size_t r = blockIdx.x;
     float mx = row_max(logits + r * Vl, nreal, fsh);
     if (threadIdx.x == 0)
-        rowmax[r] = mx;
+        rowmax[r] = tr_round_lowp(mx, format);
 }
 
 /* sums[r] = (sum of exp(x - rowmax) over the held real columns, the target's
  * x - rowmax where this shard holds the target, else 0); probs unnormalised */
 __global__ static void xent_shard_sums_kernel(double *sums, float *probs, const float *logits,
                                               const float *rowmax, const int *targets, int Vl,
-                                              int v0, int nreal)
+                                              int v0, int nreal, int format)
 {
     __shared__ double dsh[32];
     size_t r = blockIdx.x;
@@ -149,10 +151,10 @@ __global__ static void xent_shard_sums_kernel(double *sums, float *probs, const 
     float mx = rowmax[r];
     if (threadIdx.x == 0) {
         long t = (long)targets[r] - v0;
-        sums[2 * r + 1] = t >= 0 && t < nreal ? (double)x[t] - mx : 0.0;
+        sums[2 * r + 1] = t >= 0 && t < nreal ? (double)tr_round_lowp(x[t], format) - mx : 0.0;
     }
     __syncthreads(); /* x[t] is read before any thread overwrites it (in place) */
-    double s = exp_and_sum(probs + r * Vl, x, nreal, mx, dsh);
+    double s = exp_and_sum(probs + r * Vl, x, nreal, mx, dsh, format);
     if (threadIdx.x == 0)
         sums[2 * r] = s;
 }
@@ -172,23 +174,24 @@ __global__ static void xent_shard_finish_kernel(float *probs, float *losses, con
         losses[r] = (float)(log(total) - sums[2 * r + 1]);
 }
 
-void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal)
+void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
+                            int format)
 {
     if (BT == 0)
         return;
     xent_shard_max_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(rowmax, logits, Vl,
-                                                                           nreal);
+                                                                           nreal, format);
     TR_CUDA_LAUNCHED();
 }
 
 void tr_cuda_xent_shard_sums(double *sums, float *probs, const float *logits,
                              const float *rowmax, const int *targets, size_t BT, int Vl, int v0,
-                             int nreal)
+                             int nreal, int format)
 {
     if (BT == 0)
         return;
     xent_shard_sums_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(
-        sums, probs, logits, rowmax, targets, Vl, v0, nreal);
+        sums, probs, logits, rowmax, targets, Vl, v0, nreal, format);
     TR_CUDA_LAUNCHED();
 }
 

@@ -30,6 +30,7 @@
  * blocks) and its index in the whole model, so initialisation and checkpoints see
  * the logical tensors whatever the layout. */
 #include "gpt.h"
+#include "backend/lowp_math.h" /* tr_round_lowp_span */
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -70,7 +71,7 @@ typedef struct gpt {
     float *rowmax;     /* [B,T]  vocab-parallel cross-entropy */
     double *xsums;     /* [B,T,2] */
     /* backward scratch */
-    float *dres, *dtmp, *dln; /* [B,T,C] */
+    float *dres, *dln;        /* [B,T,C] */
     float *dqkv;              /* [B,T,3Cl] */
     float *datt;              /* [B,NHl,T,T] */
     float *dfch;              /* [B,T,Fl] */
@@ -389,7 +390,6 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
                                  "cross-entropy statistics");
     }
     g->dres = buf(m, alloc, BT * C, s, "activation gradients");
-    g->dtmp = buf(m, alloc, BT * C, s, "activation gradients");
     g->dln = buf(m, alloc, BT * C, s, "activation gradients");
     g->dqkv = buf(m, alloc, BT * 3 * (size_t)g->Cl, s, "activation gradients");
     g->datt = buf(m, alloc, att, s, "activation gradients");
@@ -452,31 +452,29 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
     const tr_param *ln2 = lay[LN2].params, *fc = lay[FC].params, *fcp = lay[FCPROJ].params;
     /* the row-parallel biases are added once, by tp rank 0, before the sum */
     int bias_here = g->tp_rank == 0;
-    /* mixed precision: every stored output rounded to the storage format (the
-     * layernorm statistics stay fp32), by the kernel that stores it where it takes a
-     * format, else by tr_model_round */
+    /* mixed precision: every stored output is of the storage format (the layernorm
+     * statistics stay fp32): rounded by the kernel that stores it where it takes a
+     * format; a product's output (qkv, proj_out) by every kernel that reads it
+     * ("read as values of format", transformer_kernels.h); else by tr_model_round */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, ln1[0].value, ln1[1].value, B, T,
                          C, m->precision);
     k->linear_forward(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * Cl);
-    tr_model_round(m, b->qkv, (size_t)BT * 3 * Cl);
     /* att is the backend's state for backward, stored (rounded) by the kernel itself */
     k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, g->NHl, m->precision);
     k->linear_forward(g->proj_out, b->atty, proj[0].value, bias_here ? proj[1].value : NULL, BT,
                       Cl, C);
     tp_sum(g, g->proj_out, n);
-    tr_model_round(m, g->proj_out, n);
     k->residual_forward(b->res2, x, g->proj_out, n, m->precision);
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value, ln2[1].value,
                          B, T, C, m->precision);
-    /* c_fc and GELU in one entry (one matmul on a GPU); it rounds fch, which
-     * gelu_backward reads, itself, before the CPU's GELU reads it */
+    /* c_fc and GELU in one entry (one matmul on a GPU); fch, which gelu_backward
+     * reads as values of the format, the CPU rounds before its GELU reads it */
     k->linear_gelu_forward(b->fch, b->fch_gelu, b->ln2, fc[0].value, fc[1].value, BT, C, Fl,
                            m->precision);
     tr_model_round(m, b->fch_gelu, (size_t)BT * Fl);
     k->linear_forward(g->proj_out, b->fch_gelu, fcp[0].value, bias_here ? fcp[1].value : NULL,
                       BT, Fl, C);
     tp_sum(g, g->proj_out, n);
-    tr_model_round(m, g->proj_out, n);
     k->residual_forward(b->res3, b->res2, g->proj_out, n, m->precision);
 }
 
@@ -533,9 +531,10 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
                          lnf[1].value, B, T, C, m->precision);
     /* tied head: logits = ln_f(x) wte^T over this rank's rows (padded rows are zero:
      * zero logits, which the cross-entropy ignores) */
+    /* the logits are read as values of the format by the loss, the accuracy and
+     * tr_gpt_stage_logits; the loss is fp32 math */
     k->linear_forward(g->logits[slot], g->lnf_out[slot], P(m, g->head_wte, 0)->value, NULL, BT,
                       C, g->Vl);
-    tr_model_round(m, g->logits[slot], (size_t)BT * g->Vl); /* the loss is fp32 math */
 }
 
 /* Next-token accuracy: the argmax over the real vocabulary of each row (the kernel
@@ -547,9 +546,9 @@ static long count_correct(const tr_model *m, int slot, const int32_t *y, size_t 
     float *val = tr_alloc(2 * BT * sizeof *val, "accuracy");
     int n = g->tp == 1 ? g->cfg.V : g->nreal;
     if (m->dev->host_memory) {
-        m->k->rows_argmax(idx, val, g->logits[slot], BT, g->Vl, n);
+        m->k->rows_argmax(idx, val, g->logits[slot], BT, g->Vl, n, m->precision);
     } else {
-        m->k->rows_argmax(g->amax, g->amax_val, g->logits[slot], BT, g->Vl, n);
+        m->k->rows_argmax(g->amax, g->amax_val, g->logits[slot], BT, g->Vl, n, m->precision);
         m->dev->download(idx, g->amax, BT * sizeof *idx);
         m->dev->download(val, g->amax_val, BT * sizeof *val);
     }
@@ -583,14 +582,15 @@ double tr_gpt_stage_loss(tr_model *m, int slot, const int32_t *y, int B, long *c
         *correct = count_correct(m, slot, y, BT);
     const int32_t *yd = tr_model_upload(m, g->tgt[slot], y, BT * sizeof *y); /* for backward too */
     if (g->tp == 1)
-        return k->xent_padded_forward(lg, g->losses, lg, yd, B, c->T, c->V, g->Vl);
+        return k->xent_padded_forward(lg, g->losses, lg, yd, B, c->T, c->V, g->Vl, m->precision);
     for (size_t r = 0; r < BT; r++)
         if (y[r] < 0 || y[r] >= c->V)
             tr_fatal(TR_EXIT_SOFTWARE, "cross-entropy: target %d at %zu is outside [0, %d)",
                      y[r], r, c->V);
-    k->xent_shard_max(g->rowmax, lg, BT, g->Vl, g->nreal);
+    k->xent_shard_max(g->rowmax, lg, BT, g->Vl, g->nreal, m->precision);
     tr_allreduce(g->rowmax, g->rowmax, BT, TR_F32, TR_MAX, c->layout.tp_group);
-    k->xent_shard_sums(g->xsums, lg, lg, g->rowmax, yd, BT, g->Vl, g->v0, g->nreal);
+    k->xent_shard_sums(g->xsums, lg, lg, g->rowmax, yd, BT, g->Vl, g->v0, g->nreal,
+                       m->precision);
     tr_allreduce(g->xsums, g->xsums, 2 * BT, TR_F64, TR_SUM, c->layout.tp_group);
     return k->xent_shard_finish(lg, g->losses, g->xsums, BT, g->Vl, g->nreal);
 }
@@ -623,31 +623,26 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
         b = g->blk[i * g->slots + s];
     }
     /* MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
-    /* mixed precision: activation gradients rounded as they are stored (by the kernel
-     * where it takes a format) */
+    /* mixed precision: activation gradients are of the format, rounded by the kernel
+     * that stores them, or a product's (dfch, dln) by the kernels that read them; the
+     * layernorms' input gradients add into dres (the residual's backward) */
     k->linear_backward(g->dfch, fcp[0].grad, fcp[1].grad, g->dres, b.fch_gelu, fcp[0].value, BT,
                        Fl, C);
-    tr_model_round(m, g->dfch, (size_t)BT * Fl);
     k->gelu_backward(g->dfch, b.fch, g->dfch, (size_t)BT * Fl, m->precision);
     k->linear_backward(g->dln, fc[0].grad, fc[1].grad, g->dfch, b.ln2, fc[0].value, BT, C, Fl);
     tp_sum(g, g->dln, n);
-    tr_model_round(m, g->dln, n);
-    k->layernorm_backward(g->dtmp, ln2[0].grad, ln2[1].grad, g->dln, b.res2, ln2[0].value,
-                          b.ln2_mean, b.ln2_rstd, B, T, C);
-    k->residual_forward(g->dres, g->dres, g->dtmp, n, m->precision);
+    k->layernorm_backward(g->dres, ln2[0].grad, ln2[1].grad, g->dln, b.res2, ln2[0].value,
+                          b.ln2_mean, b.ln2_rstd, B, T, C, m->precision, 1);
     /* attention half: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))) */
     k->linear_backward(g->dln, proj[0].grad, proj[1].grad, g->dres, b.atty, proj[0].value, BT,
                        Cl, C);
-    tr_model_round(m, g->dln, (size_t)BT * Cl);
     k->attention_backward(g->dqkv, g->datt, g->dln, b.atty, b.qkv, b.att, B, T, Cl, g->NHl,
                           m->precision);
     k->linear_backward(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1, qkv[0].value, BT, C,
                        3 * Cl);
     tp_sum(g, g->dln, n);
-    tr_model_round(m, g->dln, n);
-    k->layernorm_backward(g->dtmp, ln1[0].grad, ln1[1].grad, g->dln, x_in, ln1[0].value,
-                          b.ln1_mean, b.ln1_rstd, B, T, C);
-    k->residual_forward(g->dres, g->dres, g->dtmp, n, m->precision);
+    k->layernorm_backward(g->dres, ln1[0].grad, ln1[1].grad, g->dln, x_in, ln1[0].value,
+                          b.ln1_mean, b.ln1_rstd, B, T, C, m->precision, 1);
 }
 
 void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int32_t *y, int B,
@@ -671,13 +666,11 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
         k->linear_backward(g->dln, wte->grad, NULL, lg, g->lnf_out[slot], wte->value, BT, C,
                            g->Vl);
         tp_sum(g, g->dln, (size_t)BT * C);
-        tr_model_round(m, g->dln, (size_t)BT * C);
         const tr_param *lnf = m->layers[g->lnf].params;
         const float *x_last =
             g->nl ? g->blk[(g->nl - 1) * g->slots + slot].res3 : g->encoded[slot];
         k->layernorm_backward(g->dres, lnf[0].grad, lnf[1].grad, g->dln, x_last, lnf[0].value,
-                              g->lnf_mean[slot], g->lnf_rstd[slot], B, T, C);
-        tr_model_round(m, g->dres, (size_t)BT * C);
+                              g->lnf_mean[slot], g->lnf_rstd[slot], B, T, C, m->precision, 0);
         if (ready)
             ready(ctx, lnf[0].offset);
     }
@@ -719,6 +712,8 @@ void tr_gpt_stage_logits(tr_model *m, int row, float *full, int *v0, int *Vl)
     *v0 = g->v0;
     *Vl = g->Vl;
     m->dev->download(full + g->v0, g->logits[0] + (size_t)row * g->Vl, (size_t)g->Vl * sizeof *full);
+    /* read as values of the format, as the loss reads them */
+    tr_round_lowp_span(full + g->v0, (size_t)g->Vl, m->precision);
 }
 
 void tr_gpt_tied_range(const tr_model *m, size_t *lo, size_t *hi)

@@ -379,11 +379,26 @@ static void test_layernorm(int nb, int nt, int nc)
     /* backward from the CPU's saved mean and rstd on both sides: tests backward alone */
     tr_cuda_upload(mean.d, mean.h, nbt * sizeof(float));
     tr_cuda_upload(rstd.d, rstd.h, nbt * sizeof(float));
-    tr_cpu_layernorm_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, mean.h, rstd.h, nb, nt, nc);
-    gpu->layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, mean.d, rstd.d, nb, nt, nc);
+    tr_cpu_layernorm_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, mean.h, rstd.h, nb, nt, nc,
+                              TR_PREC_FP32, 0);
+    gpu->layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, mean.d, rstd.d, nb, nt, nc,
+                            TR_PREC_FP32, 0);
     compare("layernorm_backward dinp", &dinp, TOL_ELEM);
     compare("layernorm_backward dweight (+=)", &dw, TOL_ELEM);
     compare("layernorm_backward dbias (+=)", &db, TOL_ELEM);
+    /* the model's bf16 form: dout (not rounded here) read as bf16 values, dinp the
+     * residual stream's gradient (bf16 values), added into and rounded */
+    for (int f = TR_PREC_BF16; f <= TR_PREC_FP16; f++) {
+        tr_cpu_round_lowp(dinp.h, dinp.n, f);
+        tr_cuda_upload(dinp.d, dinp.h, dinp.n * sizeof(float));
+        tr_cpu_layernorm_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, mean.h, rstd.h, nb, nt,
+                                  nc, f, 1);
+        gpu->layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, mean.d, rstd.d, nb, nt,
+                                nc, f, 1);
+        compare_format("layernorm_backward dinp (+=)", &dinp, f);
+        compare("layernorm_backward dweight, dout rounded", &dw, TOL_ELEM);
+        compare("layernorm_backward dbias, dout rounded", &db, TOL_ELEM);
+    }
     pair *all[] = {&inp, &w, &bias, &out, &mean, &rstd, &dout, &dinp, &dw, &db};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);
@@ -424,18 +439,16 @@ static void test_elementwise(void)
 /* One shape: each side runs its own forward, whose saved state (att) is the
  * backend's own (the CPU's probabilities, the GPU's log-sum-exps), then backward
  * from it; out and dqkv must agree. The datt scratch starts as NaN on the GPU, so
- * a read of scratch the kernels did not write first would show. */
-/* the model's bf16-mixed storage of an input: rounded on both sides */
-static void pair_round(pair *p, int format)
-{
-    tr_cpu_round_lowp(p->h, p->n, format);
-    tr_cuda_upload(p->d, p->h, p->n * sizeof(float));
-}
-
+ * a read of scratch the kernels did not write first would show. qkv and dout are not
+ * rounded here: both sides read them as values of the format (the tensor cores by
+ * converting them to bf16, the fp32 kernels by rounding as they load). */
 static void test_attention_shape(int b, int t, int c, int nh, int format)
 {
     printf("attention%s: B=%d T=%d C=%d NH=%d (head size %d)\n",
-           format == TR_PREC_BF16 ? " (bf16-mixed)" : "", b, t, c, nh, c / nh);
+           format == TR_PREC_BF16   ? " (bf16-mixed)"
+           : format == TR_PREC_FP16 ? " (fp16-mixed)"
+                                    : "",
+           b, t, c, nh, c / nh);
     /* bf16-mixed rounds P and dS to bf16 on the GPU's tensor cores, not on the CPU */
     double tol = format == TR_PREC_BF16 ? TOL_ATT_BF16 : TOL_GEMM;
     gpu->set_gemm_precision(format);
@@ -443,8 +456,6 @@ static void test_attention_shape(int b, int t, int c, int nh, int format)
     pair qkv = pair_rand(bt * 3 * c, -1, 1), out = pair_zero(bt * c);
     pair att = pair_rand(natt, -1, 1), dout = pair_rand(bt * c, -1, 1);
     pair dqkv = pair_rand(bt * 3 * c, -1, 1), datt = pair_rand(natt, NAN, NAN);
-    pair_round(&qkv, format);
-    pair_round(&dout, format);
     tr_cpu_attention_forward(out.h, att.h, qkv.h, b, t, c, nh, format);
     gpu->attention_forward(out.d, att.d, qkv.d, b, t, c, nh, format);
     compare("attention_forward out", &out, tol);
@@ -474,7 +485,7 @@ static void test_attention_shape(int b, int t, int c, int nh, int format)
  * sequence lengths that end mid-tile, and GPT-2's own head size at T 256. */
 static void test_attention(void)
 {
-    for (int f = TR_PREC_FP32; f <= TR_PREC_BF16; f++) {
+    for (int f = TR_PREC_FP32; f <= TR_PREC_FP16; f++) {
         test_attention_shape(B, T, C, NH, f);
         test_attention_shape(2, 77, 64, 4, f);
         test_attention_shape(1, 130, 96, 1, f);
@@ -494,11 +505,20 @@ static void test_xent_padded(void)
     pair logits = pair_rand(n, -4, 4), probs = pair_zero(n), losses = pair_zero(BT);
     pair dlogits = pair_rand(n, -1, 1);
     float scale = 1.0f / BT;
-    double lc = tr_cpu_xent_padded_forward(probs.h, losses.h, logits.h, tgt.h, B, T, V, VP);
-    double lg = gpu->xent_padded_forward(probs.d, losses.d, logits.d, tgt.d, B, T, V, VP);
-    compare("xent_padded_forward probs", &probs, TOL_ELEM);
-    compare("xent_padded_forward losses", &losses, TOL_ELEM);
-    compare_value("xent_padded_forward loss sum", lc, lg, TOL_ELEM);
+    double lc, lg;
+    /* the logits read as values of each format (not rounded here) */
+    for (int f = TR_PREC_BF16; f >= TR_PREC_FP32; f--) {
+        char name[64];
+        const char *fn = f == TR_PREC_BF16 ? " (bf16)" : "";
+        lc = tr_cpu_xent_padded_forward(probs.h, losses.h, logits.h, tgt.h, B, T, V, VP, f);
+        lg = gpu->xent_padded_forward(probs.d, losses.d, logits.d, tgt.d, B, T, V, VP, f);
+        snprintf(name, sizeof name, "xent_padded_forward probs%s", fn);
+        compare(name, &probs, TOL_ELEM);
+        snprintf(name, sizeof name, "xent_padded_forward losses%s", fn);
+        compare(name, &losses, TOL_ELEM);
+        snprintf(name, sizeof name, "xent_padded_forward loss sum%s", fn);
+        compare_value(name, lc, lg, TOL_ELEM);
+    }
     tr_cuda_upload(probs.d, probs.h, n * sizeof(float));
     tr_cpu_xent_padded_backward(dlogits.h, probs.h, tgt.h, scale, B, T, V, VP, TR_PREC_BF16);
     gpu->xent_padded_backward(dlogits.d, probs.d, tgt.d, scale, B, T, V, VP, TR_PREC_BF16);
@@ -508,8 +528,10 @@ static void test_xent_padded(void)
     compare("xent_padded_backward dlogits", &dlogits, TOL_ELEM);
 
     /* in place: probs in the logits buffer, then dlogits in the probs buffer */
-    lc = tr_cpu_xent_padded_forward(logits.h, losses.h, logits.h, tgt.h, B, T, V, VP);
-    lg = gpu->xent_padded_forward(logits.d, losses.d, logits.d, tgt.d, B, T, V, VP);
+    lc = tr_cpu_xent_padded_forward(logits.h, losses.h, logits.h, tgt.h, B, T, V, VP,
+                                    TR_PREC_FP32);
+    lg = gpu->xent_padded_forward(logits.d, losses.d, logits.d, tgt.d, B, T, V, VP,
+                                  TR_PREC_FP32);
     compare("xent_padded_forward probs (in place)", &logits, TOL_ELEM);
     compare_value("xent_padded_forward loss sum (in place)", lc, lg, TOL_ELEM);
     tr_cuda_upload(logits.d, logits.h, n * sizeof(float));
@@ -533,15 +555,25 @@ static void test_xent_shard(void)
     ipair tgt = tokens(BT, 0, V);
     pair logits = pair_rand(n, -4, 4), rowmax = pair_zero(BT), losses = pair_zero(BT);
     pair probs = pair_zero(n), dlogits = pair_zero(n);
-    tr_cpu_xent_shard_max(rowmax.h, logits.h, BT, VL, NREAL);
-    gpu->xent_shard_max(rowmax.d, logits.d, BT, VL, NREAL);
+    tr_cpu_xent_shard_max(rowmax.h, logits.h, BT, VL, NREAL, TR_PREC_BF16);
+    gpu->xent_shard_max(rowmax.d, logits.d, BT, VL, NREAL, TR_PREC_BF16);
+    compare("xent_shard_max rowmax (bf16)", &rowmax, 0.0); /* the same max, rounded */
+    tr_cpu_xent_shard_max(rowmax.h, logits.h, BT, VL, NREAL, TR_PREC_FP32);
+    gpu->xent_shard_max(rowmax.d, logits.d, BT, VL, NREAL, TR_PREC_FP32);
     compare("xent_shard_max rowmax", &rowmax, TOL_ELEM);
 
     double sums_h[2 * BT], sums_g[2 * BT];
     double *sums_d = tr_cuda_alloc(sizeof sums_h, "test sums");
     tr_cuda_upload(rowmax.d, rowmax.h, BT * sizeof(float));
-    tr_cpu_xent_shard_sums(sums_h, probs.h, logits.h, rowmax.h, tgt.h, BT, VL, V0, NREAL);
-    gpu->xent_shard_sums(sums_d, probs.d, logits.d, rowmax.d, tgt.d, BT, VL, V0, NREAL);
+    tr_cpu_xent_shard_sums(sums_h, probs.h, logits.h, rowmax.h, tgt.h, BT, VL, V0, NREAL,
+                           TR_PREC_BF16);
+    gpu->xent_shard_sums(sums_d, probs.d, logits.d, rowmax.d, tgt.d, BT, VL, V0, NREAL,
+                         TR_PREC_BF16);
+    compare("xent_shard_sums probs (bf16 logits)", &probs, TOL_ELEM);
+    tr_cpu_xent_shard_sums(sums_h, probs.h, logits.h, rowmax.h, tgt.h, BT, VL, V0, NREAL,
+                           TR_PREC_FP32);
+    gpu->xent_shard_sums(sums_d, probs.d, logits.d, rowmax.d, tgt.d, BT, VL, V0, NREAL,
+                         TR_PREC_FP32);
     compare("xent_shard_sums probs (unnormalised)", &probs, TOL_ELEM);
     tr_cuda_download(sums_g, sums_d, sizeof sums_g);
     double worst = 0.0, scale = 0.0;
@@ -573,6 +605,40 @@ static void test_xent_shard(void)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);
     ipair_free(&tgt);
+}
+
+/* The accuracy's argmax over logits with near-ties that rounding to bf16 or fp16
+ * makes ties: both sides read them as values of the format and must pick the same
+ * (first) index and value, at fp32 too. */
+static void test_rows_argmax(void)
+{
+    printf("rows_argmax\n");
+    size_t n = (size_t)BT * VP;
+    pair x = pair_rand(n, 0, 1);
+    for (size_t i = 0; i < n; i++)
+        x.h[i] = 4.0f + 1e-3f * x.h[i];
+    x.h[3 * VP] = NAN; /* NaN in column 0 of row 3 stays the answer */
+    tr_cuda_upload(x.d, x.h, n * sizeof(float));
+    for (int f = TR_PREC_FP32; f <= TR_PREC_FP16; f++) {
+        ipair idx = ipair_zero(BT);
+        pair val = pair_zero(BT);
+        int *got = malloc(BT * sizeof(int));
+        float *gv = malloc(BT * sizeof(float));
+        tr_cpu_rows_argmax(idx.h, val.h, x.h, BT, VP, V, f);
+        gpu->rows_argmax(idx.d, val.d, x.d, BT, VP, V, f);
+        tr_cuda_download(got, idx.d, BT * sizeof(int));
+        tr_cuda_download(gv, val.d, BT * sizeof(float));
+        size_t bad = 0;
+        for (int r = 0; r < BT; r++)
+            bad += got[r] != idx.h[r] || memcmp(&gv[r], &val.h[r], sizeof(float)) != 0;
+        printf("  %-40s %zu of %d rows differ (format %d)\n", "rows_argmax", bad, BT, f);
+        CHECK(bad == 0, "rows_argmax (format %d): %zu of %d rows differ from the CPU", f, bad, BT);
+        free(got);
+        free(gv);
+        ipair_free(&idx);
+        pair_free(&val);
+    }
+    pair_free(&x);
 }
 
 /* ---- optimizers and norms -------------------------------------------------------- */
@@ -917,6 +983,7 @@ int main(int argc, char **argv)
     test_attention();
     test_xent_padded();
     test_xent_shard();
+    test_rows_argmax();
     test_optim();
     test_round_lowp();
     test_relu();

@@ -199,7 +199,8 @@ static void test_layernorm(void)
     tr_free(inp0);
     ln_loss(&l); /* mean and rstd of the inputs the gradients are checked at */
 
-    tr_cpu_layernorm_backward(dinp, dw, db, l.R, l.inp, l.w, l.mean, l.rstd, SB, ST, SC);
+    tr_cpu_layernorm_backward(dinp, dw, db, l.R, l.inp, l.w, l.mean, l.rstd, SB, ST, SC,
+                              TR_PREC_FP32, 0);
     fd_problem p = {ln_loss, NULL, &l};
     FD_CHECK_TENSOR("layernorm d/dinp", fd_check(&p, l.inp, dinp, n, EPS, FLOOR, TOL), 0.0);
     FD_CHECK_TENSOR("layernorm d/dweight", fd_check(&p, l.w, dw, SC, EPS, FLOOR, TOL), 0.0);
@@ -210,10 +211,20 @@ static void test_layernorm(void)
     memcpy(accw, g0w, SC * sizeof(float));
     memcpy(accb, g0b, SC * sizeof(float));
     fill_nan(dinp2, n); /* = must not read what was there */
-    tr_cpu_layernorm_backward(dinp2, accw, accb, l.R, l.inp, l.w, l.mean, l.rstd, SB, ST, SC);
+    tr_cpu_layernorm_backward(dinp2, accw, accb, l.R, l.inp, l.w, l.mean, l.rstd, SB, ST, SC,
+                              TR_PREC_FP32, 0);
     check_accumulated("layernorm dweight", accw, g0w, dw, SC);
     check_accumulated("layernorm dbias", accb, g0b, db, SC);
     CHECK(same_bits(dinp, dinp2, n), "layernorm dinp is not overwritten (=)");
+    /* accumulate: dinp += the gradient, the same fp32 sum as an add after it */
+    fd_fill_uniform(dinp2, n, -1, 1, 17);
+    float *sum = falloc(n, "layernorm dinp + gradient");
+    for (size_t i = 0; i < n; i++)
+        sum[i] = dinp2[i] + dinp[i];
+    tr_cpu_layernorm_backward(dinp2, accw, accb, l.R, l.inp, l.w, l.mean, l.rstd, SB, ST, SC,
+                              TR_PREC_FP32, 1);
+    CHECK(same_bits(sum, dinp2, n), "layernorm dinp with accumulate is not dinp + gradient");
+    tr_free(sum);
 
     tr_free(l.inp), tr_free(l.w), tr_free(l.b), tr_free(l.out), tr_free(l.mean);
     tr_free(l.rstd), tr_free(l.R), tr_free(dinp), tr_free(dinp2), tr_free(dw), tr_free(db);
@@ -436,7 +447,8 @@ typedef struct xent_rig {
 static double xent_loss(void *ctx)
 {
     xent_rig *x = ctx;
-    return tr_cpu_xent_padded_forward(x->probs, x->losses, x->logits, x->tgt, SB, ST, SV, SVP);
+    return tr_cpu_xent_padded_forward(x->probs, x->losses, x->logits, x->tgt, SB, ST, SV, SVP,
+                                      TR_PREC_FP32);
 }
 
 static void test_xent(void)
@@ -489,7 +501,8 @@ static void test_xent(void)
     for (size_t i = 0; i < n; i++)
         bad += dl2[i] != 0.1f * (p0[i] - (dl[i] - p0[i] < -0.5f ? 1.0f : 0.0f));
     CHECK(bad == 0, "xent backward with scale 0.1: %zu elements off", bad);
-    double Lin = tr_cpu_xent_padded_forward(x.logits, x.losses, x.logits, x.tgt, SB, ST, SV, SVP);
+    double Lin = tr_cpu_xent_padded_forward(x.logits, x.losses, x.logits, x.tgt, SB, ST, SV, SVP,
+                                            TR_PREC_FP32);
     CHECK(Lin == L && same_bits(x.logits, p0, n), "xent forward in place differs");
     tr_cpu_xent_padded_backward(x.logits, x.logits, x.tgt, 1.0f, SB, ST, SV, SVP,
                                 TR_PREC_FP32);
@@ -529,7 +542,8 @@ static size_t big_run(const big *g, float *res)
     float *ln = take(&w, n), *mean = take(&w, BT), *rstd = take(&w, BT);
     float *dln = take(&w, n), *dw = take(&w, LC), *db = take(&w, LC);
     tr_cpu_layernorm_forward(ln, mean, rstd, emb, g->lnw, g->lnb, LB, LT, LC, TR_PREC_FP32);
-    tr_cpu_layernorm_backward(dln, dw, db, g->dout, emb, g->lnw, mean, rstd, LB, LT, LC);
+    tr_cpu_layernorm_backward(dln, dw, db, g->dout, emb, g->lnw, mean, rstd, LB, LT, LC,
+                              TR_PREC_FP32, 0);
 
     float *ge = take(&w, n), *dge = take(&w, n);
     tr_cpu_gelu_forward(ge, ln, n);
@@ -543,7 +557,8 @@ static size_t big_run(const big *g, float *res)
 
     float *probs = take(&w, BT * LVP), *losses = take(&w, BT), *loss = take(&w, 2);
     float *dlogits = take(&w, BT * LVP);
-    double L = tr_cpu_xent_padded_forward(probs, losses, g->logits, g->tok, LB, LT, LV, LVP);
+    double L = tr_cpu_xent_padded_forward(probs, losses, g->logits, g->tok, LB, LT, LV, LVP,
+                                          TR_PREC_FP32);
     loss[0] = (float)L;
     loss[1] = (float)(L - (double)loss[0]); /* the rest of the double */
     tr_cpu_xent_padded_backward(dlogits, probs, g->tok, 1.0f / (float)BT, LB, LT, LV, LVP,
@@ -591,7 +606,8 @@ static void test_determinism(void)
 /* ---- mixed precision: rounding inside the kernels -------------------------------- */
 
 /* Each kernel that takes a format, at bf16 and fp16, against the same kernel at fp32
- * followed by tr_cpu_round_lowp: the same bits (the GPU rounds as it stores, and its
+ * on inputs rounded first (where it reads them "as values of format") and followed by
+ * tr_cpu_round_lowp: the same bits (the GPU rounds as it loads and stores, and its
  * test compares it with these). Inputs span magnitudes from 1e-3 to 1e3 so that both
  * formats round, fp16's overflow and subnormals included. */
 static void fill_wide(float *x, size_t n, uint64_t seed)
@@ -602,64 +618,128 @@ static void fill_wide(float *x, size_t n, uint64_t seed)
     }
 }
 
+static const char *fmt_name(int format) { return format == TR_PREC_BF16 ? "bf16" : "fp16"; }
+
 static void check_fused(const char *what, int format, const float *fused, float *ref, size_t n)
 {
     tr_cpu_round_lowp(ref, n, format);
     CHECK(same_bits(fused, ref, n), "%s (%s): rounding inside the kernel differs from "
-          "round_lowp after it", what, format == TR_PREC_BF16 ? "bf16" : "fp16");
+          "round_lowp around it", what, fmt_name(format));
+}
+
+static void check_same(const char *what, int format, const void *a, const void *b, size_t bytes)
+{
+    CHECK(memcmp(a, b, bytes) == 0, "%s (%s): reading as values of the format differs from "
+          "rounding first", what, fmt_name(format));
+}
+
+/* x rounded to format into a new buffer */
+static float *rounded_copy(const float *x, size_t n, int format)
+{
+    float *r = falloc(n, "rounded copy");
+    memcpy(r, x, n * sizeof *r);
+    tr_cpu_round_lowp(r, n, format);
+    return r;
 }
 
 static void test_fused_rounding(void)
 {
     enum { B = 2, T = 33, C = 64, NH = 4, V = 50, VP = 64 };
-    size_t n = (size_t)B * T * C, n3 = 3 * n, nv = (size_t)B * T * VP;
-    size_t natt = (size_t)B * NH * T * T;
+    size_t BT = (size_t)B * T, n = BT * C, n3 = 3 * n, nv = BT * VP;
+    size_t natt = (size_t)B * NH * T * T, nbig = n3 > nv ? n3 : nv;
     float *x = falloc(n, "x"), *y = falloc(n, "y"), *w = falloc(C, "w"), *bias = falloc(C, "b");
-    float *o1 = falloc(n3 > nv ? n3 : nv, "fused"), *o2 = falloc(n3 > nv ? n3 : nv, "ref");
-    float *mean = falloc((size_t)B * T, "mean"), *rstd = falloc((size_t)B * T, "rstd");
+    float *o1 = falloc(nbig, "fused"), *o2 = falloc(nbig, "ref"), *tmp = falloc(n, "tmp");
+    float *mean = falloc(BT, "mean"), *rstd = falloc(BT, "rstd");
     float *qkv = falloc(n3, "qkv"), *att = falloc(natt, "att"), *datt = falloc(natt, "datt");
-    float *probs = falloc(nv, "probs");
-    int *tgt = tr_alloc((size_t)B * T * sizeof(int), "targets");
+    float *probs = falloc(nv, "probs"), *logits = falloc(nv, "logits");
+    float *g1 = falloc(2 * C, "param grads"), *g2 = falloc(2 * C, "param grads");
+    float *l1 = falloc(BT, "losses"), *l2 = falloc(BT, "losses");
+    double *s1 = tr_alloc(2 * BT * sizeof(double), "sums");
+    double *s2 = tr_alloc(2 * BT * sizeof(double), "sums");
+    int *tgt = tr_alloc(BT * sizeof(int), "targets");
+    int *i1 = tr_alloc(BT * sizeof(int), "argmax"), *i2 = tr_alloc(BT * sizeof(int), "argmax");
     fill_wide(x, n, 1);
     fill_wide(y, n, 2);
     fill_wide(w, C, 3);
     fill_wide(bias, C, 4);
     for (size_t i = 0; i < n3; i++)
         qkv[i] = tr_rng_uniform(5, 1, i) - 0.5f;
-    for (size_t i = 0; i < nv; i++)
+    for (size_t i = 0; i < nv; i++) {
         probs[i] = (int)(i % VP) < V ? tr_rng_uniform(6, 1, i) : 0.0f;
-    for (int i = 0; i < B * T; i++)
-        tgt[i] = (i * 7) % V;
+        /* logits with near-ties after rounding, for the argmax */
+        logits[i] = 8.0f * tr_rng_uniform(9, 1, i) + 1e-3f * tr_rng_uniform(9, 2, i);
+    }
+    for (size_t i = 0; i < BT; i++)
+        tgt[i] = (int)(i * 7) % V;
     for (int f = TR_PREC_BF16; f <= TR_PREC_FP16; f++) {
+        float *xr = rounded_copy(x, n, f), *yr = rounded_copy(y, n, f);
+        float *qkvr = rounded_copy(qkv, n3, f), *lgr = rounded_copy(logits, nv, f);
         tr_cpu_layernorm_forward(o1, mean, rstd, x, w, bias, B, T, C, f);
         tr_cpu_layernorm_forward(o2, mean, rstd, x, w, bias, B, T, C, TR_PREC_FP32);
         check_fused("layernorm_forward", f, o1, o2, n);
+        /* backward, dout = y read as values of f, dinp overwritten and accumulated */
+        memset(g1, 0, 2 * C * sizeof *g1);
+        memset(g2, 0, 2 * C * sizeof *g2);
+        tr_cpu_layernorm_backward(o1, g1, g1 + C, y, x, w, mean, rstd, B, T, C, f, 0);
+        tr_cpu_layernorm_backward(o2, g2, g2 + C, yr, x, w, mean, rstd, B, T, C, TR_PREC_FP32,
+                                  0);
+        check_fused("layernorm_backward", f, o1, o2, n);
+        check_same("layernorm_backward dweight, dbias", f, g1, g2, 2 * C * sizeof *g1);
+        memcpy(o1, xr, n * sizeof *o1); /* a residual stream's gradient, of the format */
+        tr_cpu_layernorm_backward(o1, g1, g1 + C, y, x, w, mean, rstd, B, T, C, f, 1);
+        tr_cpu_layernorm_backward(tmp, g2, g2 + C, yr, x, w, mean, rstd, B, T, C,
+                                  TR_PREC_FP32, 0);
+        tr_cpu_residual_forward(o2, xr, tmp, n, TR_PREC_FP32);
+        check_fused("layernorm_backward accumulating", f, o1, o2, n);
         tr_cpu_gelu_backward(o1, x, y, n, f);
-        tr_cpu_gelu_backward(o2, x, y, n, TR_PREC_FP32);
+        tr_cpu_gelu_backward(o2, xr, yr, n, TR_PREC_FP32);
         check_fused("gelu_backward", f, o1, o2, n);
         tr_cpu_residual_forward(o1, x, y, n, f);
-        tr_cpu_residual_forward(o2, x, y, n, TR_PREC_FP32);
+        tr_cpu_residual_forward(o2, xr, yr, n, TR_PREC_FP32);
         check_fused("residual_forward", f, o1, o2, n);
         /* out from unrounded probabilities, which are stored rounded: the fp32 call
          * leaves them unrounded, so backward gets the fused call's state on both sides */
-        tr_cpu_attention_forward(o2, att, qkv, B, T, C, NH, TR_PREC_FP32);
+        tr_cpu_attention_forward(o2, att, qkvr, B, T, C, NH, TR_PREC_FP32);
         tr_cpu_attention_forward(o1, att, qkv, B, T, C, NH, f);
         check_fused("attention_forward", f, o1, o2, n);
         tr_cpu_attention_backward(o1, datt, y, x, qkv, att, B, T, C, NH, f);
-        tr_cpu_attention_backward(o2, datt, y, x, qkv, att, B, T, C, NH, TR_PREC_FP32);
+        tr_cpu_attention_backward(o2, datt, yr, x, qkvr, att, B, T, C, NH, TR_PREC_FP32);
         check_fused("attention_backward", f, o1, o2, n3);
         tr_cpu_xent_padded_backward(o1, probs, tgt, 0.37f, B, T, V, VP, f);
         tr_cpu_xent_padded_backward(o2, probs, tgt, 0.37f, B, T, V, VP, TR_PREC_FP32);
         check_fused("xent_padded_backward", f, o1, o2, nv);
-        tr_cpu_xent_shard_backward(o1, probs, tgt, 0.37f, (size_t)B * T, VP, 10, V - 10, f);
-        tr_cpu_xent_shard_backward(o2, probs, tgt, 0.37f, (size_t)B * T, VP, 10, V - 10,
-                                   TR_PREC_FP32);
+        tr_cpu_xent_shard_backward(o1, probs, tgt, 0.37f, BT, VP, 10, V - 10, f);
+        tr_cpu_xent_shard_backward(o2, probs, tgt, 0.37f, BT, VP, 10, V - 10, TR_PREC_FP32);
         check_fused("xent_shard_backward", f, o1, o2, nv);
+        /* the logits' readers */
+        double L1 = tr_cpu_xent_padded_forward(o1, l1, logits, tgt, B, T, V, VP, f);
+        double L2 = tr_cpu_xent_padded_forward(o2, l2, lgr, tgt, B, T, V, VP, TR_PREC_FP32);
+        check_same("xent_padded_forward probabilities", f, o1, o2, nv * sizeof *o1);
+        check_same("xent_padded_forward losses", f, l1, l2, BT * sizeof *l1);
+        CHECK(L1 == L2, "xent_padded_forward (%s): loss %.17g against %.17g", fmt_name(f), L1,
+              L2);
+        memcpy(o1, logits, nv * sizeof *o1); /* in place, as the model calls it */
+        double L3 = tr_cpu_xent_padded_forward(o1, l1, o1, tgt, B, T, V, VP, f);
+        check_same("xent_padded_forward in place", f, o1, o2, nv * sizeof *o1);
+        CHECK(L3 == L2, "xent_padded_forward in place (%s): loss differs", fmt_name(f));
+        tr_cpu_xent_shard_max(l1, logits, BT, VP, V - 10, f);
+        tr_cpu_xent_shard_max(l2, lgr, BT, VP, V - 10, TR_PREC_FP32);
+        check_same("xent_shard_max", f, l1, l2, BT * sizeof *l1);
+        tr_cpu_xent_shard_sums(s1, o1, logits, l2, tgt, BT, VP, 10, V - 10, f);
+        tr_cpu_xent_shard_sums(s2, o2, lgr, l2, tgt, BT, VP, 10, V - 10, TR_PREC_FP32);
+        check_same("xent_shard_sums", f, s1, s2, 2 * BT * sizeof *s1);
+        check_same("xent_shard_sums probabilities", f, o1, o2, nv * sizeof *o1);
+        tr_cpu_rows_argmax(i1, l1, logits, BT, VP, V, f);
+        tr_cpu_rows_argmax(i2, l2, lgr, BT, VP, V, TR_PREC_FP32);
+        check_same("rows_argmax index", f, i1, i2, BT * sizeof *i1);
+        check_same("rows_argmax value", f, l1, l2, BT * sizeof *l1);
+        tr_free(xr), tr_free(yr), tr_free(qkvr), tr_free(lgr);
     }
-    float *all[] = {x, y, w, bias, o1, o2, mean, rstd, qkv, att, datt, probs};
+    float *all[] = {x, y, w, bias, o1, o2, tmp, mean, rstd, qkv, att, datt, probs, logits,
+                    g1, g2, l1, l2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         tr_free(all[i]);
-    tr_free(tgt);
+    tr_free(s1), tr_free(s2), tr_free(tgt), tr_free(i1), tr_free(i2);
 }
 
 int main(void)

@@ -34,7 +34,8 @@ static void check_xent(int tp)
     fd_fill_uniform(logits, BT * VP, -3, 3, 21);
     for (int r = 0; r < BT; r++)
         tgt[r] = (r * 37 + 11) % V;
-    double whole = tr_cpu_xent_padded_forward(probs, losses, logits, tgt, B, T, V, VP);
+    double whole = tr_cpu_xent_padded_forward(probs, losses, logits, tgt, B, T, V, VP,
+                                              TR_PREC_FP32);
     memcpy(dfull, probs, sizeof dfull);
     tr_cpu_xent_padded_backward(dfull, dfull, tgt, 0.25f, B, T, V, VP, TR_PREC_FP32);
 
@@ -52,7 +53,7 @@ static void check_xent(int tp)
     for (int q = 0; q < tp; q++) {
         nreal[q] = V - q * Vl < 0 ? 0 : (V - q * Vl < Vl ? V - q * Vl : Vl);
         tr_cpu_xent_shard_max(rowmax + (size_t)q * BT, sh + (size_t)q * BT * Vl, BT, Vl,
-                              nreal[q]);
+                              nreal[q], TR_PREC_FP32);
     }
     for (int r = 0; r < BT; r++) { /* the MAX over the tp group */
         mx[r] = -INFINITY;
@@ -61,7 +62,8 @@ static void check_xent(int tp)
     }
     for (int q = 0; q < tp; q++)
         tr_cpu_xent_shard_sums(sums + (size_t)q * 2 * BT, sh + (size_t)q * BT * Vl,
-                               sh + (size_t)q * BT * Vl, mx, tgt, BT, Vl, q * Vl, nreal[q]);
+                               sh + (size_t)q * BT * Vl, mx, tgt, BT, Vl, q * Vl, nreal[q],
+                               TR_PREC_FP32);
     for (int i = 0; i < 2 * BT; i++) { /* the SUM over the tp group */
         tot[i] = 0;
         for (int q = 0; q < tp; q++)
