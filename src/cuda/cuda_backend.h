@@ -67,6 +67,10 @@ void tr_cuda_synchronize(void);
  * C_i = alpha op(A_i) op(B_i) + beta C_i for i < count, X_i = X + i stride_X, device
  * pointers, the precision of set_gemm_precision as the table's gemm. An empty problem
  * (M, N, K or count < 1) is fatal. */
+/* For the tests: the 16-bit operand buffers' elements the products use, lowered so
+ * that small shapes take the paths of GPT-2's largest operands (the LM head's
+ * gradient in slices, cuda_gemm.cu); 0 restores the whole buffer. */
+void tr_cuda_set_cast_limit(size_t elems);
 void tr_cuda_gemm_strided_batched(int transA, int transB, int M, int N, int K, float alpha,
                                   const float *A, int lda, long long strideA, const float *B,
                                   int ldb, long long strideB, float beta, float *C, int ldc,

@@ -98,12 +98,15 @@ __global__ static void cast_packed4_kernel(H *dst, const float4 *src, size_t n4)
     }
 }
 
+/* Strided rows (a column slice of a wider matrix): rows over the grid's y, columns
+ * over x, so no thread divides an index (a 64-bit division per element would cost
+ * more than the copy of the LM head's 800 M logits). */
 template <typename H>
 __global__ static void cast_rows_kernel(H *dst, const float *src, int rows, int cols, int ld)
 {
-    size_t n = (size_t)rows * cols;
-    TR_GRID_STRIDE(i, n)
-        dst[i] = to_16<H>(src[(i / cols) * ld + i % cols]);
+    for (int r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += blockDim.x * gridDim.x)
+            dst[(size_t)r * cols + c] = to_16<H>(src[(size_t)r * ld + c]);
 }
 
 template <typename H>
@@ -114,8 +117,9 @@ static void cast_16_as(void *dst, const float *src, int rows, int cols, int ld, 
         cast_packed4_kernel<H><<<tr_cuda_grid(n / 4), TR_CUDA_BLOCK, 0, s>>>(
             (H *)dst, (const float4 *)src, n / 4);
     } else {
-        cast_rows_kernel<H><<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, s>>>((H *)dst, src, rows, cols,
-                                                                       ld);
+        unsigned gx = (unsigned)((cols + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK);
+        dim3 grid(gx < 64 ? gx : 64, (unsigned)(rows < 65535 ? rows : 65535));
+        cast_rows_kernel<H><<<grid, TR_CUDA_BLOCK, 0, s>>>((H *)dst, src, rows, cols, ld);
     }
     TR_CUDA_LAUNCHED();
 }
@@ -134,11 +138,19 @@ cudaDataType_t tr_cuda_type_16(void)
     return g_gemm_format == TR_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
 }
 
+/* The elements of a cast buffer the products use: all of it, except where a test
+ * lowers it to reach the chunked path below at small shapes. */
+static size_t g_cast_limit = TR_CUDA_CAST_ELEMS;
+
+extern "C" void tr_cuda_set_cast_limit(size_t elems)
+{
+    g_cast_limit = elems && elems < TR_CUDA_CAST_ELEMS ? elems : TR_CUDA_CAST_ELEMS;
+}
+
 /* Whether a bf16/fp16-mixed product takes 16-bit copies: both stored operands fit. */
 static int casts(size_t a_elems, size_t b_elems)
 {
-    return g_gemm_format != TR_PREC_FP32 && a_elems <= TR_CUDA_CAST_ELEMS &&
-           b_elems <= TR_CUDA_CAST_ELEMS;
+    return g_gemm_format != TR_PREC_FP32 && a_elems <= g_cast_limit && b_elems <= g_cast_limit;
 }
 
 /* The row-major product on 16-bit operands A16 and B16 (packed copies, leading
@@ -270,11 +282,53 @@ __global__ static void colsum_partial_kernel(float *partial, const float *src, s
  * micro-batches (db += ..., kernels.h). Using it would take a scratch vector of OUT
  * floats from the memory plan and an add kernel after the GEMM: a second kernel
  * still. The column sums read dout once and add in a fixed order. */
+/* linear_backward's products where dout is too large for a cast buffer but inp is
+ * not: GPT-2's LM head, whose dout is the B*T x V logits' gradient (800 M values at
+ * 16 x 1024, 3.3 GB), which would otherwise multiply in TF32 at about half the speed.
+ * dout is taken in slices of oc columns (output features), each copied to 16 bits:
+ *   dinp  = sum over slices of dout[:, slice] w[slice, :]   (fp32, added slice by slice)
+ *   dw[slice, :] += dout[:, slice]^T inp
+ * inp is copied once, into the second buffer, and each slice of w after it. Returns 0
+ * (nothing done) where even 8 columns do not fit. */
+static int linear_backward_sliced(float *dinp, float *dw, const float *dout, const float *inp,
+                                  const float *w, int B, int IN, int OUT)
+{
+    size_t ni = ((size_t)B * IN + 7) & ~(size_t)7; /* the w slice starts 16-byte aligned */
+    if (g_gemm_format == TR_PREC_FP32 || ni >= g_cast_limit)
+        return 0;
+    size_t oc = g_cast_limit / (size_t)B;
+    if (dinp && (g_cast_limit - ni) / (size_t)IN < oc)
+        oc = (g_cast_limit - ni) / (size_t)IN;
+    oc &= ~(size_t)7; /* slices of whole 16-byte rows for the 16-bit copies */
+    if (oc < 8)
+        return 0;
+    const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
+    void *inp16 = ctx->d_cast[1], *w16 = (char *)ctx->d_cast[1] + ni * 2;
+    tr_cuda_cast_16(inp16, inp, B, IN, IN);
+    for (int o0 = 0; o0 < OUT; o0 += (int)oc) {
+        int n = OUT - o0 < (int)oc ? OUT - o0 : (int)oc;
+        /* (each copy is queued after the products that read the previous slice) */
+        tr_cuda_cast_16(ctx->d_cast[0], dout + o0, B, n, OUT);
+        if (dinp) {
+            tr_cuda_cast_16(w16, w + (size_t)o0 * IN, n, IN, IN);
+            gemm_16(ctx, 0, 0, B, IN, n, 1.0f, ctx->d_cast[0], n, w16, IN, o0 ? 1.0f : 0.0f,
+                    dinp, IN);
+        }
+        gemm_16(ctx, 1, 0, n, IN, B, 1.0f, ctx->d_cast[0], n, inp16, IN, 1.0f,
+                dw + (size_t)o0 * IN, IN);
+    }
+    return 1;
+}
+
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, int B, int IN, int OUT)
 {
     size_t nd = (size_t)B * OUT, nw = (size_t)OUT * IN, ni = (size_t)B * IN;
-    if (B > 0 && IN > 0 && OUT > 0 && casts(nd, nw > ni ? nw : ni)) {
+    int sized = B > 0 && IN > 0 && OUT > 0; /* (tr_cuda_gemm handles the empty shapes) */
+    int whole = sized && casts(nd, nw > ni ? nw : ni);
+    if (sized && !whole && linear_backward_sliced(dinp, dw, dout, inp, w, B, IN, OUT)) {
+        /* done in slices of dout */
+    } else if (whole) {
         /* 16-bit copies, dout's made once for both products */
         const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
         tr_cuda_cast_16(ctx->d_cast[0], dout, B, OUT, OUT);

@@ -43,6 +43,18 @@ if [ "$rc" != 0 ]; then
   exit 1
 fi
 grep -E "^(trainer|mfu|plan|device memory|done)" "$WORK/out"
+# A fast step that computes the wrong thing is no result: on random tokens the loss
+# stays near ln(V) ~ 10.8 and must neither blow up nor turn NaN.
+if ! "$PY" - "$WORK/run/metrics.csv" <<'PYEOF'; then
+import csv, math, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r.get("loss")]
+first, last = float(rows[0]["loss"]), float(rows[-1]["loss"])
+print(f"loss: {first:.4f} at step {rows[0]['step']}, {last:.4f} at step {rows[-1]['step']}")
+sys.exit(0 if math.isfinite(last) and last <= first + 0.5 else 1)
+PYEOF
+  echo "the loss diverged: the step is not measured right" >&2
+  exit 1
+fi
 read -r tps mfu peak < <("$PY" -c "
 import json; d = json.load(open('$WORK/run/summary.json'))
 print(d['tokens_per_second'], d['mfu'], d['peak_gflops'])")

@@ -289,6 +289,53 @@ static void test_linear_bias_long(void)
         pair_free(all[i]);
 }
 
+/* bf16-mixed linear_backward whose dout does not fit a 16-bit operand buffer (the LM
+ * head's at GPT-2 scale): the buffers' limit is lowered so that a small shape takes
+ * the path, dout in slices of output features (80, 80, 80 and a ragged 60 here; 8 at
+ * the tightest limit), dinp added slice by slice; with dinp skipped; and a limit
+ * below inp's size, where the product falls back to cuBLAS on the fp32 buffers.
+ * Inputs rounded to bf16 as the model stores them: every product exact, fp32 sums. */
+static void test_linear_sliced(void)
+{
+    enum { LB = 96, LIN = 40, LOUT = 300 };
+    static const size_t limits[] = {8192, (size_t)LB * LIN + 8 * LIN + 8, 3000};
+    printf("linear backward in slices of dout (bf16), B %d, IN %d, OUT %d\n", LB, LIN, LOUT);
+    gpu->set_gemm_precision(TR_PREC_BF16);
+    for (size_t l = 0; l < sizeof limits / sizeof *limits; l++) {
+        for (int with_dinp = 1; with_dinp >= 0; with_dinp--) {
+            pair inp = pair_rand((size_t)LB * LIN, -1, 1);
+            pair w = pair_rand((size_t)LOUT * LIN, -0.5, 0.5);
+            pair dout = pair_rand((size_t)LB * LOUT, -1, 1);
+            pair dinp = pair_rand((size_t)LB * LIN, -1, 1);
+            pair dw = pair_rand((size_t)LOUT * LIN, -1, 1);
+            pair db = pair_rand(LOUT, -1, 1);
+            pair *in[] = {&inp, &w, &dout, &dw};
+            for (size_t i = 0; i < sizeof in / sizeof *in; i++) {
+                tr_cpu_round_lowp(in[i]->h, in[i]->n, TR_PREC_BF16);
+                tr_cuda_upload(in[i]->d, in[i]->h, in[i]->n * sizeof(float));
+            }
+            tr_cuda_set_cast_limit(limits[l]);
+            tr_cpu_linear_backward(with_dinp ? dinp.h : NULL, dw.h, db.h, dout.h, inp.h, w.h, LB,
+                                   LIN, LOUT);
+            gpu->linear_backward(with_dinp ? dinp.d : NULL, dw.d, db.d, dout.d, inp.d, w.d, LB,
+                                 LIN, LOUT);
+            tr_cuda_set_cast_limit(0);
+            char name[96];
+            snprintf(name, sizeof name, "dinp%s, limit %zu", with_dinp ? "" : " (untouched)",
+                     limits[l]);
+            compare(name, &dinp, TOL_GEMM);
+            snprintf(name, sizeof name, "dw (+=), limit %zu", limits[l]);
+            compare(name, &dw, TOL_GEMM);
+            snprintf(name, sizeof name, "db (+=), limit %zu", limits[l]);
+            compare(name, &db, TOL_ELEM);
+            pair *all[] = {&inp, &w, &dout, &dinp, &dw, &db};
+            for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+                pair_free(all[i]);
+        }
+    }
+    gpu->set_gemm_precision(TR_PREC_FP32);
+}
+
 /* ---- embedding, layernorm, GELU, residual ---------------------------------------- */
 
 static void test_embedding(void)
@@ -984,6 +1031,7 @@ int main(int argc, char **argv)
     test_xent_padded();
     test_xent_shard();
     test_rows_argmax();
+    test_linear_sliced();
     test_optim();
     test_round_lowp();
     test_relu();
