@@ -186,6 +186,7 @@ void tr_cpu_linear_gelu_forward(float *pre, float *out, const float *inp, const 
     tr_cpu_linear_forward(pre, inp, w, b, B, IN, OUT);
     tr_cpu_round_lowp(pre, n, format);
     tr_cpu_gelu_forward(out, pre, n);
+    tr_cpu_round_lowp(out, n, format);
 }
 
 /* Backward of out = a + b is da = db = dout: nothing to compute. The residual

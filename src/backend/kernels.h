@@ -114,9 +114,9 @@ typedef struct tr_kernels {
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n,
                           int format);
     /* The MLP's first half: pre = linear_forward(inp, w, b), of `format` (a
-     * tr_precision; fp32 leaves it) as gelu_backward reads it, and out = gelu(pre):
-     * one entry so that a GPU can make it one matmul with a GELU epilogue
-     * (transformer_kernels.h). */
+     * tr_precision; fp32 leaves it) as gelu_backward reads it, and out = gelu(pre),
+     * of `format` as the products read it (the next linear layer's): one entry so
+     * that a GPU can make it one matmul with a GELU epilogue (transformer_kernels.h). */
     void (*linear_gelu_forward)(float *pre, float *out, const float *inp, const float *w,
                                 const float *b, int B, int IN, int OUT, int format);
     /* out = a + b (the residual stream; its gradients add up in layernorm_backward) */

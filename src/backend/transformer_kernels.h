@@ -64,10 +64,12 @@ void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size
 
 /* ---- linear then GELU: the MLP's c_fc and its activation ---------------------------
  * pre, out [B,OUT]; inp [B,IN]; w [OUT,IN]; b [OUT] or NULL; format a tr_precision.
- * Exactly tr_cpu_linear_forward(pre, ...), tr_cpu_round_lowp(pre, format) and
- * tr_cpu_gelu_forward(out, pre), one after the other, so the same bits as those three
- * calls. No backward of its own: linear_backward and gelu_backward, which read pre
- * (as values of format: a GPU may leave pre unrounded).
+ * Exactly tr_cpu_linear_forward(pre, ...), tr_cpu_round_lowp(pre, format),
+ * tr_cpu_gelu_forward(out, pre) and tr_cpu_round_lowp(out, format), one after the
+ * other, so the same bits as those four calls. No backward of its own:
+ * linear_backward and gelu_backward, which read pre (as values of format: a GPU may
+ * leave pre unrounded). out is for matrix products only: a GPU whose 16-bit products
+ * copy their operands to the format (the same rounding) may leave it unrounded. 
  * The CUDA entry is one cuBLASLt matmul (src/cuda/cuda_gemm.cu says how it differs
  * in 16-bit formats). */
 void tr_cpu_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,

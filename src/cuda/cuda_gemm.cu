@@ -382,15 +382,20 @@ void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dou
  * |gelu'| < 1.13, so out moves by at most about one rounding step of pre, before the
  * model rounds out to the format too. pre itself is left as the epilogue wrote it:
  * its one reader, gelu_backward, reads it as values of the format (a pass saved).
+ * out is left so too where the products that read it (c_proj, forward and weight
+ * gradient) copy it to the format as they take it, rounding it the same way: when it
+ * fits a cast buffer. A larger out, which they would read in fp32, is rounded here.
  * Where cuBLASLt has no algorithm (or OUT is not a multiple of 8): the CPU's
  * sequence of kernels. */
 void tr_cuda_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
                                  const float *b, int B, int IN, int OUT, int format)
 {
     size_t n = (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0);
-    if (tr_cuda_linear_lt(out, pre, inp, w, b, B, IN, OUT))
-        return;
-    tr_cuda_linear_forward(pre, inp, w, b, B, IN, OUT);
-    tr_cuda_round_lowp(pre, n, format);
-    tr_cuda_gelu_forward(out, pre, n);
+    if (!tr_cuda_linear_lt(out, pre, inp, w, b, B, IN, OUT)) {
+        tr_cuda_linear_forward(pre, inp, w, b, B, IN, OUT);
+        tr_cuda_round_lowp(pre, n, format);
+        tr_cuda_gelu_forward(out, pre, n);
+    }
+    if (n > g_cast_limit || format != g_gemm_format)
+        tr_cuda_round_lowp(out, n, format);
 }

@@ -471,7 +471,6 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
      * reads as values of the format, the CPU rounds before its GELU reads it */
     k->linear_gelu_forward(b->fch, b->fch_gelu, b->ln2, fc[0].value, fc[1].value, BT, C, Fl,
                            m->precision);
-    tr_model_round(m, b->fch_gelu, (size_t)BT * Fl);
     k->linear_forward(g->proj_out, b->fch_gelu, fcp[0].value, bias_here ? fcp[1].value : NULL,
                       BT, Fl, C);
     tp_sum(g, g->proj_out, n);

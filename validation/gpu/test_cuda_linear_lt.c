@@ -21,8 +21,10 @@
  *    difference| + 5e-5 (1 + |pre|) in fp32, where 1.13 bounds |gelu'|, and 5e-5
  *    allows cuBLASLt's GELU arithmetic while staying well under the largest gap
  *    between the tanh form and the erf form of GELU (about 4.7e-4 near |x| = 2). In
- *    16-bit formats the CPU takes GELU of the rounded pre, the GPU of the fp32 one
- *    (cuda_gemm.cu), so add 1.13 times one rounding step of pre.
+ *    16-bit formats the CPU takes GELU of the rounded pre and rounds out, the GPU
+ *    takes GELU of the fp32 pre and leaves out to the products that copy it to the
+ *    format (cuda_gemm.cu), so add 1.13 times one rounding step of pre (which also
+ *    covers out's half step: |gelu(x)| <= |x|).
  * And the formula itself: pre values from -6 to 6 made exactly (one-hot inputs, so
  * pre is a weight plus a bias, both exact), the GPU's GELU within 5e-5 (1 + |x|) of
  * tr_gelu; the distance to the erf form is printed beside it.

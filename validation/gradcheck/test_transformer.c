@@ -648,6 +648,7 @@ static void test_fused_rounding(void)
     size_t BT = (size_t)B * T, n = BT * C, n3 = 3 * n, nv = BT * VP;
     size_t natt = (size_t)B * NH * T * T, nbig = n3 > nv ? n3 : nv;
     float *x = falloc(n, "x"), *y = falloc(n, "y"), *w = falloc(C, "w"), *bias = falloc(C, "b");
+    float *wsq = falloc((size_t)C * C, "linear weight");
     float *o1 = falloc(nbig, "fused"), *o2 = falloc(nbig, "ref"), *tmp = falloc(n, "tmp");
     float *mean = falloc(BT, "mean"), *rstd = falloc(BT, "rstd");
     float *qkv = falloc(n3, "qkv"), *att = falloc(natt, "att"), *datt = falloc(natt, "datt");
@@ -662,6 +663,8 @@ static void test_fused_rounding(void)
     fill_wide(y, n, 2);
     fill_wide(w, C, 3);
     fill_wide(bias, C, 4);
+    for (size_t i = 0; i < (size_t)C * C; i++)
+        wsq[i] = tr_rng_uniform(10, 1, i) - 0.5f;
     for (size_t i = 0; i < n3; i++)
         qkv[i] = tr_rng_uniform(5, 1, i) - 0.5f;
     for (size_t i = 0; i < nv; i++) {
@@ -694,6 +697,13 @@ static void test_fused_rounding(void)
         tr_cpu_gelu_backward(o1, x, y, n, f);
         tr_cpu_gelu_backward(o2, xr, yr, n, TR_PREC_FP32);
         check_fused("gelu_backward", f, o1, o2, n);
+        /* linear then GELU: pre and out both rounded (the four calls it stands for) */
+        tr_cpu_linear_gelu_forward(o1, o1 + n, yr, wsq, bias, (int)BT, C, C, f);
+        tr_cpu_linear_forward(o2, yr, wsq, bias, (int)BT, C, C);
+        tr_cpu_round_lowp(o2, n, f);
+        tr_cpu_gelu_forward(o2 + n, o2, n);
+        check_same("linear_gelu_forward pre", f, o1, o2, n * sizeof *o1);
+        check_fused("linear_gelu_forward out", f, o1 + n, o2 + n, n);
         tr_cpu_residual_forward(o1, x, y, n, f);
         tr_cpu_residual_forward(o2, xr, yr, n, TR_PREC_FP32);
         check_fused("residual_forward", f, o1, o2, n);
@@ -735,7 +745,7 @@ static void test_fused_rounding(void)
         check_same("rows_argmax value", f, l1, l2, BT * sizeof *l1);
         tr_free(xr), tr_free(yr), tr_free(qkvr), tr_free(lgr);
     }
-    float *all[] = {x, y, w, bias, o1, o2, tmp, mean, rstd, qkv, att, datt, probs, logits,
+    float *all[] = {x, y, w, bias, wsq, o1, o2, tmp, mean, rstd, qkv, att, datt, probs, logits,
                     g1, g2, l1, l2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         tr_free(all[i]);
