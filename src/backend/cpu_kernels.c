@@ -392,5 +392,6 @@ const tr_kernels tr_cpu_kernels = {
     .xent_shard_sums = tr_cpu_xent_shard_sums,
     .xent_shard_finish = tr_cpu_xent_shard_finish,
     .xent_shard_backward = tr_cpu_xent_shard_backward,
+    .xent_linear_backward = tr_cpu_xent_linear_backward,
     .rows_argmax = tr_cpu_rows_argmax,
 };

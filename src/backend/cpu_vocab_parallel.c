@@ -9,6 +9,7 @@
  * and the caller sums those over the ranks between the calls (the comm layer, not
  * the kernels, talks to other ranks). Determinism as in cpu_transformer.c. */
 #include "backend/transformer_kernels.h"
+#include "backend/cpu_backend.h" /* tr_cpu_linear_backward */
 #include "backend/lowp_math.h" /* tr_round_lowp_span */
 #include "backend/scalar_math.h"
 #include "core/error.h"
@@ -118,6 +119,14 @@ double tr_cpu_xent_shard_finish(float *probs, float *losses, const double *sums,
     for (size_t r = 0; r < BT; r++)
         total += losses[r];
     return total;
+}
+
+void tr_cpu_xent_linear_backward(float *dinp, float *dw, float *probs, const int *targets,
+                                 float scale, size_t BT, int Vl, int v0, int nreal,
+                                 const float *inp, const float *w, int C, int format)
+{
+    tr_cpu_xent_shard_backward(probs, probs, targets, scale, BT, Vl, v0, nreal, format);
+    tr_cpu_linear_backward(dinp, dw, NULL, probs, inp, w, (int)BT, C, Vl);
 }
 
 void tr_cpu_xent_shard_backward(float *dlogits, const float *probs, const int *targets,

@@ -269,6 +269,13 @@ static void guarded_xent_shard_backward(float *dlogits, const float *probs, cons
     tr_guarded_close();
 }
 
+static void guarded_xent_linear_backward(float *dinp, float *dw, float *probs, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, const float *inp, const float *w, int C, int format)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.xent_linear_backward(dinp, dw, probs, targets, scale, BT, Vl, v0, nreal, inp, w, C, format);
+    tr_guarded_close();
+}
+
 static void guarded_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n, int format)
 {
     tr_guarded_open();
@@ -315,5 +322,6 @@ const tr_kernels tr_guarded_kernels = {
     .xent_shard_sums = guarded_xent_shard_sums,
     .xent_shard_finish = guarded_xent_shard_finish,
     .xent_shard_backward = guarded_xent_shard_backward,
+    .xent_linear_backward = guarded_xent_linear_backward,
     .rows_argmax = guarded_rows_argmax,
 };

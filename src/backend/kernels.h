@@ -152,6 +152,15 @@ typedef struct tr_kernels {
                                 int Vl, int nreal);
     void (*xent_shard_backward)(float *dlogits, const float *probs, const int *targets,
                                 float scale, size_t BT, int Vl, int v0, int nreal, int format);
+    /* A language model's head backward in one entry: xent_shard_backward's dlogits
+     * from probs (v0 0 and nreal V for the whole, padded vocabulary), then
+     * linear_backward of the bias-free layer that made the logits from inp [BT,C]
+     * with w [Vl,C] (dinp =, dw +=). probs' contents afterwards are unspecified: a
+     * GPU makes the gradient slice by slice into its 16-bit operand copies and never
+     * stores it (transformer_kernels.h). */
+    void (*xent_linear_backward)(float *dinp, float *dw, float *probs, const int *targets,
+                                 float scale, size_t BT, int Vl, int v0, int nreal,
+                                 const float *inp, const float *w, int C, int format);
     /* A language model's accuracy: for each row r of x [rows, ld], idx[r] is the
      * first index j < n of the row's largest value and val[r] that value, as the scan
      * "best = 0; if (x[j] > x[best]) best = j" finds it (NaN never wins, but a NaN in

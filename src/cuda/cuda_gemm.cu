@@ -41,6 +41,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <limits.h>
 #include <stdint.h>
 
 static cublasOperation_t op(int trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
@@ -282,16 +283,69 @@ __global__ static void colsum_partial_kernel(float *partial, const float *src, s
  * micro-batches (db += ..., kernels.h). Using it would take a scratch vector of OUT
  * floats from the memory plan and an add kernel after the GEMM: a second kernel
  * still. The column sums read dout once and add in a fixed order. */
-/* linear_backward's products where dout is too large for a cast buffer but inp is
- * not: GPT-2's LM head, whose dout is the B*T x V logits' gradient (800 M values at
- * 16 x 1024, 3.3 GB), which would otherwise multiply in TF32 at about half the speed.
- * dout is taken in slices of oc columns (output features), each copied to 16 bits:
+/* Where linear_backward's 16-bit copy of dout's columns comes from: dout itself, or
+ * (the LM head's, xent_linear_backward) the softmax probabilities, from which the
+ * copy is made as xent_shard_backward makes dlogits. */
+typedef struct dout_source {
+    const float *dout;  /* [B, OUT], or NULL: */
+    const float *probs; /* [B, OUT]: dlogits = scale (probs - onehot(target - v0)), */
+    const int *targets; /* rounded to format, on the nreal real columns; 0 past them */
+    float scale;
+    int v0, nreal, format;
+} dout_source;
+
+/* dst [B][n] (16-bit, packed) = d[:, o0:o0 + n) of the B x ld matrix xent_backward would
+ * store, rows over the grid's y as cast_rows_kernel */
+template <typename H>
+__global__ static void xent_grad_16_kernel(H *dst, const float *probs, const int *targets,
+                                           float scale, int rows, int n, int ld, int o0, int v0,
+                                           int nreal, int format)
+{
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        long t = (long)targets[r] - v0;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n; c += blockDim.x * gridDim.x) {
+            int j = o0 + c;
+            float d = j < nreal ? tr_round_lowp(scale * (probs[(size_t)r * ld + j] -
+                                                         (j == t ? 1.0f : 0.0f)),
+                                                format)
+                                : 0.0f;
+            dst[(size_t)r * n + c] = to_16<H>(d);
+        }
+    }
+}
+
+/* the 16-bit copy of dout's columns [o0, o0 + n) into dst (packed, ld n) */
+static void copy_dout_16(void *dst, const dout_source *s, int B, int o0, int n, int ld)
+{
+    if (s->dout) {
+        tr_cuda_cast_16(dst, s->dout + o0, B, n, ld);
+        return;
+    }
+    unsigned gx = (unsigned)((n + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK);
+    dim3 grid(gx < 64 ? gx : 64, (unsigned)(B < 65535 ? B : 65535));
+    if (g_gemm_format == TR_PREC_BF16)
+        xent_grad_16_kernel<__nv_bfloat16><<<grid, TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+            (__nv_bfloat16 *)dst, s->probs, s->targets, s->scale, B, n, ld, o0, s->v0, s->nreal,
+            s->format);
+    else
+        xent_grad_16_kernel<__half><<<grid, TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+            (__half *)dst, s->probs, s->targets, s->scale, B, n, ld, o0, s->v0, s->nreal,
+            s->format);
+    TR_CUDA_LAUNCHED();
+}
+
+/* linear_backward's products in slices of dout: where dout is too large for a cast
+ * buffer but inp is not (GPT-2's LM head, whose dout is the B*T x V logits' gradient:
+ * 800 M values at 16 x 1024, 3.3 GB, which would otherwise multiply in TF32 at about
+ * half the speed), and for the head's gradient made from the probabilities (one
+ * slice where it all fits). dout is taken in slices of oc columns (output features),
+ * each copied to 16 bits:
  *   dinp  = sum over slices of dout[:, slice] w[slice, :]   (fp32, added slice by slice)
  *   dw[slice, :] += dout[:, slice]^T inp
  * inp is copied once, into the second buffer, and each slice of w after it. Returns 0
  * (nothing done) where even 8 columns do not fit. */
-static int linear_backward_sliced(float *dinp, float *dw, const float *dout, const float *inp,
-                                  const float *w, int B, int IN, int OUT)
+static int linear_backward_sliced(float *dinp, float *dw, const dout_source *src,
+                                  const float *inp, const float *w, int B, int IN, int OUT)
 {
     size_t ni = ((size_t)B * IN + 7) & ~(size_t)7; /* the w slice starts 16-byte aligned */
     if (g_gemm_format == TR_PREC_FP32 || ni >= g_cast_limit)
@@ -308,7 +362,7 @@ static int linear_backward_sliced(float *dinp, float *dw, const float *dout, con
     for (int o0 = 0; o0 < OUT; o0 += (int)oc) {
         int n = OUT - o0 < (int)oc ? OUT - o0 : (int)oc;
         /* (each copy is queued after the products that read the previous slice) */
-        tr_cuda_cast_16(ctx->d_cast[0], dout + o0, B, n, OUT);
+        copy_dout_16(ctx->d_cast[0], src, B, o0, n, OUT);
         if (dinp) {
             tr_cuda_cast_16(w16, w + (size_t)o0 * IN, n, IN, IN);
             gemm_16(ctx, 0, 0, B, IN, n, 1.0f, ctx->d_cast[0], n, w16, IN, o0 ? 1.0f : 0.0f,
@@ -326,7 +380,8 @@ void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dou
     size_t nd = (size_t)B * OUT, nw = (size_t)OUT * IN, ni = (size_t)B * IN;
     int sized = B > 0 && IN > 0 && OUT > 0; /* (tr_cuda_gemm handles the empty shapes) */
     int whole = sized && casts(nd, nw > ni ? nw : ni);
-    if (sized && !whole && linear_backward_sliced(dinp, dw, dout, inp, w, B, IN, OUT)) {
+    dout_source src = {dout, NULL, NULL, 0.0f, 0, 0, TR_PREC_FP32};
+    if (sized && !whole && linear_backward_sliced(dinp, dw, &src, inp, w, B, IN, OUT)) {
         /* done in slices of dout */
     } else if (whole) {
         /* 16-bit copies, dout's made once for both products */
@@ -359,6 +414,25 @@ void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dou
                                                            OUT, OUT, RB);
     TR_CUDA_LAUNCHED();
     tr_cuda_add_partials(db, ctx->d_col_partial, OUT, RB);
+}
+
+/* ---- the LM head's backward ------------------------------------------------------ */
+
+/* xent_linear_backward: in bf16/fp16-mixed (the products' format), the 16-bit
+ * copies of dlogits are made straight from the probabilities, slice by slice, so
+ * dlogits is never stored: the cross-entropy's backward pass over B*T x Vl floats
+ * (read and write, 6.6 GB at GPT-2's 16 x 1024) is saved. Elsewhere, or where the
+ * slices do not fit, the two kernels one after the other, dlogits over probs. */
+void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *probs, const int *targets,
+                                  float scale, size_t BT, int Vl, int v0, int nreal,
+                                  const float *inp, const float *w, int C, int format)
+{
+    dout_source src = {NULL, probs, targets, scale, v0, nreal, format};
+    if (BT > 0 && BT <= (size_t)INT_MAX && Vl > 0 && C > 0 && format == g_gemm_format &&
+        linear_backward_sliced(dinp, dw, &src, inp, w, (int)BT, C, Vl))
+        return;
+    tr_cuda_xent_shard_backward(probs, probs, targets, scale, BT, Vl, v0, nreal, format);
+    tr_cuda_linear_backward(dinp, dw, NULL, probs, inp, w, (int)BT, C, Vl);
 }
 
 /* ---- c_fc and GELU -------------------------------------------------------------- */

@@ -46,5 +46,6 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .xent_shard_sums = tr_cuda_xent_shard_sums,
     .xent_shard_finish = tr_cuda_xent_shard_finish,
     .xent_shard_backward = tr_cuda_xent_shard_backward,
+    .xent_linear_backward = tr_cuda_xent_linear_backward,
     .rows_argmax = tr_cuda_rows_argmax,
 };

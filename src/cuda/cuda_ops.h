@@ -110,6 +110,10 @@ double tr_cuda_xent_shard_finish(float *probs, float *losses, const double *sums
                                  int Vl, int nreal);
 void tr_cuda_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
                                  float scale, size_t BT, int Vl, int v0, int nreal, int format);
+/* cuda_gemm.cu: the LM head's backward, its gradient made straight into 16-bit copies */
+void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *probs, const int *targets,
+                                  float scale, size_t BT, int Vl, int v0, int nreal,
+                                  const float *inp, const float *w, int C, int format);
 
 /* cuda_optim.cu */
 void tr_cuda_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n,

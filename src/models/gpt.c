@@ -656,14 +656,11 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
         tok = g->tok[slot], y = g->tgt[slot];
     if (g->last) {
         const tr_param *wte = P(m, g->head_wte, 0);
-        float *lg = g->logits[slot]; /* dlogits in place of the probabilities */
-        if (g->tp == 1)
-            k->xent_padded_backward(lg, lg, y, loss_scale, B, T, c->V, g->Vl, m->precision);
-        else
-            k->xent_shard_backward(lg, lg, y, loss_scale, (size_t)BT, g->Vl, g->v0, g->nreal,
-                                   m->precision);
-        k->linear_backward(g->dln, wte->grad, NULL, lg, g->lnf_out[slot], wte->value, BT, C,
-                           g->Vl);
+        /* the whole vocabulary: v0 0, its V real columns of Vl */
+        int v0 = g->tp == 1 ? 0 : g->v0, nreal = g->tp == 1 ? c->V : g->nreal;
+        k->xent_linear_backward(g->dln, wte->grad, g->logits[slot], y, loss_scale, (size_t)BT,
+                                g->Vl, v0, nreal, g->lnf_out[slot], wte->value, C,
+                                m->precision);
         tp_sum(g, g->dln, (size_t)BT * C);
         const tr_param *lnf = m->layers[g->lnf].params;
         const float *x_last =

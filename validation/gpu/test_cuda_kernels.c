@@ -336,6 +336,56 @@ static void test_linear_sliced(void)
     gpu->set_gemm_precision(TR_PREC_FP32);
 }
 
+/* The LM head's backward in one entry against the CPU's (xent_shard_backward in
+ * place, then linear_backward): the whole padded vocabulary (v0 0, V real of VP) and
+ * a shard (columns from 64, 36 real); in bf16 the gradient is made slice by slice
+ * from the probabilities (one slice at the full buffers, slices of 24 at a lowered
+ * limit), in fp32 by the two kernels. inp and w rounded to bf16: exact products. */
+static void test_xent_linear(void)
+{
+    enum { HC = 48 };
+    static const size_t limits[] = {0, (size_t)BT * 16 + HC * 16 + (size_t)BT * HC};
+    printf("xent_linear_backward, B*T %d, C %d, V %d of %d\n", BT, HC, V, VP);
+    for (int f = TR_PREC_FP32; f <= TR_PREC_BF16; f++) {
+        gpu->set_gemm_precision(f);
+        for (size_t l = 0; l < sizeof limits / sizeof *limits; l++) {
+            for (int shard = 0; shard < 2; shard++) {
+                int W = shard ? VP / 2 : VP, v0 = shard ? VP / 2 : 0;
+                int nreal = shard ? V - VP / 2 : V;
+                ipair tgt = tokens(BT, 0, V);
+                pair probs = pair_rand((size_t)BT * W, 0, 1);
+                pair inp = pair_rand((size_t)BT * HC, -1, 1);
+                pair w = pair_rand((size_t)W * HC, -0.5, 0.5);
+                pair dinp = pair_rand((size_t)BT * HC, -1, 1);
+                pair dw = pair_rand((size_t)W * HC, -1, 1);
+                pair *in[] = {&inp, &w, &dw};
+                for (size_t i = 0; i < sizeof in / sizeof *in; i++) {
+                    tr_cpu_round_lowp(in[i]->h, in[i]->n, TR_PREC_BF16);
+                    tr_cuda_upload(in[i]->d, in[i]->h, in[i]->n * sizeof(float));
+                }
+                tr_cuda_set_cast_limit(limits[l]);
+                tr_cpu_xent_linear_backward(dinp.h, dw.h, probs.h, tgt.h, 0.3f, BT, W, v0, nreal,
+                                            inp.h, w.h, HC, f);
+                gpu->xent_linear_backward(dinp.d, dw.d, probs.d, tgt.d, 0.3f, BT, W, v0, nreal,
+                                          inp.d, w.d, HC, f);
+                tr_cuda_set_cast_limit(0);
+                char name[96];
+                snprintf(name, sizeof name, "dinp (%s%s, limit %zu)", f ? "bf16" : "fp32",
+                         shard ? ", shard" : "", limits[l]);
+                compare(name, &dinp, TOL_GEMM);
+                snprintf(name, sizeof name, "dw (+=) (%s%s, limit %zu)", f ? "bf16" : "fp32",
+                         shard ? ", shard" : "", limits[l]);
+                compare(name, &dw, TOL_GEMM);
+                pair *all[] = {&probs, &inp, &w, &dinp, &dw};
+                for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+                    pair_free(all[i]);
+                ipair_free(&tgt);
+            }
+        }
+    }
+    gpu->set_gemm_precision(TR_PREC_FP32);
+}
+
 /* ---- embedding, layernorm, GELU, residual ---------------------------------------- */
 
 static void test_embedding(void)
@@ -1032,6 +1082,7 @@ int main(int argc, char **argv)
     test_xent_shard();
     test_rows_argmax();
     test_linear_sliced();
+    test_xent_linear();
     test_optim();
     test_round_lowp();
     test_relu();
