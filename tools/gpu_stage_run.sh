@@ -5,8 +5,10 @@
 # (the path it was built at is linked here when it differs and does not exist; the
 # script stops if that path holds something else), then runs
 # ctest -L gpu, validation/bench/gpu_mfu.sh and compute-sanitizer on the kernel
-# tests, each log under $OUT (default /tmp/gpu-stage-out). Knobs: CTEST_ARGS, and
-# ONLY="commands" to run those instead of the three checks.
+# tests, each log under $OUT (default /tmp/gpu-stage-out). Knobs: CTEST_ARGS,
+# ONLY="commands" to run those instead of the three checks, and PROFILE=1 to add
+# validation/bench/gpu_profile.sh (a step's time per kernel under ncu: minutes) after
+# them, its CSV kept under $OUT.
 ROOT=$PWD
 OUT=${OUT:-/tmp/gpu-stage-out}
 mkdir -p "$OUT"
@@ -54,3 +56,7 @@ exec > >(tee "$OUT/sanitizer.log") 2>&1
 CS=$(command -v compute-sanitizer || find /usr/local /opt -name compute-sanitizer -type f | head -1)
 "$CS" --error-exitcode 9 build/validation/test_cuda_kernels 2>&1 | tail -5
 echo "compute-sanitizer exit ${PIPESTATUS[0]}"
+if [ "${PROFILE:-0}" = 1 ]; then
+  exec > >(tee "$OUT/profile.log") 2>&1
+  CSV="$OUT/kernels.csv" validation/bench/gpu_profile.sh
+fi
