@@ -211,7 +211,7 @@ void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t 
 
 /* ---- softmax cross-entropy over a padded vocabulary ----------------------------- */
 
-double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logits,
+double tr_cpu_xent_padded_forward(float *stats, float *losses, const float *logits,
                                   const int *targets, int B, int T, int V, int Vp, int format)
 {
     size_t BT = (size_t)B * T;
@@ -221,33 +221,31 @@ double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logi
     int lowp = tr_is_lowp(format);
 #pragma omp parallel if (BT * Vp > PAR_MIN_ELEMS)
     {
+        float *e = tr_alloc((size_t)V * sizeof *e, "xent_padded_forward row");
         float *row = lowp ? tr_alloc((size_t)V * sizeof *row, "xent_padded_forward row") : NULL;
 #pragma omp for schedule(static)
         for (size_t r = 0; r < BT; r++) {
             /* the logits as values of format */
             const float *x = tr_lowp_view(row, logits + r * Vp, (size_t)V, format);
-            float *p = probs + r * Vp; /* may be x: every x[j] is read before p[j] is written */
             float mx = x[0];
             for (int j = 1; j < V; j++)
                 mx = x[j] > mx ? x[j] : mx;
             /* -log softmax[target] = log(sum) - (x[target] - max), exact even where the
-             * probability underflows; read x[target] now, before p overwrites it */
+             * probability underflows */
             double xt = (double)x[targets[r]] - mx;
             /* subtracting the max keeps every exp in (0, 1]; tr_expf vectorises (libm's
              * expf would not), the sum stays a serial double loop: the same every run */
             for (int j = 0; j < V; j++)
-                p[j] = tr_expf(x[j] - mx);
+                e[j] = tr_expf(x[j] - mx);
             double sum = 0.0;
             for (int j = 0; j < V; j++)
-                sum += p[j];
-            float inv = (float)(1.0 / sum);
-            for (int j = 0; j < V; j++)
-                p[j] *= inv;
-            for (int j = V; j < Vp; j++)
-                p[j] = 0.0f;
+                sum += e[j];
+            stats[2 * r] = mx;
+            stats[2 * r + 1] = (float)(1.0 / sum);
             losses[r] = (float)(log(sum) - xt);
         }
         tr_free(row);
+        tr_free(e);
     }
     double total = 0.0; /* serial, in row order: the same sum every run */
     for (size_t r = 0; r < BT; r++)
@@ -255,20 +253,11 @@ double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logi
     return total;
 }
 
-void tr_cpu_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
-                                 float scale, int B, int T, int V, int Vp, int format)
+void tr_cpu_xent_padded_backward(float *dlogits, const float *logits, const float *stats,
+                                 const int *targets, float scale, int B, int T, int V, int Vp,
+                                 int format)
 {
     size_t BT = (size_t)B * T;
     check_tokens(targets, BT, V, "xent_padded_backward");
-#pragma omp parallel for schedule(static) if (BT * Vp > PAR_MIN_ELEMS)
-    for (size_t r = 0; r < BT; r++) {
-        const float *p = probs + r * Vp;
-        float *d = dlogits + r * Vp; /* may be p: element-wise */
-        int t = targets[r];
-        for (int j = 0; j < V; j++)
-            d[j] = scale * (p[j] - (j == t ? 1.0f : 0.0f));
-        tr_round_lowp_span(d, (size_t)V, format);
-        for (int j = V; j < Vp; j++)
-            d[j] = 0.0f;
-    }
+    tr_cpu_xent_shard_backward(dlogits, logits, stats, targets, scale, BT, Vp, 0, V, format);
 }

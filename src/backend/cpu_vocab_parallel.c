@@ -76,71 +76,80 @@ void tr_cpu_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl
     }
 }
 
-void tr_cpu_xent_shard_sums(double *sums, float *probs, const float *logits,
-                            const float *rowmax, const int *targets, size_t BT, int Vl,
-                            int v0, int nreal, int format)
+void tr_cpu_xent_shard_sums(double *sums, const float *logits, const float *rowmax,
+                            const int *targets, size_t BT, int Vl, int v0, int nreal, int format)
 {
     int lowp = tr_is_lowp(format);
+    size_t n = (size_t)(nreal > 0 ? nreal : 0);
 #pragma omp parallel if (BT * (size_t)Vl > PAR_MIN_ELEMS)
     {
-        float *row = lowp ? tr_alloc((size_t)nreal * sizeof *row, "xent_shard_sums row") : NULL;
+        float *e = n ? tr_alloc(n * sizeof *e, "xent_shard_sums row") : NULL;
+        float *row = lowp && n ? tr_alloc(n * sizeof *row, "xent_shard_sums row") : NULL;
 #pragma omp for schedule(static)
         for (size_t r = 0; r < BT; r++) {
-            const float *x = tr_lowp_view(row, logits + r * Vl, (size_t)nreal, format);
-            float *p = probs + r * Vl; /* may be x: x[j] is read before p[j] is written */
+            const float *x = tr_lowp_view(row, logits + r * Vl, n, format);
             float mx = rowmax[r];
             long t = (long)targets[r] - v0;
             sums[2 * r + 1] = t >= 0 && t < nreal ? (double)x[t] - mx : 0.0;
             for (int j = 0; j < nreal; j++)
-                p[j] = tr_expf(x[j] - mx);
+                e[j] = tr_expf(x[j] - mx);
             double s = 0.0;
             for (int j = 0; j < nreal; j++)
-                s += p[j];
+                s += e[j];
             sums[2 * r] = s;
         }
         tr_free(row);
+        tr_free(e);
     }
 }
 
-double tr_cpu_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
-                                int Vl, int nreal)
+double tr_cpu_xent_shard_finish(float *stats, float *losses, const double *sums,
+                                const float *rowmax, size_t BT)
 {
-#pragma omp parallel for schedule(static) if (BT * (size_t)Vl > PAR_MIN_ELEMS)
-    for (size_t r = 0; r < BT; r++) {
-        float *p = probs + r * Vl;
-        float inv = (float)(1.0 / sums[2 * r]);
-        for (int j = 0; j < nreal; j++)
-            p[j] *= inv;
-        for (int j = nreal; j < Vl; j++)
-            p[j] = 0.0f;
-        losses[r] = (float)(log(sums[2 * r]) - sums[2 * r + 1]);
-    }
     double total = 0.0; /* serial, in row order */
-    for (size_t r = 0; r < BT; r++)
+    for (size_t r = 0; r < BT; r++) {
+        stats[2 * r] = rowmax[r];
+        stats[2 * r + 1] = (float)(1.0 / sums[2 * r]);
+        losses[r] = (float)(log(sums[2 * r]) - sums[2 * r + 1]);
         total += losses[r];
+    }
     return total;
 }
 
-void tr_cpu_xent_linear_backward(float *dinp, float *dw, float *probs, const int *targets,
-                                 float scale, size_t BT, int Vl, int v0, int nreal,
-                                 const float *inp, const float *w, int C, int format)
+void tr_cpu_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
+                                 const int *targets, float scale, size_t BT, int Vl, int v0,
+                                 int nreal, const float *inp, const float *w, int C, int format)
 {
-    tr_cpu_xent_shard_backward(probs, probs, targets, scale, BT, Vl, v0, nreal, format);
-    tr_cpu_linear_backward(dinp, dw, NULL, probs, inp, w, (int)BT, C, Vl);
+    tr_cpu_xent_shard_backward(logits, logits, stats, targets, scale, BT, Vl, v0, nreal, format);
+    tr_cpu_linear_backward(dinp, dw, NULL, logits, inp, w, (int)BT, C, Vl);
 }
 
-void tr_cpu_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
-                                float scale, size_t BT, int Vl, int v0, int nreal, int format)
+/* the softmax recomputed as the forward pass left it: exp(x - max) (1 / sum), the two
+ * float operations it took there */
+void tr_cpu_xent_shard_backward(float *dlogits, const float *logits, const float *stats,
+                                const int *targets, float scale, size_t BT, int Vl, int v0,
+                                int nreal, int format)
 {
-#pragma omp parallel for schedule(static) if (BT * (size_t)Vl > PAR_MIN_ELEMS)
-    for (size_t r = 0; r < BT; r++) {
-        const float *p = probs + r * Vl;
-        float *d = dlogits + r * Vl;
-        long t = (long)targets[r] - v0;
-        for (int j = 0; j < nreal; j++)
-            d[j] = scale * (p[j] - (j == t ? 1.0f : 0.0f));
-        tr_round_lowp_span(d, (size_t)(nreal > 0 ? nreal : 0), format);
-        for (int j = nreal; j < Vl; j++)
-            d[j] = 0.0f;
+    int lowp = tr_is_lowp(format);
+    size_t n = (size_t)(nreal > 0 ? nreal : 0);
+#pragma omp parallel if (BT * (size_t)Vl > PAR_MIN_ELEMS)
+    {
+        float *row = lowp && n ? tr_alloc(n * sizeof *row, "xent backward row") : NULL;
+#pragma omp for schedule(static)
+        for (size_t r = 0; r < BT; r++) {
+            /* x may be d (in place): each x[j] is read before d[j] is written */
+            const float *x = tr_lowp_view(row, logits + r * Vl, n, format);
+            float *d = dlogits + r * Vl;
+            float mx = stats[2 * r], inv = stats[2 * r + 1];
+            long t = (long)targets[r] - v0;
+            for (int j = 0; j < nreal; j++) {
+                float p = tr_expf(x[j] - mx) * inv;
+                d[j] = scale * (p - (j == t ? 1.0f : 0.0f));
+            }
+            tr_round_lowp_span(d, n, format);
+            for (int j = nreal; j < Vl; j++)
+                d[j] = 0.0f;
+        }
+        tr_free(row);
     }
 }

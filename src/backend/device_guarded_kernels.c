@@ -211,18 +211,18 @@ static void guarded_attention_backward(float *dqkv, float *datt, const float *do
     tr_guarded_close();
 }
 
-static double guarded_xent_padded_forward(float *probs, float *losses, const float *logits, const int *targets, int B, int T, int V, int Vp, int format)
+static double guarded_xent_padded_forward(float *stats, float *losses, const float *logits, const int *targets, int B, int T, int V, int Vp, int format)
 {
     tr_guarded_open();
-    double r = tr_cpu_kernels.xent_padded_forward(probs, losses, logits, targets, B, T, V, Vp, format);
+    double r = tr_cpu_kernels.xent_padded_forward(stats, losses, logits, targets, B, T, V, Vp, format);
     tr_guarded_close();
     return r;
 }
 
-static void guarded_xent_padded_backward(float *dlogits, const float *probs, const int *targets, float scale, int B, int T, int V, int Vp, int format)
+static void guarded_xent_padded_backward(float *dlogits, const float *logits, const float *stats, const int *targets, float scale, int B, int T, int V, int Vp, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_padded_backward(dlogits, probs, targets, scale, B, T, V, Vp, format);
+    tr_cpu_kernels.xent_padded_backward(dlogits, logits, stats, targets, scale, B, T, V, Vp, format);
     tr_guarded_close();
 }
 
@@ -247,32 +247,32 @@ static void guarded_xent_shard_max(float *rowmax, const float *logits, size_t BT
     tr_guarded_close();
 }
 
-static void guarded_xent_shard_sums(double *sums, float *probs, const float *logits, const float *rowmax, const int *targets, size_t BT, int Vl, int v0, int nreal, int format)
+static void guarded_xent_shard_sums(double *sums, const float *logits, const float *rowmax, const int *targets, size_t BT, int Vl, int v0, int nreal, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_shard_sums(sums, probs, logits, rowmax, targets, BT, Vl, v0, nreal, format);
+    tr_cpu_kernels.xent_shard_sums(sums, logits, rowmax, targets, BT, Vl, v0, nreal, format);
     tr_guarded_close();
 }
 
-static double guarded_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT, int Vl, int nreal)
+static double guarded_xent_shard_finish(float *stats, float *losses, const double *sums, const float *rowmax, size_t BT)
 {
     tr_guarded_open();
-    double r = tr_cpu_kernels.xent_shard_finish(probs, losses, sums, BT, Vl, nreal);
+    double r = tr_cpu_kernels.xent_shard_finish(stats, losses, sums, rowmax, BT);
     tr_guarded_close();
     return r;
 }
 
-static void guarded_xent_shard_backward(float *dlogits, const float *probs, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, int format)
+static void guarded_xent_shard_backward(float *dlogits, const float *logits, const float *stats, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_shard_backward(dlogits, probs, targets, scale, BT, Vl, v0, nreal, format);
+    tr_cpu_kernels.xent_shard_backward(dlogits, logits, stats, targets, scale, BT, Vl, v0, nreal, format);
     tr_guarded_close();
 }
 
-static void guarded_xent_linear_backward(float *dinp, float *dw, float *probs, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, const float *inp, const float *w, int C, int format)
+static void guarded_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, const float *inp, const float *w, int C, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_linear_backward(dinp, dw, probs, targets, scale, BT, Vl, v0, nreal, inp, w, C, format);
+    tr_cpu_kernels.xent_linear_backward(dinp, dw, logits, stats, targets, scale, BT, Vl, v0, nreal, inp, w, C, format);
     tr_guarded_close();
 }
 

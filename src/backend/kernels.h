@@ -133,11 +133,14 @@ typedef struct tr_kernels {
     void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *out,
                                const float *qkv, const float *att, int B, int T, int C, int NH,
                                int format);
-    double (*xent_padded_forward)(float *probs, float *losses, const float *logits,
+    /* The cross-entropy keeps each row's (max, 1 / sum of exps) in stats [B*T,2] and
+     * recomputes the softmax from the logits in backward (transformer_kernels.h). */
+    double (*xent_padded_forward)(float *stats, float *losses, const float *logits,
                                   const int *targets, int B, int T, int V, int Vp,
                                   int format);
-    void (*xent_padded_backward)(float *dlogits, const float *probs, const int *targets,
-                                 float scale, int B, int T, int V, int Vp, int format);
+    void (*xent_padded_backward)(float *dlogits, const float *logits, const float *stats,
+                                 const int *targets, float scale, int B, int T, int V, int Vp,
+                                 int format);
     /* The vocabulary split over tensor-parallel ranks (transformer_kernels.h). */
     void (*embedding_shard_forward)(float *out, const int *tok, const float *wte,
                                     const float *wpe, int B, int T, int C, int v0, int Vl);
@@ -145,22 +148,24 @@ typedef struct tr_kernels {
                                      const int *tok, int B, int T, int C, int v0, int Vl);
     void (*xent_shard_max)(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
                            int format);
-    void (*xent_shard_sums)(double *sums, float *probs, const float *logits,
-                            const float *rowmax, const int *targets, size_t BT, int Vl,
-                            int v0, int nreal, int format);
-    double (*xent_shard_finish)(float *probs, float *losses, const double *sums, size_t BT,
-                                int Vl, int nreal);
-    void (*xent_shard_backward)(float *dlogits, const float *probs, const int *targets,
-                                float scale, size_t BT, int Vl, int v0, int nreal, int format);
+    void (*xent_shard_sums)(double *sums, const float *logits, const float *rowmax,
+                            const int *targets, size_t BT, int Vl, int v0, int nreal,
+                            int format);
+    double (*xent_shard_finish)(float *stats, float *losses, const double *sums,
+                                const float *rowmax, size_t BT);
+    void (*xent_shard_backward)(float *dlogits, const float *logits, const float *stats,
+                                const int *targets, float scale, size_t BT, int Vl, int v0,
+                                int nreal, int format);
     /* A language model's head backward in one entry: xent_shard_backward's dlogits
-     * from probs (v0 0 and nreal V for the whole, padded vocabulary), then
-     * linear_backward of the bias-free layer that made the logits from inp [BT,C]
-     * with w [Vl,C] (dinp =, dw +=). probs' contents afterwards are unspecified: a
-     * GPU makes the gradient slice by slice into its 16-bit operand copies and never
-     * stores it (transformer_kernels.h). */
-    void (*xent_linear_backward)(float *dinp, float *dw, float *probs, const int *targets,
-                                 float scale, size_t BT, int Vl, int v0, int nreal,
-                                 const float *inp, const float *w, int C, int format);
+     * (v0 0 and nreal V for the whole, padded vocabulary), then linear_backward of the
+     * bias-free layer that made the logits from inp [BT,C] with w [Vl,C] (dinp =,
+     * dw +=). The logits' contents afterwards are unspecified: a GPU makes the
+     * gradient slice by slice into its 16-bit operand copies and never stores it
+     * (transformer_kernels.h). */
+    void (*xent_linear_backward)(float *dinp, float *dw, float *logits, const float *stats,
+                                 const int *targets, float scale, size_t BT, int Vl, int v0,
+                                 int nreal, const float *inp, const float *w, int C,
+                                 int format);
     /* A language model's accuracy: for each row r of x [rows, ld], idx[r] is the
      * first index j < n of the row's largest value and val[r] that value, as the scan
      * "best = 0; if (x[j] > x[best]) best = j" finds it (NaN never wins, but a NaN in

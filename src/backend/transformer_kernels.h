@@ -104,19 +104,22 @@ void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, cons
                                int format);
 
 /* ---- softmax cross-entropy over a padded vocabulary -------------------------------
- * logits, probs [B*T,Vp]: only columns [0, V) are real; padded columns never touch
- * the loss and get probability 0 and gradient 0. targets [B*T] in [0, V) (checked).
- * losses [B*T] = -log softmax(logits[row, 0..V))[target], the logits read as values
- * of `format`. Returns the sum of losses, added serially in row order (in double).
- * probs may be logits (in place).
- * Backward: dlogits [B*T,Vp] (=) = scale (probs - onehot(target)) on real columns,
- * rounded to `format`, 0 on padded ones; dlogits may be probs (in place). scale is
+ * logits [B*T,Vp], read as values of `format`: only columns [0, V) are real; padded
+ * columns never touch the loss and get gradient 0. targets [B*T] in [0, V) (checked).
+ * losses [B*T] = -log softmax(logits[row, 0..V))[target]. Returns the sum of losses,
+ * added serially in row order (in double). The softmax itself is not stored: stats
+ * [B*T,2] keeps each row's max m and 1 / (sum of exp(x - m)) (a float), from which
+ * backward recomputes it with the same two float operations, exp(x - m) (1 / sum),
+ * so the probabilities are the bits the forward pass had.
+ * Backward: dlogits [B*T,Vp] (=) = scale (softmax - onehot(target)) on real columns,
+ * rounded to `format`, 0 on padded ones; dlogits may be logits (in place). scale is
  * typically 1 / (B*T). */
-double tr_cpu_xent_padded_forward(float *probs, float *losses, const float *logits,
+double tr_cpu_xent_padded_forward(float *stats, float *losses, const float *logits,
                                   const int *targets, int B, int T, int V, int Vp,
                                   int format);
-void tr_cpu_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
-                                 float scale, int B, int T, int V, int Vp, int format);
+void tr_cpu_xent_padded_backward(float *dlogits, const float *logits, const float *stats,
+                                 const int *targets, float scale, int B, int T, int V, int Vp,
+                                 int format);
 
 /* ---- the vocabulary split over tensor-parallel ranks (cpu_vocab_parallel.c) --------
  * This rank holds vocabulary rows [v0, v0 + Vl); the first nreal of them are real.
@@ -124,34 +127,36 @@ void tr_cpu_xent_padded_backward(float *dlogits, const float *probs, const int *
  * others) + wpe[t] when wpe is not NULL; the sum over the ranks is the lookup.
  * Backward accumulates into the held rows of dwte, and into dwpe when not NULL.
  * Cross-entropy over logits [BT,Vl] (read as values of `format`) in four steps, the
- * caller summing over the ranks
- * in between: shard_max -> rowmax [BT] (take the MAX over ranks); shard_sums ->
- * probs = exp(logits - rowmax) unnormalised (may be in place) and sums [BT,2] =
- * (sum of exp, target logit - rowmax or 0 where another rank holds the target)
- * (take the SUM over ranks); shard_finish -> normalised probs and losses [BT],
- * returns their sum in row order; shard_backward -> dlogits (=), as
- * xent_padded_backward on the held columns. */
+ * caller reducing over the ranks in between: shard_max -> rowmax [BT] (take the MAX
+ * over ranks); shard_sums -> sums [BT,2] = (sum of exp(logits - rowmax) over the held
+ * real columns, target logit - rowmax or 0 where another rank holds the target)
+ * (take the SUM over ranks); shard_finish -> stats [BT,2] (as above: rowmax and
+ * 1 / sum) and losses [BT], returns their sum in row order; shard_backward ->
+ * dlogits (=), as xent_padded_backward on the held columns (v0 0 and nreal V, Vl Vp:
+ * the whole padded vocabulary). */
 void tr_cpu_embedding_shard_forward(float *out, const int *tok, const float *wte,
                                     const float *wpe, int B, int T, int C, int v0, int Vl);
 void tr_cpu_embedding_shard_backward(float *dwte, float *dwpe, const float *dout,
                                      const int *tok, int B, int T, int C, int v0, int Vl);
 void tr_cpu_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
                            int format);
-void tr_cpu_xent_shard_sums(double *sums, float *probs, const float *logits,
-                            const float *rowmax, const int *targets, size_t BT, int Vl,
-                            int v0, int nreal, int format);
-double tr_cpu_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
-                                int Vl, int nreal);
-void tr_cpu_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
-                                float scale, size_t BT, int Vl, int v0, int nreal, int format);
+void tr_cpu_xent_shard_sums(double *sums, const float *logits, const float *rowmax,
+                            const int *targets, size_t BT, int Vl, int v0, int nreal,
+                            int format);
+double tr_cpu_xent_shard_finish(float *stats, float *losses, const double *sums,
+                                const float *rowmax, size_t BT);
+void tr_cpu_xent_shard_backward(float *dlogits, const float *logits, const float *stats,
+                                const int *targets, float scale, size_t BT, int Vl, int v0,
+                                int nreal, int format);
 
 /* ---- the LM head's backward: the cross-entropy's, then the tied linear layer's ------
- * Exactly tr_cpu_xent_shard_backward(probs, probs, ...) (in place) and
- * tr_cpu_linear_backward(dinp, dw, NULL, probs, inp, w, BT, C, Vl): one entry so that
- * a GPU can make the 16-bit copies of dlogits its products take straight from probs,
- * without writing (and reading back) dlogits, 3.3 GB at GPT-2's 16 x 1024. */
-void tr_cpu_xent_linear_backward(float *dinp, float *dw, float *probs, const int *targets,
-                                 float scale, size_t BT, int Vl, int v0, int nreal,
-                                 const float *inp, const float *w, int C, int format);
+ * Exactly tr_cpu_xent_shard_backward(logits, logits, stats, ...) (in place) and
+ * tr_cpu_linear_backward(dinp, dw, NULL, logits, inp, w, BT, C, Vl): one entry so
+ * that a GPU can make the 16-bit copies of dlogits its products take straight from
+ * the logits, without writing (and reading back) dlogits, 3.3 GB at GPT-2's 16 x
+ * 1024. The logits' contents afterwards are unspecified. */
+void tr_cpu_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
+                                 const int *targets, float scale, size_t BT, int Vl, int v0,
+                                 int nreal, const float *inp, const float *w, int C, int format);
 
 #endif

@@ -37,7 +37,8 @@
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
 
-#include "backend/lowp_math.h" /* tr_precision */
+#include "backend/lowp_math.h"   /* tr_precision */
+#include "backend/scalar_math.h" /* tr_expf */
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -272,43 +273,36 @@ __global__ static void colsum_partial_kernel(float *partial, const float *src, s
     }
 }
 
-/* The bias gradient stays a kernel of its own rather than cuBLASLt's
- * CUBLASLT_EPILOGUE_BGRADB on the weight-gradient GEMM. The layout would fit: read
- * column-major, that GEMM is D = dw^T [IN x OUT] = inp^T [IN x B] times op(B) with
- * B = dout stored OUT x B and transposed (op(B) = T, which BGRADB requires), and
- * BGRADB sums op(B) over the GEMM's k (the B samples), one value per column of D:
- * db's OUT values. But the epilogue stores the sums in the bias pointer, it does not
- * add them to what is there (cublasLt.h: "Stores Bias gradient in the auxiliary
- * output"; beta scales D only), and the trainer accumulates gradients over
- * micro-batches (db += ..., kernels.h). Using it would take a scratch vector of OUT
- * floats from the memory plan and an add kernel after the GEMM: a second kernel
- * still. The column sums read dout once and add in a fixed order. */
 /* Where linear_backward's 16-bit copy of dout's columns comes from: dout itself, or
- * (the LM head's, xent_linear_backward) the softmax probabilities, from which the
- * copy is made as xent_shard_backward makes dlogits. */
+ * (the LM head's, xent_linear_backward) the logits and the softmax's row statistics,
+ * from which the copy is made as xent_shard_backward makes dlogits. */
 typedef struct dout_source {
-    const float *dout;  /* [B, OUT], or NULL: */
-    const float *probs; /* [B, OUT]: dlogits = scale (probs - onehot(target - v0)), */
-    const int *targets; /* rounded to format, on the nreal real columns; 0 past them */
+    const float *dout;   /* [B, OUT], or NULL: */
+    const float *logits; /* [B, OUT] and stats [B, 2] (max, 1 / sum): dlogits = */
+    const float *stats;  /* scale (softmax - onehot(target - v0)), rounded to format, */
+    const int *targets;  /* on the nreal real columns; 0 past them */
     float scale;
     int v0, nreal, format;
 } dout_source;
 
 /* dst [B][n] (16-bit, packed) = d[:, o0:o0 + n) of the B x ld matrix xent_backward would
- * store, rows over the grid's y as cast_rows_kernel */
+ * store (cuda_xent.cu: the same arithmetic), rows over the grid's y as cast_rows_kernel */
 template <typename H>
-__global__ static void xent_grad_16_kernel(H *dst, const float *probs, const int *targets,
-                                           float scale, int rows, int n, int ld, int o0, int v0,
-                                           int nreal, int format)
+__global__ static void xent_grad_16_kernel(H *dst, const float *logits, const float *stats,
+                                           const int *targets, float scale, int rows, int n,
+                                           int ld, int o0, int v0, int nreal, int format)
 {
     for (int r = blockIdx.y; r < rows; r += gridDim.y) {
         long t = (long)targets[r] - v0;
+        float mx = stats[2 * r], inv = stats[2 * r + 1];
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n; c += blockDim.x * gridDim.x) {
             int j = o0 + c;
-            float d = j < nreal ? tr_round_lowp(scale * (probs[(size_t)r * ld + j] -
-                                                         (j == t ? 1.0f : 0.0f)),
-                                                format)
-                                : 0.0f;
+            float d = 0.0f;
+            if (j < nreal) {
+                float x = tr_round_lowp(logits[(size_t)r * ld + j], format);
+                float p = __fmul_rn(tr_expf(x - mx), inv);
+                d = tr_round_lowp(scale * (p - (j == t ? 1.0f : 0.0f)), format);
+            }
             dst[(size_t)r * n + c] = to_16<H>(d);
         }
     }
@@ -325,12 +319,12 @@ static void copy_dout_16(void *dst, const dout_source *s, int B, int o0, int n, 
     dim3 grid(gx < 64 ? gx : 64, (unsigned)(B < 65535 ? B : 65535));
     if (g_gemm_format == TR_PREC_BF16)
         xent_grad_16_kernel<__nv_bfloat16><<<grid, TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
-            (__nv_bfloat16 *)dst, s->probs, s->targets, s->scale, B, n, ld, o0, s->v0, s->nreal,
-            s->format);
+            (__nv_bfloat16 *)dst, s->logits, s->stats, s->targets, s->scale, B, n, ld, o0, s->v0,
+            s->nreal, s->format);
     else
         xent_grad_16_kernel<__half><<<grid, TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
-            (__half *)dst, s->probs, s->targets, s->scale, B, n, ld, o0, s->v0, s->nreal,
-            s->format);
+            (__half *)dst, s->logits, s->stats, s->targets, s->scale, B, n, ld, o0, s->v0,
+            s->nreal, s->format);
     TR_CUDA_LAUNCHED();
 }
 
@@ -374,13 +368,24 @@ static int linear_backward_sliced(float *dinp, float *dw, const dout_source *src
     return 1;
 }
 
+/* The bias gradient stays a kernel of its own rather than cuBLASLt's
+ * CUBLASLT_EPILOGUE_BGRADB on the weight-gradient GEMM. The layout would fit: read
+ * column-major, that GEMM is D = dw^T [IN x OUT] = inp^T [IN x B] times op(B) with
+ * B = dout stored OUT x B and transposed (op(B) = T, which BGRADB requires), and
+ * BGRADB sums op(B) over the GEMM's k (the B samples), one value per column of D:
+ * db's OUT values. But the epilogue stores the sums in the bias pointer, it does not
+ * add them to what is there (cublasLt.h: "Stores Bias gradient in the auxiliary
+ * output"; beta scales D only), and the trainer accumulates gradients over
+ * micro-batches (db += ..., kernels.h). Using it would take a scratch vector of OUT
+ * floats from the memory plan and an add kernel after the GEMM: a second kernel
+ * still. The column sums read dout once and add in a fixed order. */
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, int B, int IN, int OUT)
 {
     size_t nd = (size_t)B * OUT, nw = (size_t)OUT * IN, ni = (size_t)B * IN;
     int sized = B > 0 && IN > 0 && OUT > 0; /* (tr_cuda_gemm handles the empty shapes) */
     int whole = sized && casts(nd, nw > ni ? nw : ni);
-    dout_source src = {dout, NULL, NULL, 0.0f, 0, 0, TR_PREC_FP32};
+    dout_source src = {dout, NULL, NULL, NULL, 0.0f, 0, 0, TR_PREC_FP32};
     if (sized && !whole && linear_backward_sliced(dinp, dw, &src, inp, w, B, IN, OUT)) {
         /* done in slices of dout */
     } else if (whole) {
@@ -419,20 +424,21 @@ void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dou
 /* ---- the LM head's backward ------------------------------------------------------ */
 
 /* xent_linear_backward: in bf16/fp16-mixed (the products' format), the 16-bit
- * copies of dlogits are made straight from the probabilities, slice by slice, so
- * dlogits is never stored: the cross-entropy's backward pass over B*T x Vl floats
- * (read and write, 6.6 GB at GPT-2's 16 x 1024) is saved. Elsewhere, or where the
- * slices do not fit, the two kernels one after the other, dlogits over probs. */
-void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *probs, const int *targets,
-                                  float scale, size_t BT, int Vl, int v0, int nreal,
-                                  const float *inp, const float *w, int C, int format)
+ * copies of dlogits are made straight from the logits and the softmax's statistics,
+ * slice by slice, so dlogits is never stored: the cross-entropy's backward pass over
+ * B*T x Vl floats (read and write, 6.6 GB at GPT-2's 16 x 1024) is saved. Elsewhere,
+ * or where the slices do not fit, the two kernels one after the other, dlogits over
+ * the logits. */
+void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
+                                  const int *targets, float scale, size_t BT, int Vl, int v0,
+                                  int nreal, const float *inp, const float *w, int C, int format)
 {
-    dout_source src = {NULL, probs, targets, scale, v0, nreal, format};
+    dout_source src = {NULL, logits, stats, targets, scale, v0, nreal, format};
     if (BT > 0 && BT <= (size_t)INT_MAX && Vl > 0 && C > 0 && format == g_gemm_format &&
         linear_backward_sliced(dinp, dw, &src, inp, w, (int)BT, C, Vl))
         return;
-    tr_cuda_xent_shard_backward(probs, probs, targets, scale, BT, Vl, v0, nreal, format);
-    tr_cuda_linear_backward(dinp, dw, NULL, probs, inp, w, (int)BT, C, Vl);
+    tr_cuda_xent_shard_backward(logits, logits, stats, targets, scale, BT, Vl, v0, nreal, format);
+    tr_cuda_linear_backward(dinp, dw, NULL, logits, inp, w, (int)BT, C, Vl);
 }
 
 /* ---- c_fc and GELU -------------------------------------------------------------- */
@@ -458,7 +464,8 @@ void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *probs, const in
  * its one reader, gelu_backward, reads it as values of the format (a pass saved).
  * out is left so too where the products that read it (c_proj, forward and weight
  * gradient) copy it to the format as they take it, rounding it the same way: when it
- * fits a cast buffer. A larger out, which they would read in fp32, is rounded here.
+ * and their weight fit a cast buffer. Otherwise they would read it in fp32, and it is
+ * rounded here.
  * Where cuBLASLt has no algorithm (or OUT is not a multiple of 8): the CPU's
  * sequence of kernels. */
 void tr_cuda_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
@@ -470,6 +477,8 @@ void tr_cuda_linear_gelu_forward(float *pre, float *out, const float *inp, const
         tr_cuda_round_lowp(pre, n, format);
         tr_cuda_gelu_forward(out, pre, n);
     }
-    if (n > g_cast_limit || format != g_gemm_format)
+    /* (c_proj's weight has as many elements as this layer's: it is its transpose's
+     * shape, C x 4C, column- or row-split alike) */
+    if (n > g_cast_limit || (size_t)OUT * IN > g_cast_limit || format != g_gemm_format)
         tr_cuda_round_lowp(out, n, format);
 }

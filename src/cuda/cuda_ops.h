@@ -96,24 +96,27 @@ void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, con
                                 int format);
 
 /* cuda_xent.cu */
-double tr_cuda_xent_padded_forward(float *probs, float *losses, const float *logits,
+double tr_cuda_xent_padded_forward(float *stats, float *losses, const float *logits,
                                    const int *targets, int B, int T, int V, int Vp,
                                    int format);
-void tr_cuda_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
-                                  float scale, int B, int T, int V, int Vp, int format);
+void tr_cuda_xent_padded_backward(float *dlogits, const float *logits, const float *stats,
+                                  const int *targets, float scale, int B, int T, int V, int Vp,
+                                  int format);
 void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
                             int format);
-void tr_cuda_xent_shard_sums(double *sums, float *probs, const float *logits,
-                             const float *rowmax, const int *targets, size_t BT, int Vl, int v0,
-                             int nreal, int format);
-double tr_cuda_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
-                                 int Vl, int nreal);
-void tr_cuda_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
-                                 float scale, size_t BT, int Vl, int v0, int nreal, int format);
+void tr_cuda_xent_shard_sums(double *sums, const float *logits, const float *rowmax,
+                             const int *targets, size_t BT, int Vl, int v0, int nreal,
+                             int format);
+double tr_cuda_xent_shard_finish(float *stats, float *losses, const double *sums,
+                                 const float *rowmax, size_t BT);
+void tr_cuda_xent_shard_backward(float *dlogits, const float *logits, const float *stats,
+                                 const int *targets, float scale, size_t BT, int Vl, int v0,
+                                 int nreal, int format);
 /* cuda_gemm.cu: the LM head's backward, its gradient made straight into 16-bit copies */
-void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *probs, const int *targets,
-                                  float scale, size_t BT, int Vl, int v0, int nreal,
-                                  const float *inp, const float *w, int C, int format);
+void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
+                                  const int *targets, float scale, size_t BT, int Vl, int v0,
+                                  int nreal, const float *inp, const float *w, int C,
+                                  int format);
 
 /* cuda_optim.cu */
 void tr_cuda_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n,

@@ -4,11 +4,11 @@
  *
  * One block per row of logits: the row's max and sum are block reductions in a
  * fixed tree (deterministic). Sums of exponentials are taken in double as on the
- * CPU; only their order differs, so probabilities and losses match to rounding.
+ * CPU; only their order differs, so the statistics and losses match to rounding.
  * The total loss the host gets back is added serially in row order on the device
- * (tr_cuda_sum_in_order): the CPU's order. probs may be logits (in place): every
- * element is read and written by the same thread, and the one element read across
- * threads (the target's logit) is read before the block's first barrier. */
+ * (tr_cuda_sum_in_order): the CPU's order. The forward pass stores no
+ * probabilities; backward recomputes them (dlogits may be the logits: every element
+ * is read and written by the same thread). */
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
 
@@ -19,18 +19,13 @@
 
 #define XENT_BLOCK 512
 
-/* Normalises row x[0..n) of a block-per-row kernel into p: p = exp(x - mx) / sum,
- * returning the sum (double) to every thread; reads x[j] (as a value of format)
- * before writing p[j] in the same thread. */
-__device__ static double exp_and_sum(float *p, const float *x, int n, float mx, double *shared,
-                                     int format)
+/* The sum of exp(x - mx) over row x[0..n) (as values of format) of a block-per-row
+ * kernel, in double, to every thread. */
+__device__ static double sum_exp(const float *x, int n, float mx, double *shared, int format)
 {
     double s = 0.0;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        float e = tr_expf(tr_round_lowp(x[j], format) - mx);
-        p[j] = e;
-        s += e;
-    }
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        s += tr_expf(tr_round_lowp(x[j], format) - mx);
     return tr_block_sum(s, shared);
 }
 
@@ -44,12 +39,13 @@ __device__ static float row_max(const float *x, int n, float *shared)
 
 /* ---- padded vocabulary ---------------------------------------------------------- */
 
-/* Two passes over the row, not three: each thread keeps a running max and a sum of
- * exponentials rescaled when its max grows (an online softmax), the block combines
- * them (each thread's sum times exp(its max - the row's), added in double in a fixed
- * tree), and the second pass writes the probabilities. A GPT-2 row is 50 K logits,
- * 3.3 GB a step at 16 x 1024: the pass saved was 2.2 ms of an H100's bandwidth. */
-__global__ static void xent_padded_forward_kernel(float *probs, float *losses,
+/* One pass over the row: each thread keeps a running max and a sum of exponentials
+ * rescaled when its max grows (an online softmax), and the block combines them (each
+ * thread's sum times exp(its max - the row's), added in double in a fixed tree). The
+ * probabilities are not written: backward recomputes them from the row's max and
+ * 1 / sum (stats). A GPT-2 row is 50 K logits, 3.3 GB a step at 16 x 1024: a pass
+ * over them is about 1.1 ms of an H100's bandwidth, writing them another. */
+__global__ static void xent_padded_forward_kernel(float *stats, float *losses,
                                                   const float *logits, const int *targets,
                                                   int V, int Vp, int format)
 {
@@ -57,9 +53,6 @@ __global__ static void xent_padded_forward_kernel(float *probs, float *losses,
     __shared__ double dsh[32];
     size_t r = blockIdx.x;
     const float *x = logits + r * Vp;
-    float *p = probs + r * Vp;
-    /* read before the first barrier, so before any thread overwrites it */
-    float xtarget = threadIdx.x == 0 ? tr_round_lowp(x[targets[r]], format) : 0.0f;
     float m = -INFINITY, s = 0.0f;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float xj = tr_round_lowp(x[j], format); /* the logits as values of format */
@@ -73,33 +66,40 @@ __global__ static void xent_padded_forward_kernel(float *probs, float *losses,
     float mx = tr_block_max(m, fsh);
     /* a thread without columns has s = 0: it adds 0 */
     double sum = tr_block_sum((double)s * tr_expf(m - mx), dsh);
-    float inv = (float)(1.0 / sum);
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        p[j] = tr_expf(tr_round_lowp(x[j], format) - mx) * inv;
-    for (int j = V + threadIdx.x; j < Vp; j += blockDim.x)
-        p[j] = 0.0f;
     /* -log softmax[target] = log(sum) - (x[target] - max): exact where p underflows */
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
+        float xtarget = tr_round_lowp(x[targets[r]], format);
+        stats[2 * r] = mx;
+        stats[2 * r + 1] = (float)(1.0 / sum);
         losses[r] = (float)(log(sum) - ((double)xtarget - mx));
+    }
 }
 
-/* dlogits = scale (probs - onehot(target)) on real columns, rounded to format, 0 on
- * padded ones; element-wise, so dlogits may be probs */
-__global__ static void xent_backward_kernel(float *dlogits, const float *probs,
-                                            const int *targets, float scale, size_t BT, int W,
-                                            int v0, int nreal, int format)
+/* dlogits = scale (softmax - onehot(target)) on real columns, rounded to format, 0 on
+ * padded ones, the softmax recomputed from the logits (as values of format) and the
+ * row's stats as the CPU recomputes it; element-wise, so dlogits may be logits */
+__global__ static void xent_backward_kernel(float *dlogits, const float *logits,
+                                            const float *stats, const int *targets,
+                                            float scale, size_t BT, int W, int v0, int nreal,
+                                            int format)
 {
     TR_GRID_STRIDE(i, BT * W)
     {
         size_t r = i / W;
         int j = (int)(i % W);
         long t = (long)targets[r] - v0;
-        dlogits[i] =
-            j < nreal ? tr_round_lowp(scale * (probs[i] - (j == t ? 1.0f : 0.0f)), format) : 0.0f;
+        float d = 0.0f;
+        if (j < nreal) {
+            /* __fmul_rn: p rounded as the CPU rounds it, never fused into the next op */
+            float p = __fmul_rn(tr_expf(tr_round_lowp(logits[i], format) - stats[2 * r]),
+                                stats[2 * r + 1]);
+            d = tr_round_lowp(scale * (p - (j == t ? 1.0f : 0.0f)), format);
+        }
+        dlogits[i] = d;
     }
 }
 
-double tr_cuda_xent_padded_forward(float *probs, float *losses, const float *logits,
+double tr_cuda_xent_padded_forward(float *stats, float *losses, const float *logits,
                                    const int *targets, int B, int T, int V, int Vp, int format)
 {
     size_t BT = (size_t)B * T;
@@ -109,21 +109,18 @@ double tr_cuda_xent_padded_forward(float *probs, float *losses, const float *log
     if (BT == 0)
         return 0.0;
     xent_padded_forward_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(
-        probs, losses, logits, targets, V, Vp, format);
+        stats, losses, logits, targets, V, Vp, format);
     TR_CUDA_LAUNCHED();
     return tr_cuda_sum_in_order(losses, BT);
 }
 
-void tr_cuda_xent_padded_backward(float *dlogits, const float *probs, const int *targets,
-                                  float scale, int B, int T, int V, int Vp, int format)
+void tr_cuda_xent_padded_backward(float *dlogits, const float *logits, const float *stats,
+                                  const int *targets, float scale, int B, int T, int V, int Vp,
+                                  int format)
 {
     size_t BT = (size_t)B * T;
     tr_cuda_check_tokens(targets, BT, V, "xent_padded_backward");
-    if (BT == 0 || Vp <= 0)
-        return;
-    xent_backward_kernel<<<tr_cuda_grid(BT * Vp), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
-        dlogits, probs, targets, scale, BT, Vp, 0, V, format);
-    TR_CUDA_LAUNCHED();
+    tr_cuda_xent_shard_backward(dlogits, logits, stats, targets, scale, BT, Vp, 0, V, format);
 }
 
 /* ---- vocabulary split over tensor-parallel ranks -------------------------------- */
@@ -140,8 +137,8 @@ __global__ static void xent_shard_max_kernel(float *rowmax, const float *logits,
 }
 
 /* sums[r] = (sum of exp(x - rowmax) over the held real columns, the target's
- * x - rowmax where this shard holds the target, else 0); probs unnormalised */
-__global__ static void xent_shard_sums_kernel(double *sums, float *probs, const float *logits,
+ * x - rowmax where this shard holds the target, else 0) */
+__global__ static void xent_shard_sums_kernel(double *sums, const float *logits,
                                               const float *rowmax, const int *targets, int Vl,
                                               int v0, int nreal, int format)
 {
@@ -149,29 +146,24 @@ __global__ static void xent_shard_sums_kernel(double *sums, float *probs, const 
     size_t r = blockIdx.x;
     const float *x = logits + r * Vl;
     float mx = rowmax[r];
+    double s = sum_exp(x, nreal, mx, dsh, format);
     if (threadIdx.x == 0) {
         long t = (long)targets[r] - v0;
-        sums[2 * r + 1] = t >= 0 && t < nreal ? (double)tr_round_lowp(x[t], format) - mx : 0.0;
-    }
-    __syncthreads(); /* x[t] is read before any thread overwrites it (in place) */
-    double s = exp_and_sum(probs + r * Vl, x, nreal, mx, dsh, format);
-    if (threadIdx.x == 0)
         sums[2 * r] = s;
+        sums[2 * r + 1] =
+            t >= 0 && t < nreal ? (double)tr_round_lowp(x[t], format) - mx : 0.0;
+    }
 }
 
-__global__ static void xent_shard_finish_kernel(float *probs, float *losses, const double *sums,
-                                                int Vl, int nreal)
+__global__ static void xent_shard_finish_kernel(float *stats, float *losses, const double *sums,
+                                                const float *rowmax, size_t BT)
 {
-    size_t r = blockIdx.x;
-    float *p = probs + r * Vl;
-    double total = sums[2 * r];
-    float inv = (float)(1.0 / total);
-    for (int j = threadIdx.x; j < nreal; j += blockDim.x)
-        p[j] *= inv;
-    for (int j = nreal + threadIdx.x; j < Vl; j += blockDim.x)
-        p[j] = 0.0f;
-    if (threadIdx.x == 0)
-        losses[r] = (float)(log(total) - sums[2 * r + 1]);
+    TR_GRID_STRIDE(r, BT)
+    {
+        stats[2 * r] = rowmax[r];
+        stats[2 * r + 1] = (float)(1.0 / sums[2 * r]);
+        losses[r] = (float)(log(sums[2 * r]) - sums[2 * r + 1]);
+    }
 }
 
 void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
@@ -184,34 +176,35 @@ void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int V
     TR_CUDA_LAUNCHED();
 }
 
-void tr_cuda_xent_shard_sums(double *sums, float *probs, const float *logits,
-                             const float *rowmax, const int *targets, size_t BT, int Vl, int v0,
-                             int nreal, int format)
+void tr_cuda_xent_shard_sums(double *sums, const float *logits, const float *rowmax,
+                             const int *targets, size_t BT, int Vl, int v0, int nreal,
+                             int format)
 {
     if (BT == 0)
         return;
     xent_shard_sums_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(
-        sums, probs, logits, rowmax, targets, Vl, v0, nreal, format);
+        sums, logits, rowmax, targets, Vl, v0, nreal, format);
     TR_CUDA_LAUNCHED();
 }
 
-double tr_cuda_xent_shard_finish(float *probs, float *losses, const double *sums, size_t BT,
-                                 int Vl, int nreal)
+double tr_cuda_xent_shard_finish(float *stats, float *losses, const double *sums,
+                                 const float *rowmax, size_t BT)
 {
     if (BT == 0)
         return 0.0;
-    xent_shard_finish_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(probs, losses,
-                                                                              sums, Vl, nreal);
+    xent_shard_finish_kernel<<<tr_cuda_grid(BT), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        stats, losses, sums, rowmax, BT);
     TR_CUDA_LAUNCHED();
     return tr_cuda_sum_in_order(losses, BT);
 }
 
-void tr_cuda_xent_shard_backward(float *dlogits, const float *probs, const int *targets,
-                                 float scale, size_t BT, int Vl, int v0, int nreal, int format)
+void tr_cuda_xent_shard_backward(float *dlogits, const float *logits, const float *stats,
+                                 const int *targets, float scale, size_t BT, int Vl, int v0,
+                                 int nreal, int format)
 {
     if (BT == 0 || Vl <= 0)
         return;
     xent_backward_kernel<<<tr_cuda_grid(BT * Vl), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
-        dlogits, probs, targets, scale, BT, Vl, v0, nreal, format);
+        dlogits, logits, stats, targets, scale, BT, Vl, v0, nreal, format);
     TR_CUDA_LAUNCHED();
 }

@@ -66,7 +66,8 @@ typedef struct gpt {
     block_acts work;   /* recompute: one block's activations, rebuilt in backward */
     float **encoded;   /* [slots] of [B,T,C]: the stream into the stage's first block */
     float **lnf_out, **lnf_mean, **lnf_rstd;
-    float **logits;    /* [slots] of [B,T,Vl]; probabilities in place after the loss */
+    float **logits;    /* [slots] of [B,T,Vl] */
+    float **xstats;    /* [slots] of [B,T,2]: the softmax's row max and 1 / sum of exps */
     float *losses;     /* [B,T] */
     float *rowmax;     /* [B,T]  vocab-parallel cross-entropy */
     double *xsums;     /* [B,T,2] */
@@ -382,6 +383,7 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
         g->lnf_mean[i] = buf(m, alloc, BT, a, "activations");
         g->lnf_rstd[i] = buf(m, alloc, BT, a, "activations");
         g->logits[i] = buf(m, alloc, BT * (size_t)g->Vl, a, "logits");
+        g->xstats[i] = buf(m, alloc, 2 * BT, a, "cross-entropy statistics");
     }
     if (g->last) {
         g->losses = buf(m, alloc, BT, a, "losses");
@@ -422,6 +424,7 @@ static void gpt_free(tr_model *m)
     free(g->lnf_mean);
     free(g->lnf_rstd);
     free(g->logits);
+    free(g->xstats);
     free(g->tok);
     free(g->tgt);
     free(g);
@@ -577,21 +580,21 @@ double tr_gpt_stage_loss(tr_model *m, int slot, const int32_t *y, int B, long *c
     const tr_gpt_config *c = &g->cfg;
     size_t BT = (size_t)B * c->T;
     float *lg = g->logits[slot];
-    if (correct) /* before the softmax overwrites the logits: same argmax anyway */
+    if (correct)
         *correct = count_correct(m, slot, y, BT);
     const int32_t *yd = tr_model_upload(m, g->tgt[slot], y, BT * sizeof *y); /* for backward too */
     if (g->tp == 1)
-        return k->xent_padded_forward(lg, g->losses, lg, yd, B, c->T, c->V, g->Vl, m->precision);
+        return k->xent_padded_forward(g->xstats[slot], g->losses, lg, yd, B, c->T, c->V, g->Vl,
+                                      m->precision);
     for (size_t r = 0; r < BT; r++)
         if (y[r] < 0 || y[r] >= c->V)
             tr_fatal(TR_EXIT_SOFTWARE, "cross-entropy: target %d at %zu is outside [0, %d)",
                      y[r], r, c->V);
     k->xent_shard_max(g->rowmax, lg, BT, g->Vl, g->nreal, m->precision);
     tr_allreduce(g->rowmax, g->rowmax, BT, TR_F32, TR_MAX, c->layout.tp_group);
-    k->xent_shard_sums(g->xsums, lg, lg, g->rowmax, yd, BT, g->Vl, g->v0, g->nreal,
-                       m->precision);
+    k->xent_shard_sums(g->xsums, lg, g->rowmax, yd, BT, g->Vl, g->v0, g->nreal, m->precision);
     tr_allreduce(g->xsums, g->xsums, 2 * BT, TR_F64, TR_SUM, c->layout.tp_group);
-    return k->xent_shard_finish(lg, g->losses, g->xsums, BT, g->Vl, g->nreal);
+    return k->xent_shard_finish(g->xstats[slot], g->losses, g->xsums, g->rowmax, BT);
 }
 
 static double gpt_forward(tr_model *m, const void *x, const int32_t *y, int B, long *correct)
@@ -658,9 +661,9 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
         const tr_param *wte = P(m, g->head_wte, 0);
         /* the whole vocabulary: v0 0, its V real columns of Vl */
         int v0 = g->tp == 1 ? 0 : g->v0, nreal = g->tp == 1 ? c->V : g->nreal;
-        k->xent_linear_backward(g->dln, wte->grad, g->logits[slot], y, loss_scale, (size_t)BT,
-                                g->Vl, v0, nreal, g->lnf_out[slot], wte->value, C,
-                                m->precision);
+        k->xent_linear_backward(g->dln, wte->grad, g->logits[slot], g->xstats[slot], y,
+                                loss_scale, (size_t)BT, g->Vl, v0, nreal, g->lnf_out[slot],
+                                wte->value, C, m->precision);
         tp_sum(g, g->dln, (size_t)BT * C);
         const tr_param *lnf = m->layers[g->lnf].params;
         const float *x_last =
@@ -780,10 +783,11 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
     g->lnf_mean = calloc(S, sizeof(float *));
     g->lnf_rstd = calloc(S, sizeof(float *));
     g->logits = calloc(S, sizeof(float *));
+    g->xstats = calloc(S, sizeof(float *));
     g->tok = calloc(S, sizeof(int32_t *));
     g->tgt = calloc(S, sizeof(int32_t *));
     if (!g->blk || !g->encoded || !g->lnf_out || !g->lnf_mean || !g->lnf_rstd || !g->logits ||
-        !g->tok || !g->tgt)
+        !g->xstats || !g->tok || !g->tgt)
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     m->impl = g;
     m->hooks = &gpt_hooks;

@@ -339,8 +339,9 @@ static void test_linear_sliced(void)
 /* The LM head's backward in one entry against the CPU's (xent_shard_backward in
  * place, then linear_backward): the whole padded vocabulary (v0 0, V real of VP) and
  * a shard (columns from 64, 36 real); in bf16 the gradient is made slice by slice
- * from the probabilities (one slice at the full buffers, slices of 24 at a lowered
- * limit), in fp32 by the two kernels. inp and w rounded to bf16: exact products. */
+ * from the logits and the softmax's statistics (one slice at the full buffers,
+ * slices of 24 at a lowered limit), in fp32 by the two kernels. The statistics are
+ * the CPU forward's on both sides; inp and w are rounded to bf16: exact products. */
 static void test_xent_linear(void)
 {
     enum { HC = 48 };
@@ -353,7 +354,8 @@ static void test_xent_linear(void)
                 int W = shard ? VP / 2 : VP, v0 = shard ? VP / 2 : 0;
                 int nreal = shard ? V - VP / 2 : V;
                 ipair tgt = tokens(BT, 0, V);
-                pair probs = pair_rand((size_t)BT * W, 0, 1);
+                pair logits = pair_rand((size_t)BT * W, -4, 4), stats = pair_zero(2 * BT);
+                pair losses = pair_zero(BT);
                 pair inp = pair_rand((size_t)BT * HC, -1, 1);
                 pair w = pair_rand((size_t)W * HC, -0.5, 0.5);
                 pair dinp = pair_rand((size_t)BT * HC, -1, 1);
@@ -363,11 +365,18 @@ static void test_xent_linear(void)
                     tr_cpu_round_lowp(in[i]->h, in[i]->n, TR_PREC_BF16);
                     tr_cuda_upload(in[i]->d, in[i]->h, in[i]->n * sizeof(float));
                 }
+                /* statistics of these columns alone stand in for the tp group's */
+                float rowmax[BT];
+                double sums[2 * BT];
+                tr_cpu_xent_shard_max(rowmax, logits.h, BT, W, nreal, f);
+                tr_cpu_xent_shard_sums(sums, logits.h, rowmax, tgt.h, BT, W, v0, nreal, f);
+                tr_cpu_xent_shard_finish(stats.h, losses.h, sums, rowmax, BT);
+                tr_cuda_upload(stats.d, stats.h, 2 * BT * sizeof(float));
                 tr_cuda_set_cast_limit(limits[l]);
-                tr_cpu_xent_linear_backward(dinp.h, dw.h, probs.h, tgt.h, 0.3f, BT, W, v0, nreal,
-                                            inp.h, w.h, HC, f);
-                gpu->xent_linear_backward(dinp.d, dw.d, probs.d, tgt.d, 0.3f, BT, W, v0, nreal,
-                                          inp.d, w.d, HC, f);
+                tr_cpu_xent_linear_backward(dinp.h, dw.h, logits.h, stats.h, tgt.h, 0.3f, BT, W,
+                                            v0, nreal, inp.h, w.h, HC, f);
+                gpu->xent_linear_backward(dinp.d, dw.d, logits.d, stats.d, tgt.d, 0.3f, BT, W,
+                                          v0, nreal, inp.d, w.d, HC, f);
                 tr_cuda_set_cast_limit(0);
                 char name[96];
                 snprintf(name, sizeof name, "dinp (%s%s, limit %zu)", f ? "bf16" : "fp32",
@@ -376,7 +385,7 @@ static void test_xent_linear(void)
                 snprintf(name, sizeof name, "dw (+=) (%s%s, limit %zu)", f ? "bf16" : "fp32",
                          shard ? ", shard" : "", limits[l]);
                 compare(name, &dw, TOL_GEMM);
-                pair *all[] = {&probs, &inp, &w, &dinp, &dw};
+                pair *all[] = {&logits, &stats, &losses, &inp, &w, &dinp, &dw};
                 for (size_t i = 0; i < sizeof all / sizeof *all; i++)
                     pair_free(all[i]);
                 ipair_free(&tgt);
@@ -599,43 +608,37 @@ static void test_xent_padded(void)
     printf("xent_padded\n");
     size_t n = (size_t)BT * VP;
     ipair tgt = tokens(BT, 0, V);
-    pair logits = pair_rand(n, -4, 4), probs = pair_zero(n), losses = pair_zero(BT);
+    pair logits = pair_rand(n, -4, 4), stats = pair_zero(2 * BT), losses = pair_zero(BT);
     pair dlogits = pair_rand(n, -1, 1);
     float scale = 1.0f / BT;
-    double lc, lg;
     /* the logits read as values of each format (not rounded here) */
-    for (int f = TR_PREC_BF16; f >= TR_PREC_FP32; f--) {
+    static const int formats[] = {TR_PREC_BF16, TR_PREC_FP32};
+    for (size_t k = 0; k < sizeof formats / sizeof *formats; k++) {
+        int f = formats[k];
         char name[64];
         const char *fn = f == TR_PREC_BF16 ? " (bf16)" : "";
-        lc = tr_cpu_xent_padded_forward(probs.h, losses.h, logits.h, tgt.h, B, T, V, VP, f);
-        lg = gpu->xent_padded_forward(probs.d, losses.d, logits.d, tgt.d, B, T, V, VP, f);
-        snprintf(name, sizeof name, "xent_padded_forward probs%s", fn);
-        compare(name, &probs, TOL_ELEM);
+        double lc = tr_cpu_xent_padded_forward(stats.h, losses.h, logits.h, tgt.h, B, T, V, VP, f);
+        double lg = gpu->xent_padded_forward(stats.d, losses.d, logits.d, tgt.d, B, T, V, VP, f);
+        snprintf(name, sizeof name, "xent_padded_forward stats%s", fn);
+        compare(name, &stats, TOL_ELEM);
         snprintf(name, sizeof name, "xent_padded_forward losses%s", fn);
         compare(name, &losses, TOL_ELEM);
         snprintf(name, sizeof name, "xent_padded_forward loss sum%s", fn);
         compare_value(name, lc, lg, TOL_ELEM);
+        /* backward from the CPU's statistics on both sides: tests backward alone */
+        tr_cuda_upload(stats.d, stats.h, 2 * BT * sizeof(float));
+        tr_cpu_xent_padded_backward(dlogits.h, logits.h, stats.h, tgt.h, scale, B, T, V, VP, f);
+        gpu->xent_padded_backward(dlogits.d, logits.d, stats.d, tgt.d, scale, B, T, V, VP, f);
+        snprintf(name, sizeof name, "xent_padded_backward dlogits%s", fn);
+        compare_format(name, &dlogits, f);
     }
-    tr_cuda_upload(probs.d, probs.h, n * sizeof(float));
-    tr_cpu_xent_padded_backward(dlogits.h, probs.h, tgt.h, scale, B, T, V, VP, TR_PREC_BF16);
-    gpu->xent_padded_backward(dlogits.d, probs.d, tgt.d, scale, B, T, V, VP, TR_PREC_BF16);
-    compare_rounded("xent_padded_backward dlogits (bf16)", &dlogits, TR_PREC_BF16);
-    tr_cpu_xent_padded_backward(dlogits.h, probs.h, tgt.h, scale, B, T, V, VP, TR_PREC_FP32);
-    gpu->xent_padded_backward(dlogits.d, probs.d, tgt.d, scale, B, T, V, VP, TR_PREC_FP32);
-    compare("xent_padded_backward dlogits", &dlogits, TOL_ELEM);
-
-    /* in place: probs in the logits buffer, then dlogits in the probs buffer */
-    lc = tr_cpu_xent_padded_forward(logits.h, losses.h, logits.h, tgt.h, B, T, V, VP,
-                                    TR_PREC_FP32);
-    lg = gpu->xent_padded_forward(logits.d, losses.d, logits.d, tgt.d, B, T, V, VP,
-                                  TR_PREC_FP32);
-    compare("xent_padded_forward probs (in place)", &logits, TOL_ELEM);
-    compare_value("xent_padded_forward loss sum (in place)", lc, lg, TOL_ELEM);
-    tr_cuda_upload(logits.d, logits.h, n * sizeof(float));
-    tr_cpu_xent_padded_backward(logits.h, logits.h, tgt.h, scale, B, T, V, VP, TR_PREC_FP32);
-    gpu->xent_padded_backward(logits.d, logits.d, tgt.d, scale, B, T, V, VP, TR_PREC_FP32);
+    /* in place: dlogits over the logits */
+    tr_cpu_xent_padded_backward(logits.h, logits.h, stats.h, tgt.h, scale, B, T, V, VP,
+                                TR_PREC_FP32);
+    gpu->xent_padded_backward(logits.d, logits.d, stats.d, tgt.d, scale, B, T, V, VP,
+                              TR_PREC_FP32);
     compare("xent_padded_backward dlogits (in place)", &logits, TOL_ELEM);
-    pair *all[] = {&logits, &probs, &losses, &dlogits};
+    pair *all[] = {&logits, &stats, &losses, &dlogits};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);
     ipair_free(&tgt);
@@ -651,7 +654,7 @@ static void test_xent_shard(void)
     size_t n = (size_t)BT * VL;
     ipair tgt = tokens(BT, 0, V);
     pair logits = pair_rand(n, -4, 4), rowmax = pair_zero(BT), losses = pair_zero(BT);
-    pair probs = pair_zero(n), dlogits = pair_zero(n);
+    pair stats = pair_zero(2 * BT), dlogits = pair_zero(n);
     tr_cpu_xent_shard_max(rowmax.h, logits.h, BT, VL, NREAL, TR_PREC_BF16);
     gpu->xent_shard_max(rowmax.d, logits.d, BT, VL, NREAL, TR_PREC_BF16);
     compare("xent_shard_max rowmax (bf16)", &rowmax, 0.0); /* the same max, rounded */
@@ -662,43 +665,42 @@ static void test_xent_shard(void)
     double sums_h[2 * BT], sums_g[2 * BT];
     double *sums_d = tr_cuda_alloc(sizeof sums_h, "test sums");
     tr_cuda_upload(rowmax.d, rowmax.h, BT * sizeof(float));
-    tr_cpu_xent_shard_sums(sums_h, probs.h, logits.h, rowmax.h, tgt.h, BT, VL, V0, NREAL,
-                           TR_PREC_BF16);
-    gpu->xent_shard_sums(sums_d, probs.d, logits.d, rowmax.d, tgt.d, BT, VL, V0, NREAL,
-                         TR_PREC_BF16);
-    compare("xent_shard_sums probs (bf16 logits)", &probs, TOL_ELEM);
-    tr_cpu_xent_shard_sums(sums_h, probs.h, logits.h, rowmax.h, tgt.h, BT, VL, V0, NREAL,
-                           TR_PREC_FP32);
-    gpu->xent_shard_sums(sums_d, probs.d, logits.d, rowmax.d, tgt.d, BT, VL, V0, NREAL,
-                         TR_PREC_FP32);
-    compare("xent_shard_sums probs (unnormalised)", &probs, TOL_ELEM);
-    tr_cuda_download(sums_g, sums_d, sizeof sums_g);
-    double worst = 0.0, scale = 0.0;
-    for (int i = 0; i < 2 * BT; i++) {
-        worst = fmax(worst, fabs(sums_g[i] - sums_h[i]));
-        scale = fmax(scale, fabs(sums_h[i]));
+    for (int f = TR_PREC_BF16; f >= TR_PREC_FP32; f--) {
+        tr_cpu_xent_shard_sums(sums_h, logits.h, rowmax.h, tgt.h, BT, VL, V0, NREAL, f);
+        gpu->xent_shard_sums(sums_d, logits.d, rowmax.d, tgt.d, BT, VL, V0, NREAL, f);
+        tr_cuda_download(sums_g, sums_d, sizeof sums_g);
+        double worst = 0.0, scale = 0.0;
+        for (int i = 0; i < 2 * BT; i++) {
+            worst = fmax(worst, fabs(sums_g[i] - sums_h[i]));
+            scale = fmax(scale, fabs(sums_h[i]));
+        }
+        printf("  %-40s rel err %.2e (tol %.0e)\n",
+               f ? "xent_shard_sums sums (bf16)" : "xent_shard_sums sums", worst / scale, TOL_ELEM);
+        CHECK(worst <= TOL_ELEM * scale, "xent_shard_sums (format %d): relative error %.3e", f,
+              worst / scale);
     }
-    printf("  %-40s rel err %.2e (tol %.0e)\n", "xent_shard_sums sums", worst / scale, TOL_ELEM);
-    CHECK(worst <= TOL_ELEM * scale, "xent_shard_sums: relative error %.3e", worst / scale);
 
-    /* finish, in place on the probabilities, from the CPU's sums and probs */
+    /* finish from the CPU's sums */
     tr_cuda_upload(sums_d, sums_h, sizeof sums_h);
-    tr_cuda_upload(probs.d, probs.h, n * sizeof(float));
-    double lc = tr_cpu_xent_shard_finish(probs.h, losses.h, sums_h, BT, VL, NREAL);
-    double lg = gpu->xent_shard_finish(probs.d, losses.d, sums_d, BT, VL, NREAL);
-    compare("xent_shard_finish probs", &probs, TOL_ELEM);
+    double lc = tr_cpu_xent_shard_finish(stats.h, losses.h, sums_h, rowmax.h, BT);
+    double lg = gpu->xent_shard_finish(stats.d, losses.d, sums_d, rowmax.d, BT);
+    compare("xent_shard_finish stats", &stats, TOL_ELEM);
     compare("xent_shard_finish losses", &losses, TOL_ELEM);
     compare_value("xent_shard_finish loss sum", lc, lg, TOL_ELEM);
 
-    tr_cuda_upload(probs.d, probs.h, n * sizeof(float));
-    tr_cpu_xent_shard_backward(dlogits.h, probs.h, tgt.h, 0.5f, BT, VL, V0, NREAL, TR_PREC_BF16);
-    gpu->xent_shard_backward(dlogits.d, probs.d, tgt.d, 0.5f, BT, VL, V0, NREAL, TR_PREC_BF16);
+    tr_cuda_upload(stats.d, stats.h, 2 * BT * sizeof(float));
+    tr_cpu_xent_shard_backward(dlogits.h, logits.h, stats.h, tgt.h, 0.5f, BT, VL, V0, NREAL,
+                               TR_PREC_BF16);
+    gpu->xent_shard_backward(dlogits.d, logits.d, stats.d, tgt.d, 0.5f, BT, VL, V0, NREAL,
+                             TR_PREC_BF16);
     compare_rounded("xent_shard_backward dlogits (bf16)", &dlogits, TR_PREC_BF16);
-    tr_cpu_xent_shard_backward(dlogits.h, probs.h, tgt.h, 0.5f, BT, VL, V0, NREAL, TR_PREC_FP32);
-    gpu->xent_shard_backward(dlogits.d, probs.d, tgt.d, 0.5f, BT, VL, V0, NREAL, TR_PREC_FP32);
+    tr_cpu_xent_shard_backward(dlogits.h, logits.h, stats.h, tgt.h, 0.5f, BT, VL, V0, NREAL,
+                               TR_PREC_FP32);
+    gpu->xent_shard_backward(dlogits.d, logits.d, stats.d, tgt.d, 0.5f, BT, VL, V0, NREAL,
+                             TR_PREC_FP32);
     compare("xent_shard_backward dlogits", &dlogits, TOL_ELEM);
     tr_cuda_free(sums_d);
-    pair *all[] = {&logits, &rowmax, &losses, &probs, &dlogits};
+    pair *all[] = {&logits, &rowmax, &losses, &stats, &dlogits};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);
     ipair_free(&tgt);

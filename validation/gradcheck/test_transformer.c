@@ -27,6 +27,7 @@
 #include "backend/cpu_backend.h"
 #include "backend/gelu_math.h"
 #include "backend/lowp_math.h"
+#include "backend/scalar_math.h" /* tr_expf */
 #include "backend/transformer_kernels.h"
 #include "core/error.h"
 #include "fd_check.h"
@@ -441,13 +442,13 @@ static void test_attention(void)
 
 typedef struct xent_rig {
     int tgt[SB * ST];
-    float *logits, *probs, *losses;
+    float *logits, *stats, *losses;
 } xent_rig;
 
 static double xent_loss(void *ctx)
 {
     xent_rig *x = ctx;
-    return tr_cpu_xent_padded_forward(x->probs, x->losses, x->logits, x->tgt, SB, ST, SV, SVP,
+    return tr_cpu_xent_padded_forward(x->stats, x->losses, x->logits, x->tgt, SB, ST, SV, SVP,
                                       TR_PREC_FP32);
 }
 
@@ -455,61 +456,70 @@ static void test_xent(void)
 {
     printf("softmax cross-entropy, V=%d padded to %d\n", SV, SVP);
     size_t rows = (size_t)SB * ST, n = rows * SVP;
-    xent_rig x = {{0, 10, 3, 3, 7, 1, 9, 10, 2, 5}, falloc(n, "logits"), falloc(n, "probs"),
+    xent_rig x = {{0, 10, 3, 3, 7, 1, 9, 10, 2, 5}, falloc(n, "logits"), falloc(2 * rows, "stats"),
                   falloc(rows, "losses")};
     float *dl = falloc(n, "dlogits"), *dl2 = falloc(n, "dlogits2"), *lg0 = falloc(n, "lg0");
-    float *p0 = falloc(n, "p0");
+    float *st0 = falloc(2 * rows, "stats0");
     fd_fill_uniform(x.logits, n, -2, 2, 51);
 
-    double L = xent_loss(&x), ref = 0.0;
+    double L = xent_loss(&x), ref = 0.0, worst_sum = 0.0;
     for (size_t r = 0; r < rows; r++) {
         const float *l = x.logits + r * SVP;
-        double s = 0.0;
-        for (int j = 0; j < SV; j++)
+        double s = 0.0, ps = 0.0;
+        for (int j = 0; j < SV; j++) {
             s += exp(l[j]);
+            ps += tr_expf(l[j] - x.stats[2 * r]) * x.stats[2 * r + 1];
+        }
         ref += log(s) - l[x.tgt[r]];
+        worst_sum = fmax(worst_sum, fabs(ps - 1.0));
     }
     CHECK(fabs(L - ref) < 1e-5 * fabs(ref), "xent loss %.9g vs double reference %.9g", L, ref);
+    /* the statistics: the softmax they give sums to 1 in every row */
+    CHECK(worst_sum < 1e-5, "xent stats: a row's probabilities sum to 1 %+.3g", worst_sum);
 
     fill_nan(dl, n);
-    tr_cpu_xent_padded_backward(dl, x.probs, x.tgt, 1.0f, SB, ST, SV, SVP, TR_PREC_FP32);
+    tr_cpu_xent_padded_backward(dl, x.logits, x.stats, x.tgt, 1.0f, SB, ST, SV, SVP,
+                                TR_PREC_FP32);
     fd_problem p = {xent_loss, NULL, &x};
     FD_CHECK_TENSOR("xent d/dlogits", fd_check(&p, x.logits, dl, n, EPS, FLOOR, TOL), 0.0);
     size_t padbad = 0;
     for (size_t r = 0; r < rows; r++)
         for (int j = SV; j < SVP; j++)
-            padbad += dl[r * SVP + j] != 0.0f || x.probs[r * SVP + j] != 0.0f;
-    CHECK(padbad == 0, "xent: %zu padded entries with nonzero probability or gradient", padbad);
+            padbad += dl[r * SVP + j] != 0.0f;
+    CHECK(padbad == 0, "xent: %zu padded entries with a nonzero gradient", padbad);
 
-    /* the padding never touches the loss or the real probabilities, whatever it holds */
+    /* the padding never touches the loss or the statistics, whatever it holds */
+    xent_loss(&x); /* (the finite differences left the last row's stats behind) */
     memcpy(lg0, x.logits, n * sizeof(float));
-    memcpy(p0, x.probs, n * sizeof(float));
+    memcpy(st0, x.stats, 2 * rows * sizeof(float));
     const float junk[3] = {1e30f, -1e30f, NAN};
     for (int k = 0; k < 3; k++) {
         for (size_t r = 0; r < rows; r++)
             for (int j = SV; j < SVP; j++)
                 x.logits[r * SVP + j] = junk[k];
         double Lj = xent_loss(&x);
-        CHECK(Lj == L && same_bits(x.probs, p0, n), "xent: padded logits = %g changed the loss",
-              junk[k]);
+        CHECK(Lj == L && same_bits(x.stats, st0, 2 * rows),
+              "xent: padded logits = %g changed the loss", junk[k]);
     }
     memcpy(x.logits, lg0, n * sizeof(float));
 
-    /* scale, and in place: probs == logits, then dlogits == probs */
-    tr_cpu_xent_padded_backward(dl2, x.probs, x.tgt, 0.1f, SB, ST, SV, SVP, TR_PREC_FP32);
+    /* scale: scale (softmax - onehot), the softmax exp(x - max) (1 / sum) */
+    tr_cpu_xent_padded_backward(dl2, x.logits, x.stats, x.tgt, 0.1f, SB, ST, SV, SVP,
+                                TR_PREC_FP32);
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++)
-        bad += dl2[i] != 0.1f * (p0[i] - (dl[i] - p0[i] < -0.5f ? 1.0f : 0.0f));
+    for (size_t r = 0; r < rows; r++)
+        for (int j = 0; j < SV; j++) {
+            float pj = tr_expf(x.logits[r * SVP + j] - x.stats[2 * r]) * x.stats[2 * r + 1];
+            bad += dl2[r * SVP + j] != 0.1f * (pj - (j == x.tgt[r] ? 1.0f : 0.0f));
+        }
     CHECK(bad == 0, "xent backward with scale 0.1: %zu elements off", bad);
-    double Lin = tr_cpu_xent_padded_forward(x.logits, x.losses, x.logits, x.tgt, SB, ST, SV, SVP,
-                                            TR_PREC_FP32);
-    CHECK(Lin == L && same_bits(x.logits, p0, n), "xent forward in place differs");
-    tr_cpu_xent_padded_backward(x.logits, x.logits, x.tgt, 1.0f, SB, ST, SV, SVP,
+    /* in place: dlogits over the logits */
+    tr_cpu_xent_padded_backward(x.logits, x.logits, x.stats, x.tgt, 1.0f, SB, ST, SV, SVP,
                                 TR_PREC_FP32);
     CHECK(same_bits(x.logits, dl, n), "xent backward in place differs");
 
-    tr_free(x.logits), tr_free(x.probs), tr_free(x.losses), tr_free(dl), tr_free(dl2);
-    tr_free(lg0), tr_free(p0);
+    tr_free(x.logits), tr_free(x.stats), tr_free(x.losses), tr_free(dl), tr_free(dl2);
+    tr_free(lg0), tr_free(st0);
 }
 
 /* ---- determinism on shapes that take the parallel paths --------------------------- */
@@ -555,14 +565,14 @@ static size_t big_run(const big *g, float *res)
     tr_cpu_attention_backward(dqkv, datt, g->dout, out, g->qkv, att, LB, LT, LC, LNH,
                               TR_PREC_FP32);
 
-    float *probs = take(&w, BT * LVP), *losses = take(&w, BT), *loss = take(&w, 2);
+    float *stats = take(&w, 2 * BT), *losses = take(&w, BT), *loss = take(&w, 2);
     float *dlogits = take(&w, BT * LVP);
-    double L = tr_cpu_xent_padded_forward(probs, losses, g->logits, g->tok, LB, LT, LV, LVP,
+    double L = tr_cpu_xent_padded_forward(stats, losses, g->logits, g->tok, LB, LT, LV, LVP,
                                           TR_PREC_FP32);
     loss[0] = (float)L;
     loss[1] = (float)(L - (double)loss[0]); /* the rest of the double */
-    tr_cpu_xent_padded_backward(dlogits, probs, g->tok, 1.0f / (float)BT, LB, LT, LV, LVP,
-                                TR_PREC_FP32);
+    tr_cpu_xent_padded_backward(dlogits, g->logits, stats, g->tok, 1.0f / (float)BT, LB, LT, LV,
+                                LVP, TR_PREC_FP32);
     return (size_t)(w - res);
 }
 
@@ -652,7 +662,8 @@ static void test_fused_rounding(void)
     float *o1 = falloc(nbig, "fused"), *o2 = falloc(nbig, "ref"), *tmp = falloc(n, "tmp");
     float *mean = falloc(BT, "mean"), *rstd = falloc(BT, "rstd");
     float *qkv = falloc(n3, "qkv"), *att = falloc(natt, "att"), *datt = falloc(natt, "datt");
-    float *probs = falloc(nv, "probs"), *logits = falloc(nv, "logits");
+    float *st1 = falloc(2 * BT, "stats"), *st2 = falloc(2 * BT, "stats");
+    float *logits = falloc(nv, "logits");
     float *g1 = falloc(2 * C, "param grads"), *g2 = falloc(2 * C, "param grads");
     float *l1 = falloc(BT, "losses"), *l2 = falloc(BT, "losses");
     double *s1 = tr_alloc(2 * BT * sizeof(double), "sums");
@@ -668,7 +679,6 @@ static void test_fused_rounding(void)
     for (size_t i = 0; i < n3; i++)
         qkv[i] = tr_rng_uniform(5, 1, i) - 0.5f;
     for (size_t i = 0; i < nv; i++) {
-        probs[i] = (int)(i % VP) < V ? tr_rng_uniform(6, 1, i) : 0.0f;
         /* logits with near-ties after rounding, for the argmax */
         logits[i] = 8.0f * tr_rng_uniform(9, 1, i) + 1e-3f * tr_rng_uniform(9, 2, i);
     }
@@ -715,38 +725,39 @@ static void test_fused_rounding(void)
         tr_cpu_attention_backward(o1, datt, y, x, qkv, att, B, T, C, NH, f);
         tr_cpu_attention_backward(o2, datt, yr, x, qkvr, att, B, T, C, NH, TR_PREC_FP32);
         check_fused("attention_backward", f, o1, o2, n3);
-        tr_cpu_xent_padded_backward(o1, probs, tgt, 0.37f, B, T, V, VP, f);
-        tr_cpu_xent_padded_backward(o2, probs, tgt, 0.37f, B, T, V, VP, TR_PREC_FP32);
-        check_fused("xent_padded_backward", f, o1, o2, nv);
-        tr_cpu_xent_shard_backward(o1, probs, tgt, 0.37f, BT, VP, 10, V - 10, f);
-        tr_cpu_xent_shard_backward(o2, probs, tgt, 0.37f, BT, VP, 10, V - 10, TR_PREC_FP32);
-        check_fused("xent_shard_backward", f, o1, o2, nv);
-        /* the logits' readers */
-        double L1 = tr_cpu_xent_padded_forward(o1, l1, logits, tgt, B, T, V, VP, f);
-        double L2 = tr_cpu_xent_padded_forward(o2, l2, lgr, tgt, B, T, V, VP, TR_PREC_FP32);
-        check_same("xent_padded_forward probabilities", f, o1, o2, nv * sizeof *o1);
+        /* the cross-entropy: logits read as values of f, dlogits rounded to f */
+        double L1 = tr_cpu_xent_padded_forward(st1, l1, logits, tgt, B, T, V, VP, f);
+        double L2 = tr_cpu_xent_padded_forward(st2, l2, lgr, tgt, B, T, V, VP, TR_PREC_FP32);
+        check_same("xent_padded_forward statistics", f, st1, st2, 2 * BT * sizeof *st1);
         check_same("xent_padded_forward losses", f, l1, l2, BT * sizeof *l1);
         CHECK(L1 == L2, "xent_padded_forward (%s): loss %.17g against %.17g", fmt_name(f), L1,
               L2);
+        tr_cpu_xent_padded_backward(o1, logits, st1, tgt, 0.37f, B, T, V, VP, f);
+        tr_cpu_xent_padded_backward(o2, lgr, st2, tgt, 0.37f, B, T, V, VP, TR_PREC_FP32);
+        check_fused("xent_padded_backward", f, o1, o2, nv);
         memcpy(o1, logits, nv * sizeof *o1); /* in place, as the model calls it */
-        double L3 = tr_cpu_xent_padded_forward(o1, l1, o1, tgt, B, T, V, VP, f);
-        check_same("xent_padded_forward in place", f, o1, o2, nv * sizeof *o1);
-        CHECK(L3 == L2, "xent_padded_forward in place (%s): loss differs", fmt_name(f));
+        tr_cpu_xent_padded_backward(o1, o1, st1, tgt, 0.37f, B, T, V, VP, f);
+        check_same("xent_padded_backward in place", f, o1, o2, nv * sizeof *o1);
+        /* the shard steps, on columns [0, VP) holding vocabulary rows from 10 */
         tr_cpu_xent_shard_max(l1, logits, BT, VP, V - 10, f);
         tr_cpu_xent_shard_max(l2, lgr, BT, VP, V - 10, TR_PREC_FP32);
         check_same("xent_shard_max", f, l1, l2, BT * sizeof *l1);
-        tr_cpu_xent_shard_sums(s1, o1, logits, l2, tgt, BT, VP, 10, V - 10, f);
-        tr_cpu_xent_shard_sums(s2, o2, lgr, l2, tgt, BT, VP, 10, V - 10, TR_PREC_FP32);
+        tr_cpu_xent_shard_sums(s1, logits, l2, tgt, BT, VP, 10, V - 10, f);
+        tr_cpu_xent_shard_sums(s2, lgr, l2, tgt, BT, VP, 10, V - 10, TR_PREC_FP32);
         check_same("xent_shard_sums", f, s1, s2, 2 * BT * sizeof *s1);
-        check_same("xent_shard_sums probabilities", f, o1, o2, nv * sizeof *o1);
+        tr_cpu_xent_shard_finish(st1, l1, s1, l2, BT);
+        tr_cpu_xent_shard_backward(o1, logits, st1, tgt, 0.37f, BT, VP, 10, V - 10, f);
+        tr_cpu_xent_shard_backward(o2, lgr, st1, tgt, 0.37f, BT, VP, 10, V - 10, TR_PREC_FP32);
+        check_fused("xent_shard_backward", f, o1, o2, nv);
+        /* the accuracy's argmax */
         tr_cpu_rows_argmax(i1, l1, logits, BT, VP, V, f);
         tr_cpu_rows_argmax(i2, l2, lgr, BT, VP, V, TR_PREC_FP32);
         check_same("rows_argmax index", f, i1, i2, BT * sizeof *i1);
         check_same("rows_argmax value", f, l1, l2, BT * sizeof *l1);
         tr_free(xr), tr_free(yr), tr_free(qkvr), tr_free(lgr);
     }
-    float *all[] = {x, y, w, bias, wsq, o1, o2, tmp, mean, rstd, qkv, att, datt, probs, logits,
-                    g1, g2, l1, l2};
+    float *all[] = {x, y, w, bias, wsq, o1, o2, tmp, mean, rstd, qkv, att, datt, st1, st2,
+                    logits, g1, g2, l1, l2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         tr_free(all[i]);
     tr_free(s1), tr_free(s2), tr_free(tgt), tr_free(i1), tr_free(i2);
