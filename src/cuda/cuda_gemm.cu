@@ -252,17 +252,25 @@ void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const 
  * TR_CUDA_COL_PARTIAL_FLOATS: block (x, y) owns 32 adjacent columns (one coalesced
  * 128-byte row segment per warp) of row block y of RB; lane y' of its
  * TR_CUDA_COL_LANES adds the block's rows y', y' + LANES, ... in order, then the
- * lanes' sums are added in lane order into partial[y][c]. */
-__global__ static void colsum_partial_kernel(float *partial, const float *src, size_t R, int C,
-                                             int ld, int RB)
+ * lanes' sums are added in lane order into partial[y][c]. The blocks visit every
+ * element once, so where copy is not NULL they also write src's 16-bit copy there
+ * (packed, C wide) as they read it: the bias gradient and the copy of dout that the
+ * weight products take, in one pass over dout instead of two. */
+template <typename H>
+__global__ static void colsum_partial_kernel(float *partial, H *copy, const float *src, size_t R,
+                                             int C, int ld, int RB)
 {
     __shared__ float part[TR_CUDA_COL_LANES][32];
     int c = blockIdx.x * 32 + threadIdx.x;
     size_t per = (R + RB - 1) / RB, r0 = blockIdx.y * per, r1 = r0 + per < R ? r0 + per : R;
     float acc = 0.0f;
     if (c < C)
-        for (size_t r = r0 + threadIdx.y; r < r1; r += TR_CUDA_COL_LANES)
-            acc += src[r * ld + c];
+        for (size_t r = r0 + threadIdx.y; r < r1; r += TR_CUDA_COL_LANES) {
+            float v = src[r * ld + c];
+            acc += v;
+            if (copy)
+                copy[r * C + c] = to_16<H>(v);
+        }
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
@@ -368,6 +376,24 @@ static int linear_backward_sliced(float *dinp, float *dw, const dout_source *src
     return 1;
 }
 
+/* The bias gradient's partial column sums of dout [B, OUT] into the context's
+ * scratch (and, where copy16 is not NULL, dout's 16-bit copy there); returns the row
+ * blocks, which tr_cuda_add_partials then adds in order. */
+static int colsum_partials(const tr_cuda_ctx *ctx, const float *dout, int B, int OUT,
+                           void *copy16)
+{
+    int RB = tr_cuda_row_blocks((size_t)B, (size_t)OUT);
+    dim3 block(32, TR_CUDA_COL_LANES), grid((unsigned)((OUT + 31) / 32), (unsigned)RB);
+    if (copy16 && g_gemm_format == TR_PREC_FP16)
+        colsum_partial_kernel<__half><<<grid, block, 0, ctx->stream>>>(
+            ctx->d_col_partial, (__half *)copy16, dout, (size_t)B, OUT, OUT, RB);
+    else
+        colsum_partial_kernel<__nv_bfloat16><<<grid, block, 0, ctx->stream>>>(
+            ctx->d_col_partial, (__nv_bfloat16 *)copy16, dout, (size_t)B, OUT, OUT, RB);
+    TR_CUDA_LAUNCHED();
+    return RB;
+}
+
 /* The bias gradient stays a kernel of its own rather than cuBLASLt's
  * CUBLASLT_EPILOGUE_BGRADB on the weight-gradient GEMM. The layout would fit: read
  * column-major, that GEMM is D = dw^T [IN x OUT] = inp^T [IN x B] times op(B) with
@@ -386,12 +412,20 @@ void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dou
     int sized = B > 0 && IN > 0 && OUT > 0; /* (tr_cuda_gemm handles the empty shapes) */
     int whole = sized && casts(nd, nw > ni ? nw : ni);
     dout_source src = {dout, NULL, NULL, NULL, 0.0f, 0, 0, TR_PREC_FP32};
+    int RB = 0; /* the bias gradient's row blocks, once its partial sums are made */
+    if (db && B > 0 && OUT > 0 && (size_t)OUT > TR_CUDA_COL_PARTIAL_FLOATS)
+        tr_fatal(TR_EXIT_USAGE, "linear_backward: %d output features; the CUDA backend's "
+                 "partial sums hold at most %zu", OUT, TR_CUDA_COL_PARTIAL_FLOATS);
     if (sized && !whole && linear_backward_sliced(dinp, dw, &src, inp, w, B, IN, OUT)) {
         /* done in slices of dout */
     } else if (whole) {
-        /* 16-bit copies, dout's made once for both products */
+        /* 16-bit copies, dout's made once for both products (with the bias gradient's
+         * partial sums, in the same pass, where there is a bias) */
         const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
-        tr_cuda_cast_16(ctx->d_cast[0], dout, B, OUT, OUT);
+        if (db)
+            RB = colsum_partials(ctx, dout, B, OUT, ctx->d_cast[0]);
+        else
+            tr_cuda_cast_16(ctx->d_cast[0], dout, B, OUT, OUT);
         if (dinp) {
             tr_cuda_cast_16(ctx->d_cast[1], w, OUT, IN, IN);
             gemm_16(ctx, 0, 0, B, IN, OUT, 1.0f, ctx->d_cast[0], OUT, ctx->d_cast[1], IN, 0.0f,
@@ -410,14 +444,8 @@ void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dou
     if (!db || B <= 0 || OUT <= 0)
         return;
     const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
-    if ((size_t)OUT > TR_CUDA_COL_PARTIAL_FLOATS)
-        tr_fatal(TR_EXIT_USAGE, "linear_backward: %d output features; the CUDA backend's "
-                 "partial sums hold at most %zu", OUT, TR_CUDA_COL_PARTIAL_FLOATS);
-    int RB = tr_cuda_row_blocks((size_t)B, (size_t)OUT);
-    dim3 block(32, TR_CUDA_COL_LANES), grid((unsigned)((OUT + 31) / 32), (unsigned)RB);
-    colsum_partial_kernel<<<grid, block, 0, ctx->stream>>>(ctx->d_col_partial, dout, (size_t)B,
-                                                           OUT, OUT, RB);
-    TR_CUDA_LAUNCHED();
+    if (!RB)
+        RB = colsum_partials(ctx, dout, B, OUT, NULL);
     tr_cuda_add_partials(db, ctx->d_col_partial, OUT, RB);
 }
 
