@@ -97,10 +97,10 @@ void tr_cpu_conv_direct_backward(float *dinp, float *dw, float *db, const float 
 
 /* cpu_optim.c */
 void tr_cpu_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n,
-                       float lr, float momentum, float weight_decay);
+                       float lr, float momentum, float weight_decay, float *lowp, int format);
 void tr_cpu_adamw_update(float *param, float *m, float *v, const float *grad, size_t n,
                          float lr, double beta1, double beta2, float eps, float weight_decay,
-                         long t);
+                         long t, float *lowp, int format);
 double tr_cpu_sum_squares(const float *x, size_t n);
 
 #endif

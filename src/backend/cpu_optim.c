@@ -8,6 +8,7 @@
  * chunk sums are added in chunk order, so the norm (and the clipping factor built
  * from it) is bit-identical run to run and across thread counts. */
 #include "backend/cpu_backend.h"
+#include "backend/lowp_math.h" /* tr_round_lowp */
 #include "backend/scalar_math.h"
 #include "core/error.h"
 
@@ -17,24 +18,37 @@
 #define SUMSQ_CHUNK ((size_t)4096)
 #define SUMSQ_ROUND 256
 
+/* Mixed precision's working copy of the updated parameters, rounded to format, where
+ * the update loops leave them (lowp NULL: none wanted). */
+static void store_lowp(float *restrict lowp, const float *restrict param, size_t n, int format)
+{
+    if (!lowp)
+        return;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++)
+        lowp[i] = tr_round_lowp(param[i], format);
+}
+
 void tr_cpu_sgd_update(float *restrict param, float *restrict momentum_buf,
                        const float *restrict grad, size_t n, float lr, float momentum,
-                       float weight_decay)
+                       float weight_decay, float *restrict lowp, int format)
 {
     if (momentum == 0.0f) { /* plain SGD: the momentum buffer may be NULL */
 #pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
         for (size_t i = 0; i < n; i++)
             tr_sgd_elem(&param[i], NULL, grad[i], lr, 0.0f, weight_decay);
-        return;
-    }
+    } else {
 #pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++)
-        tr_sgd_elem(&param[i], &momentum_buf[i], grad[i], lr, momentum, weight_decay);
+        for (size_t i = 0; i < n; i++)
+            tr_sgd_elem(&param[i], &momentum_buf[i], grad[i], lr, momentum, weight_decay);
+    }
+    store_lowp(lowp, param, n, format);
 }
 
 void tr_cpu_adamw_update(float *restrict param, float *restrict m, float *restrict v,
                          const float *restrict grad, size_t n, float lr, double beta1,
-                         double beta2, float eps, float weight_decay, long t)
+                         double beta2, float eps, float weight_decay, long t,
+                         float *restrict lowp, int format)
 {
     if (t < 1) /* the bias corrections 1 - beta^t would divide by zero */
         tr_fatal(TR_EXIT_SOFTWARE, "adamw_update: step %ld, steps count from 1", t);
@@ -42,6 +56,7 @@ void tr_cpu_adamw_update(float *restrict param, float *restrict m, float *restri
 #pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++)
         tr_adamw_elem(&param[i], &m[i], &v[i], grad[i], &c);
+    store_lowp(lowp, param, n, format);
 }
 
 /* Sum of squares of one chunk in double. Eight explicit accumulators give the

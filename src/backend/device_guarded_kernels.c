@@ -90,17 +90,17 @@ static void guarded_softmax_xent_backward(float *dlogits, const float *probs, co
     tr_guarded_close();
 }
 
-static void guarded_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n, float lr, float momentum, float weight_decay)
+static void guarded_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n, float lr, float momentum, float weight_decay, float *lowp, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.sgd_update(param, momentum_buf, grad, n, lr, momentum, weight_decay);
+    tr_cpu_kernels.sgd_update(param, momentum_buf, grad, n, lr, momentum, weight_decay, lowp, format);
     tr_guarded_close();
 }
 
-static void guarded_adamw_update(float *param, float *m, float *v, const float *grad, size_t n, float lr, double beta1, double beta2, float eps, float weight_decay, long t)
+static void guarded_adamw_update(float *param, float *m, float *v, const float *grad, size_t n, float lr, double beta1, double beta2, float eps, float weight_decay, long t, float *lowp, int format)
 {
     tr_guarded_open();
-    tr_cpu_kernels.adamw_update(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, t);
+    tr_cpu_kernels.adamw_update(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, t, lowp, format);
     tr_guarded_close();
 }
 

@@ -62,14 +62,17 @@ typedef struct tr_kernels {
     void (*softmax_xent_backward)(float *dlogits, const float *probs, const int *labels,
                                   float scale, int B, int V);
 
-    /* Optimizer updates over flat slices (one call for a whole buffer). */
+    /* Optimizer updates over flat slices (one call for a whole buffer). Mixed
+     * precision: where lowp is not NULL, the updated param (the fp32 master) is also
+     * stored there rounded to format (a tr_precision): the model's working copy, made
+     * in the update's pass rather than by a copy and a round_lowp after it. */
     void (*sgd_update)(float *param, float *momentum_buf, const float *grad, size_t n,
-                       float lr, float momentum, float weight_decay);
+                       float lr, float momentum, float weight_decay, float *lowp, int format);
     /* AdamW with bias correction; t is the 1-based step number; decay is decoupled
      * (p -= lr wd p). Called per tensor so biases can pass weight_decay = 0. */
     void (*adamw_update)(float *param, float *m, float *v, const float *grad, size_t n,
                          float lr, double beta1, double beta2, float eps, float weight_decay,
-                         long t);
+                         long t, float *lowp, int format);
     double (*sum_squares)(const float *x, size_t n);
     void (*scale)(float *x, size_t n, float a);
     /* Mixed precision: x[i] = the nearest value of `format` (a tr_precision of

@@ -120,10 +120,10 @@ void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *logits, const f
 
 /* cuda_optim.cu */
 void tr_cuda_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n,
-                        float lr, float momentum, float weight_decay);
+                        float lr, float momentum, float weight_decay, float *lowp, int format);
 void tr_cuda_adamw_update(float *param, float *m, float *v, const float *grad, size_t n,
                           float lr, double beta1, double beta2, float eps, float weight_decay,
-                          long t);
+                          long t, float *lowp, int format);
 double tr_cuda_sum_squares(const float *x, size_t n);
 void tr_cuda_scale(float *x, size_t n, float a);
 void tr_cuda_round_lowp(float *x, size_t n, int format);

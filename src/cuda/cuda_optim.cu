@@ -12,19 +12,31 @@
 
 #include <stdint.h>
 
+/* lowp (where not NULL) gets each updated param rounded to format: mixed precision's
+ * working copy, in the update's own pass */
 __global__ static void sgd_kernel(float *param, float *buf, const float *grad, size_t n,
-                                  float lr, float momentum, float weight_decay)
+                                  float lr, float momentum, float weight_decay, float *lowp,
+                                  int format)
 {
     /* momentum == 0: plain SGD, buf may be NULL and is never touched */
     TR_GRID_STRIDE(i, n)
-    tr_sgd_elem(&param[i], momentum != 0.0f ? &buf[i] : NULL, grad[i], lr, momentum,
-                weight_decay);
+    {
+        tr_sgd_elem(&param[i], momentum != 0.0f ? &buf[i] : NULL, grad[i], lr, momentum,
+                    weight_decay);
+        if (lowp)
+            lowp[i] = tr_round_lowp(param[i], format);
+    }
 }
 
 __global__ static void adamw_kernel(float *param, float *m, float *v, const float *grad, size_t n,
-                                    tr_adamw_consts c)
+                                    tr_adamw_consts c, float *lowp, int format)
 {
-    TR_GRID_STRIDE(i, n) tr_adamw_elem(&param[i], &m[i], &v[i], grad[i], &c);
+    TR_GRID_STRIDE(i, n)
+    {
+        tr_adamw_elem(&param[i], &m[i], &v[i], grad[i], &c);
+        if (lowp)
+            lowp[i] = tr_round_lowp(param[i], format);
+    }
 }
 
 __global__ static void scale_kernel(float *x, size_t n, float a)
@@ -33,25 +45,26 @@ __global__ static void scale_kernel(float *x, size_t n, float a)
 }
 
 void tr_cuda_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n,
-                        float lr, float momentum, float weight_decay)
+                        float lr, float momentum, float weight_decay, float *lowp, int format)
 {
     if (n == 0)
         return;
     sgd_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
-        param, momentum_buf, grad, n, lr, momentum, weight_decay);
+        param, momentum_buf, grad, n, lr, momentum, weight_decay, lowp, format);
     TR_CUDA_LAUNCHED();
 }
 
 void tr_cuda_adamw_update(float *param, float *m, float *v, const float *grad, size_t n,
                           float lr, double beta1, double beta2, float eps, float weight_decay,
-                          long t)
+                          long t, float *lowp, int format)
 {
     if (t < 1) /* the bias corrections 1 - beta^t would divide by zero */
         tr_fatal(TR_EXIT_SOFTWARE, "adamw_update: step %ld, steps count from 1", t);
     if (n == 0)
         return;
     tr_adamw_consts c = tr_adamw_make_consts(lr, beta1, beta2, eps, weight_decay, t);
-    adamw_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(param, m, v, grad, n, c);
+    adamw_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(param, m, v, grad, n, c,
+                                                                          lowp, format);
     TR_CUDA_LAUNCHED();
 }
 

@@ -154,13 +154,16 @@ void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr)
             continue;
         size_t off = p->offset + a - o->lo, n = b - a;
         float *w = o->master ? o->master + off : p->value + a;
+        /* mixed precision: the parameters follow the master, rounded, in the same pass */
+        float *lowp = o->master ? p->value + a : NULL;
         if (o->kind == TR_OPT_SGD) {
-            m->k->sgd_update(w, o->m + off, p->grad + a, n, lr, o->momentum, o->weight_decay);
+            m->k->sgd_update(w, o->m + off, p->grad + a, n, lr, o->momentum, o->weight_decay,
+                             lowp, o->lowp);
         } else {
             /* decoupled decay on weight matrices only, not on biases */
             m->k->adamw_update(w, o->m + off, o->v + off, p->grad + a, n, lr, o->beta1,
-                               o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, step + 1);
+                               o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, step + 1,
+                               lowp, o->lowp);
         }
     }
-    tr_optim_give_params(o, m); /* mixed precision: the parameters follow the master */
 }

@@ -325,7 +325,7 @@ static void bench_mlp_step(int B)
             TICK();
             for (int p = 0; p < 6; p++)
                 tr_cpu_sgd_update(par + off[p], mom + off[p], grad + off[p], off[p + 1] - off[p],
-                                  1e-4f, 0.9f, 0.0f);
+                                  1e-4f, 0.9f, 0.0f, NULL, 0);
             TICK();
 #undef TICK
             total += t0 - ts;

@@ -746,28 +746,33 @@ static void test_optim(void)
 {
     printf("optimizers\n");
     size_t n = 10007;
-    pair p = pair_rand(n, -1, 1), m = pair_zero(n), v = pair_zero(n);
+    pair p = pair_rand(n, -1, 1), m = pair_zero(n), v = pair_zero(n), lp = pair_zero(n);
     for (long t = 1; t <= 3; t++) {
         pair g = pair_rand(n, -1, 1);
-        tr_cpu_adamw_update(p.h, m.h, v.h, g.h, n, 1e-3f, 0.9, 0.999, 1e-8f, 0.1f, t);
-        gpu->adamw_update(p.d, m.d, v.d, g.d, n, 1e-3f, 0.9, 0.999, 1e-8f, 0.1f, t);
+        tr_cpu_adamw_update(p.h, m.h, v.h, g.h, n, 1e-3f, 0.9, 0.999, 1e-8f, 0.1f, t, lp.h,
+                            TR_PREC_BF16);
+        gpu->adamw_update(p.d, m.d, v.d, g.d, n, 1e-3f, 0.9, 0.999, 1e-8f, 0.1f, t, lp.d,
+                          TR_PREC_BF16);
         pair_free(&g);
     }
     compare("adamw_update param (3 steps)", &p, TOL_ELEM);
     compare("adamw_update m", &m, TOL_ELEM);
     compare("adamw_update v", &v, TOL_ELEM);
+    compare_rounded("adamw_update working copy (bf16)", &lp, TR_PREC_BF16);
 
     pair buf = pair_zero(n);
     for (int step = 0; step < 3; step++) {
         pair g = pair_rand(n, -1, 1);
-        tr_cpu_sgd_update(p.h, buf.h, g.h, n, 0.05f, 0.9f, 1e-4f);
-        gpu->sgd_update(p.d, buf.d, g.d, n, 0.05f, 0.9f, 1e-4f);
-        tr_cpu_sgd_update(p.h, NULL, g.h, n, 0.01f, 0.0f, 0.0f); /* plain: no buffer */
-        gpu->sgd_update(p.d, NULL, g.d, n, 0.01f, 0.0f, 0.0f);
+        tr_cpu_sgd_update(p.h, buf.h, g.h, n, 0.05f, 0.9f, 1e-4f, NULL, TR_PREC_FP32);
+        gpu->sgd_update(p.d, buf.d, g.d, n, 0.05f, 0.9f, 1e-4f, NULL, TR_PREC_FP32);
+        /* plain: no buffer; with an fp16 working copy */
+        tr_cpu_sgd_update(p.h, NULL, g.h, n, 0.01f, 0.0f, 0.0f, lp.h, TR_PREC_FP16);
+        gpu->sgd_update(p.d, NULL, g.d, n, 0.01f, 0.0f, 0.0f, lp.d, TR_PREC_FP16);
         pair_free(&g);
     }
     compare("sgd_update param (momentum, plain)", &p, TOL_ELEM);
     compare("sgd_update momentum buffer", &buf, TOL_ELEM);
+    compare_rounded("sgd_update working copy (fp16)", &lp, TR_PREC_FP16);
 
     tr_cpu_scale(p.h, n, -0.37f);
     gpu->scale(p.d, n, -0.37f);
@@ -781,7 +786,7 @@ static void test_optim(void)
                   1e-12);
     compare_value("sum_squares run to run", gpu->sum_squares(x.d, big),
                   gpu->sum_squares(x.d, big), 0.0);
-    pair *all[] = {&p, &m, &v, &buf, &x};
+    pair *all[] = {&p, &m, &v, &lp, &buf, &x};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);
 }

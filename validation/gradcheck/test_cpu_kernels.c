@@ -8,6 +8,7 @@
  * values worked out by hand, sum_squares, and run-to-run bit-identity of the kernels
  * that combine per-thread or per-group partial results. */
 #include "backend/cpu_backend.h"
+#include "backend/lowp_math.h"
 #include "core/error.h"
 #include "fd_check.h"
 #include "test_util.h"
@@ -493,16 +494,16 @@ static void test_optim(void)
      *   g' = 0.5 + 0.00949 = 0.50949; buf = 0.459 + 0.50949 = 0.96849;
      *   p = 0.949 - 0.096849 = 0.852151 */
     float p = 1.0f, buf = 0.0f, g = 0.5f;
-    tr_cpu_sgd_update(&p, &buf, &g, 1, 0.1f, 0.9f, 0.01f);
+    tr_cpu_sgd_update(&p, &buf, &g, 1, 0.1f, 0.9f, 0.01f, NULL, 0);
     CHECK(close_to(p, 0.949, 1e-6) && close_to(buf, 0.51, 1e-6), "sgd step 1: p %.9g buf %.9g",
           p, buf);
-    tr_cpu_sgd_update(&p, &buf, &g, 1, 0.1f, 0.9f, 0.01f);
+    tr_cpu_sgd_update(&p, &buf, &g, 1, 0.1f, 0.9f, 0.01f, NULL, 0);
     CHECK(close_to(p, 0.852151, 1e-6) && close_to(buf, 0.96849, 1e-6),
           "sgd step 2: p %.9g buf %.9g", p, buf);
     /* plain SGD: p = 1 - 0.1 * 0.51 = 0.949, then 0.949 - 0.1 * 0.50949 = 0.898051 */
     p = 1.0f;
-    tr_cpu_sgd_update(&p, NULL, &g, 1, 0.1f, 0.0f, 0.01f);
-    tr_cpu_sgd_update(&p, NULL, &g, 1, 0.1f, 0.0f, 0.01f);
+    tr_cpu_sgd_update(&p, NULL, &g, 1, 0.1f, 0.0f, 0.01f, NULL, 0);
+    tr_cpu_sgd_update(&p, NULL, &g, 1, 0.1f, 0.0f, 0.01f, NULL, 0);
     CHECK(close_to(p, 0.898051, 1e-6), "plain sgd: p %.9g", p);
 
     /* AdamW, lr 0.1, betas (0.9, 0.999), eps 1e-8, wd 0.01, p0 = 1:
@@ -513,12 +514,12 @@ static void test_optim(void)
      *               p = 0.898101002 - 0.1 * 0.1052632 / 0.3952254 = 0.8714673 */
     float m = 0.0f, v = 0.0f;
     p = 1.0f;
-    tr_cpu_adamw_update(&p, &m, &v, &g, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+    tr_cpu_adamw_update(&p, &m, &v, &g, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, NULL, 0);
     /* v to 3e-5 only: 0.999f is 0.999000013, so 1 - beta2 is 1.3e-5 below 0.001 */
     CHECK(close_to(p, 0.899000002, 1e-6) && close_to(m, 0.05, 1e-6) && close_to(v, 0.00025, 3e-5),
           "adamw step 1: p %.9g m %.9g v %.9g", p, m, v);
     g = -0.25f;
-    tr_cpu_adamw_update(&p, &m, &v, &g, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 2);
+    tr_cpu_adamw_update(&p, &m, &v, &g, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 2, NULL, 0);
     CHECK(close_to(p, 0.8714672987, 1e-6) && close_to(m, 0.02, 1e-6) &&
               close_to(v, 0.00031225, 3e-5),
           "adamw step 2: p %.9g m %.9g v %.9g", p, m, v);
@@ -545,8 +546,19 @@ static void test_optim(void)
     }
     float *p2 = falloc(n, "p2");
     memcpy(p2, pp, n * sizeof(float));
-    tr_cpu_sgd_update(pp, bb, gg, n, (float)lr, (float)mom, (float)wd);
-    tr_cpu_adamw_update(p2, mm, vv, gg, n, (float)lr, (float)b1, (float)b2, 1e-8f, (float)awd, 7);
+    /* with mixed precision's working copy: the updated params rounded, in the same call */
+    float *lp = falloc(n, "sgd lowp"), *lp2 = falloc(n, "adamw lowp");
+    tr_cpu_sgd_update(pp, bb, gg, n, (float)lr, (float)mom, (float)wd, lp, TR_PREC_BF16);
+    tr_cpu_adamw_update(p2, mm, vv, gg, n, (float)lr, (float)b1, (float)b2, 1e-8f, (float)awd, 7,
+                        lp2, TR_PREC_FP16);
+    long bad_lowp = 0;
+    for (size_t i = 0; i < n; i++)
+        bad_lowp += lp[i] != tr_round_lowp(pp[i], TR_PREC_BF16) ||
+                    lp2[i] != tr_round_lowp(p2[i], TR_PREC_FP16);
+    CHECK(bad_lowp == 0, "sgd/adamw working copies: %ld of %zu not the rounded params", bad_lowp,
+          n);
+    tr_free(lp);
+    tr_free(lp2);
     for (size_t i = 0; i < n; i++) {
         /* a few float roundings of values <= 1: 1e-6 of (|p| + 0.01) */
         bad_sgd += !(fabs(pp[i] - ref[2 * i]) <= 1e-6 * (fabs(ref[2 * i]) + 1e-2));
