@@ -391,6 +391,13 @@ static int tensor_cores(int HS)
     return tr_cuda_gemm_precision() == TR_PREC_BF16 && tr_cuda_attention_tc_fits(HS);
 }
 
+/* and of the two tensor-core forms, the mma.sync one where chosen and it fits
+ * (cuda_attention_tc.h); the choice holds for the run, so forward and backward agree */
+static int mma_sync(int HS)
+{
+    return tr_cuda_attention_mma_chosen() && tr_cuda_attention_mma_fits(HS);
+}
+
 void tr_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                int NH, int format)
 {
@@ -401,7 +408,10 @@ void tr_cuda_attention_forward(float *out, float *att, const float *qkv, int B, 
         return;
     float scale = 1.0f / sqrtf((float)HS);
     if (tensor_cores(HS)) {
-        tr_cuda_attention_tc_forward(out, att, qkv, B, T, C, NH, HS, scale, format);
+        if (mma_sync(HS))
+            tr_cuda_attention_mma_forward(out, att, qkv, B, T, C, NH, HS, scale, format);
+        else
+            tr_cuda_attention_tc_forward(out, att, qkv, B, T, C, NH, HS, scale, format);
         return;
     }
     switch (padded_head(HS, "attention_forward")) {
@@ -427,8 +437,12 @@ void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, con
                         tr_cuda_stream()>>>(dvec, dout, out, B, T, C, NH, HS, format);
     TR_CUDA_LAUNCHED();
     if (tensor_cores(HS)) {
-        tr_cuda_attention_tc_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,
-                                      format);
+        if (mma_sync(HS))
+            tr_cuda_attention_mma_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,
+                                           format);
+        else
+            tr_cuda_attention_tc_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,
+                                          format);
         return;
     }
     switch (padded_head(HS, "attention_backward")) {

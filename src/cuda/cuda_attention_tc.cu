@@ -377,12 +377,6 @@ __global__ static void __launch_bounds__(TC_THREADS)
     store_rows<D>(dqkv + qoff, ld, i0 + warp * 16, T, HS, scale, dq, S, 1.0f, format);
 }
 
-/* 16-byte loads: every row start of q, k, v (and dO) is a multiple of 4 floats */
-static int vec_ok(const void *a, const void *b, int C, int HS)
-{
-    return HS % 4 == 0 && C % 4 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0;
-}
-
 template <int D>
 static void tc_forward_d(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
                          int HS, float scale, int format)
@@ -392,7 +386,7 @@ static void tc_forward_d(float *out, float *lse, const float *qkv, int B, int T,
     tr_cuda_allow_smem(tc_forward_kernel<D>, bytes, &opted);
     unsigned grid = tr_cuda_tile_grid(B, NH, T, TC_TILE);
     tc_forward_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(
-        out, lse, qkv, T, C, NH, HS, scale, vec_ok(qkv, qkv, C, HS), format);
+        out, lse, qkv, T, C, NH, HS, scale, tr_cuda_vec4_rows(qkv, qkv, C, HS), format);
     TR_CUDA_LAUNCHED();
 }
 
@@ -406,7 +400,7 @@ static void tc_backward_d(float *dqkv, const float *dout, const float *qkv, cons
     tr_cuda_allow_smem(tc_dkv_kernel<D>, bytes, &opted_kv);
     tr_cuda_allow_smem(tc_dq_kernel<D>, bytes, &opted_q);
     unsigned grid = tr_cuda_tile_grid(B, NH, T, TC_TILE);
-    int vec = vec_ok(qkv, dout, C, HS);
+    int vec = tr_cuda_vec4_rows(qkv, dout, C, HS);
     tc_dkv_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(dqkv, dout, qkv, lse, dvec,
                                                                   T, C, NH, HS, scale, vec,
                                                                   format);

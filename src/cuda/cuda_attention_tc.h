@@ -1,5 +1,6 @@
-/* cuda_attention_tc.h: the tensor-core (bf16 WMMA) form of the fused attention
- * kernels, which cuda_attention.cu calls in bf16-mixed runs. Same tensors as
+/* cuda_attention_tc.h: the tensor-core forms of the fused attention kernels, which
+ * cuda_attention.cu calls in bf16-mixed runs: bf16 WMMA (cuda_attention_tc.cu) and
+ * mma.sync with register-resident softmax (cuda_attention_mma.cu). Same tensors as
  * tr_cuda_attention_forward/backward; lse [B,NH,T] the rows' log-sum-exps, dvec
  * [B,NH,T] backward's rowsum(dO * O), both computed by the caller's conventions; out
  * and dqkv are rounded to `format` (a tr_precision) as they are stored. */
@@ -13,5 +14,17 @@ void tr_cuda_attention_tc_forward(float *out, float *lse, const float *qkv, int 
 void tr_cuda_attention_tc_backward(float *dqkv, const float *dout, const float *qkv,
                                    const float *lse, const float *dvec, int B, int T, int C,
                                    int NH, int HS, float scale, int format);
+
+/* The mma.sync form: head sizes up to 64 (GPT-2's at every size). It has passed the
+ * CPU test suite's emulation (test_attention_mma_emu) but has not yet run on a GPU, so
+ * it is taken only where chosen: TRAINER_CUDA_ATTENTION=mma in the environment, or
+ * tr_cuda_set_attention_kernel (cuda_backend.h). */
+int tr_cuda_attention_mma_fits(int HS);
+int tr_cuda_attention_mma_chosen(void);
+void tr_cuda_attention_mma_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                   int NH, int HS, float scale, int format);
+void tr_cuda_attention_mma_backward(float *dqkv, const float *dout, const float *qkv,
+                                    const float *lse, const float *dvec, int B, int T, int C,
+                                    int NH, int HS, float scale, int format);
 
 #endif

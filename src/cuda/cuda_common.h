@@ -10,6 +10,7 @@
 #include "cuda/cublaslt_loader.h"
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/error.h"
 
@@ -178,6 +179,13 @@ template <typename K> static inline void tr_cuda_allow_smem(K kernel, size_t byt
     TR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)bytes));
     *done = 1;
+}
+
+/* Whether the attention kernels may load rows of q, k, v (a) and dO (b) 16 bytes at a
+ * time: every row start is a multiple of 4 floats. */
+static inline int tr_cuda_vec4_rows(const void *a, const void *b, int C, int HS)
+{
+    return HS % 4 == 0 && C % 4 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0;
 }
 
 /* Blocks of a kernel with one block per (batch row, head, tile of `rows` positions of

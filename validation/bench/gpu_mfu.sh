@@ -12,7 +12,9 @@
 #     validation/bench/gpu_mfu.sh
 # Knobs (environment): TRAINER (./trainer), STEPS (training steps; 30: the trainer
 # leaves the first out of its rate), BATCH (16), SEQ (1024), PRECISION (bf16-mixed),
-# EXTRA (more deck overrides, e.g. "train.recompute=block train.micro_batches=2").
+# EXTRA (more deck overrides, e.g. "train.recompute=block train.micro_batches=2"),
+# TRAINER_CUDA_ATTENTION (wmma, the default, or mma: the mma.sync attention kernels,
+# opt-in until a GPU has run them; tools/gpu_stage_run.sh measures both).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
@@ -24,7 +26,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 WORK=$(mktemp -d /tmp/bench_gpu_mfu.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-echo "== validation/bench/gpu_mfu.sh: GPT-2 124M, batch $BATCH x $SEQ, $PRECISION, 1 GPU =="
+echo "== validation/bench/gpu_mfu.sh: GPT-2 124M, batch $BATCH x $SEQ, $PRECISION, 1 GPU," \
+  "attention kernels ${TRAINER_CUDA_ATTENTION:-wmma} =="
 nvidia-smi -L 2>/dev/null | head -1
 # shellcheck disable=SC2086  # $EXTRA is words
 mpirun -np 1 "$TRAINER" inputs/gpt2_124m.in system.device=cuda train.precision="$PRECISION" \

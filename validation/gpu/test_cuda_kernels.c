@@ -599,6 +599,18 @@ static void test_attention(void)
         test_attention_shape(1, 70, 512, 2, f);
         test_attention_shape(2, 256, 256, 4, f);
     }
+    /* the mma.sync kernels (bf16-mixed, head sizes up to 64; opt-in until they have run
+     * here): the same shapes where they fit, GPT-2's head size at T 1024 too. Head size
+     * 128 and up still takes the WMMA kernels, which this also checks. */
+    printf("attention: the mma.sync kernels (TRAINER_CUDA_ATTENTION=mma)\n");
+    tr_cuda_set_attention_kernel(1);
+    test_attention_shape(B, T, C, NH, TR_PREC_BF16);
+    test_attention_shape(2, 77, 64, 4, TR_PREC_BF16);
+    test_attention_shape(1, 130, 96, 1, TR_PREC_BF16);
+    test_attention_shape(2, 100, 128, 2, TR_PREC_BF16);
+    test_attention_shape(2, 256, 256, 4, TR_PREC_BF16);
+    test_attention_shape(1, 1024, 128, 2, TR_PREC_BF16);
+    tr_cuda_set_attention_kernel(0);
 }
 
 /* ---- cross-entropy --------------------------------------------------------------- */

@@ -4,7 +4,8 @@
 # GPT at dp 2 and tp 2 where 2 GPUs are usable, must give the CPU's loss curve
 # within 1e-4 relative per step (fp32 on both; cuBLAS and OpenBLAS sum in different
 # orders), and a GPU checkpoint must resume on the CPU. bf16-mixed runs too (its
-# curve within 1e-2 of the CPU's bf16-mixed). Exits 77 (skipped) where no GPU is
+# curve within 1e-2 of the CPU's bf16-mixed), with each of the two tensor-core
+# attention forms (TRAINER_CUDA_ATTENTION). Exits 77 (skipped) where no GPU is
 # usable, which the trainer itself reports.
 # The GPU's memory beyond the plan's one reservation after the first step (the
 # trainer's "device memory:" line, from cudaMemGetInfo) must stay under 24 MiB at
@@ -35,6 +36,8 @@ gpu_pair gpt_bf16 1 1e-2 "${G[@]}" train.precision=bf16-mixed
 check "the GPU's peak for MFU is known: $(grep '^mfu:' "$WORK/gpt_bf16.out")" \
   grep -qE "^mfu: against [1-9][0-9.]* GFLOP/s per rank \((.*datasheet, bf16 tensor cores dense|measured: .*bf16 tensor cores)" \
   "$WORK/gpt_bf16.out"
+# the mma.sync attention kernels (opt-in until they have run on a GPU), the same curve
+TRAINER_CUDA_ATTENTION=mma gpu_pair gpt_bf16_mma 1 1e-2 "${G[@]}" train.precision=bf16-mixed
 if [ "$GPUS" -ge 2 ]; then
   gpu_pair gpt_dp2 2 1e-4 "${G[@]}"
   gpu_pair gpt_tp2 2 1e-4 "${G[@]}" parallel.tp=2

@@ -1,0 +1,415 @@
+/* attention_mma_kernels.cuh: the fused causal attention of bf16-mixed runs on
+ * mma.sync (m16n8k16, bf16 in, fp32 accumulation) with every score, probability and
+ * accumulator in registers: the FlashAttention-2 scheme. The WMMA kernels of
+ * cuda_attention_tc.cu compute the same thing but stage each 16 x 64 block of scores
+ * through shared memory, because WMMA does not say which element of a fragment a lane
+ * holds; mma.sync does (PTX ISA, "Matrix fragments for mma.m16n8k16"), so here a
+ * lane knows its rows and columns and the softmax runs on the registers.
+ *
+ * Device code only, written against a few primitives that the includer defines first:
+ *   tr_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])  d += a b
+ *   tr_pack_bf16x2(lo, hi)  two floats rounded to bf16 (to nearest even), lo in bits 0-15
+ *   TR_LDS32(p) / TR_STS32(p, v)  a 32-bit shared-memory load / store at a uint16_t *
+ *   TR_DYNAMIC_SMEM(name)  declares `unsigned char *name`, the block's dynamic shared memory
+ * plus CUDA's threadIdx, blockIdx, __syncthreads and __shfl_xor_sync. On the GPU they
+ * are mma_ops.cuh's (PTX); validation/unit/warp_emulator.h runs the same source on the
+ * CPU, one coroutine per CUDA thread, so that the CPU test suite proves its index
+ * arithmetic, masking and softmax against the CPU attention (test_attention_mma_emu).
+ *
+ * Fragment layout (lane = 4 g + t, g < 8, t < 4; two bf16 per 32-bit register, the
+ * lower column in the low half):
+ *   A 16 x 16:  a[0] = A[g][2t, 2t+1]   a[1] = A[g+8][2t, 2t+1]
+ *               a[2] = A[g][2t+8, +9]   a[3] = A[g+8][2t+8, +9]
+ *   B 16 x 8:   b[0] = B[2t, 2t+1][g]   b[1] = B[2t+8, 2t+9][g]
+ *   C 16 x 8:   c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
+ * So the accumulators of two adjacent 8-column tiles of scores are, packed to bf16,
+ * exactly the A fragment of the next product over those 16 columns: P never leaves
+ * the registers. A B fragment is two 32-bit loads from a tile stored with its k index
+ * contiguous: K for Q K^T, and transposed tiles (V^T, Q^T, dO^T, K^T) where the
+ * product runs over rows.
+ *
+ * Shape of the work: as in the WMMA kernels, a block of 4 warps owns 64 rows (queries
+ * in forward and dQ, keys in dK/dV), 16 per warp, and walks the other side in tiles
+ * of 64. Tiles in shared memory are bf16 with rows padded by 16 bytes: the 8 lanes
+ * of a fragment load (g = 0..7, same t) then hit 8 different bank quads. Head sizes
+ * up to 64 (D = 32 or 64): the fragments of the warp's own rows stay in registers
+ * for the whole loop, which at D = 128 would spill.
+ *
+ * Arithmetic, against the WMMA kernels: the same products on the same bf16 values,
+ * the same one rounding of P and dS to bf16, and the same masking; forward's running
+ * max moves at every tile (a register rescale is cheap here), where the WMMA kernel
+ * lets it lag by up to e^8. Row sums are kept per lane and added across the row's 4
+ * lanes once, at the end. */
+#ifndef TR_ATTENTION_MMA_KERNELS_CUH
+#define TR_ATTENTION_MMA_KERNELS_CUH
+
+#include "backend/lowp_math.h"   /* tr_round_lowp */
+#include "backend/scalar_math.h" /* tr_expf */
+
+#include <math.h>
+#include <stdint.h>
+
+#define MMA_WARPS 4
+#define MMA_THREADS (MMA_WARPS * 32)
+#define MMA_TILE 64 /* rows a block owns, and the other side's tile */
+#define MMA_LK (MMA_TILE + 8) /* row stride (bf16) of a transposed tile, [D][64] */
+
+template <int D> struct mma_layout {
+    static const int LD = D + 8;                                    /* [64][D] tiles */
+    static const unsigned ROWS = MMA_TILE * LD * 2;                 /* bytes of one */
+    static const unsigned COLS = D * MMA_LK * 2;                    /* of a transposed one */
+    static const unsigned FWD_BYTES = 2 * ROWS + COLS;              /* Q, K, V^T */
+    static const unsigned DKV_BYTES = 2 * ROWS + 2 * COLS + 2 * MMA_TILE * 4; /* + lse, D */
+    static const unsigned DQ_BYTES = 2 * ROWS + COLS;               /* K, V, K^T */
+};
+
+/* Rows row0.. of src (fp32, stride lds; `vec`: 16-byte loads allowed) as bf16 into
+ * dst: row-major [64][LD] if rows_out, else transposed [D][MMA_LK]. Rows >= T and
+ * columns >= HS are zero. The whole block takes part: each thread converts 4
+ * consecutive columns of one row, consecutive threads the next 4 columns of the same
+ * row for row-major stores and the same 4 columns of the next row for transposed ones,
+ * whose 16-bit stores then fall in consecutive halves of a bank row (the other order
+ * would put a warp's 32 stores in 2 banks). */
+template <int D>
+__device__ static void mma_load(uint16_t *dst, bool rows_out, const float *src, size_t lds,
+                                int row0, int T, int HS, bool vec)
+{
+    const int LD = mma_layout<D>::LD;
+    for (int e = threadIdx.x; e < MMA_TILE * D / 4; e += MMA_THREADS) {
+        int r = rows_out ? e / (D / 4) : e % MMA_TILE;
+        int d = rows_out ? e % (D / 4) * 4 : e / MMA_TILE * 4, i = row0 + r;
+        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (i < T) {
+            const float *s = src + (size_t)i * lds + d;
+            if (vec && d + 4 <= HS) {
+                float4 v = *reinterpret_cast<const float4 *>(s);
+                x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+            } else {
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    x[u] = d + u < HS ? s[u] : 0.0f;
+            }
+        }
+        uint32_t lo = tr_pack_bf16x2(x[0], x[1]), hi = tr_pack_bf16x2(x[2], x[3]);
+        if (rows_out) {
+            TR_STS32(dst + r * LD + d, lo);
+            TR_STS32(dst + r * LD + d + 2, hi);
+        } else {
+            dst[(d + 0) * MMA_LK + r] = (uint16_t)(lo & 0xffffu);
+            dst[(d + 1) * MMA_LK + r] = (uint16_t)(lo >> 16);
+            dst[(d + 2) * MMA_LK + r] = (uint16_t)(hi & 0xffffu);
+            dst[(d + 3) * MMA_LK + r] = (uint16_t)(hi >> 16);
+        }
+    }
+}
+
+/* The A fragments of a warp's 16 rows (from row 16 w of a [64][LD] tile), all of D. */
+template <int D>
+__device__ static void mma_a_frags(uint32_t a[D / 16][4], const uint16_t *tile, int w, int lane)
+{
+    const int LD = mma_layout<D>::LD;
+    const uint16_t *p = tile + (16 * w + lane / 4) * LD + 2 * (lane % 4);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        a[kk][0] = TR_LDS32(p + 16 * kk);
+        a[kk][1] = TR_LDS32(p + 8 * LD + 16 * kk);
+        a[kk][2] = TR_LDS32(p + 16 * kk + 8);
+        a[kk][3] = TR_LDS32(p + 8 * LD + 16 * kk + 8);
+    }
+}
+
+/* s[n] (n < 8) = the 16 x 64 product of a warp's rows (A fragments a, over D) with the
+ * 64 rows of `tile` ([64][LD], read as B^T: s = A tile^T). */
+template <int D>
+__device__ static void mma_scores(float s[8][4], const uint32_t a[D / 16][4],
+                                  const uint16_t *tile, int lane)
+{
+    const int LD = mma_layout<D>::LD;
+    const uint16_t *p = tile + (lane / 4) * LD + 2 * (lane % 4);
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t b[2] = {TR_LDS32(p + 8 * n * LD + 16 * kk),
+                             TR_LDS32(p + 8 * n * LD + 16 * kk + 8)};
+            tr_mma_16816(s[n], a[kk], b);
+        }
+    }
+}
+
+/* acc[n] (n < D/8) += X (16 x 64, as 8 score-shaped accumulators, rounded to bf16 here)
+ * times the 64 x D matrix whose transpose is `cols` ([D][MMA_LK]). */
+template <int D>
+__device__ static void mma_accumulate(float acc[D / 8][4], const float x[8][4],
+                                      const uint16_t *cols, int lane)
+{
+    const uint16_t *p = cols + (lane / 4) * MMA_LK + 2 * (lane % 4);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        uint32_t a[4] = {tr_pack_bf16x2(x[2 * kk][0], x[2 * kk][1]),
+                         tr_pack_bf16x2(x[2 * kk][2], x[2 * kk][3]),
+                         tr_pack_bf16x2(x[2 * kk + 1][0], x[2 * kk + 1][1]),
+                         tr_pack_bf16x2(x[2 * kk + 1][2], x[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            uint32_t b[2] = {TR_LDS32(p + 8 * n * MMA_LK + 16 * kk),
+                             TR_LDS32(p + 8 * n * MMA_LK + 16 * kk + 8)};
+            tr_mma_16816(acc[n], a, b);
+        }
+    }
+}
+
+/* A warp's 16 x D accumulators times `scale` (and row h's by rscale[h], h = 0 for row
+ * g, 1 for g + 8), rounded to format, to rows row0.. (< T) and columns < HS of dst. */
+template <int D>
+__device__ static void mma_store(float *dst, size_t ldd, int row0, int T, int HS,
+                                 const float acc[D / 8][4], float scale, const float rscale[2],
+                                 int format, int lane)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int i = row0 + lane / 4 + 8 * h;
+        if (i >= T)
+            continue;
+        float f = scale * rscale[h];
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int d = 8 * n + 2 * (lane % 4) + e;
+                if (d < HS)
+                    dst[(size_t)i * ldd + d] = tr_round_lowp(f * acc[n][2 * h + e], format);
+            }
+    }
+}
+
+/* The max (or sum) of a row over the 4 lanes that hold it. */
+__device__ static inline float mma_row_max(float x)
+{
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ static inline float mma_row_sum(float x)
+{
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/* Forward of 64 queries: out = softmax(scale q k^T, causal) v and each row's
+ * log-sum-exp (lse [B*NH, T]), as tc_forward_kernel. Blocks: B*NH x query tiles,
+ * the last (longest) tiles first. */
+template <int D>
+__global__ static void __launch_bounds__(MMA_THREADS)
+    mma_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int HS,
+                       float scale, int vec, int format)
+{
+    typedef mma_layout<D> L;
+    TR_DYNAMIC_SMEM(sm);
+    uint16_t *Qs = (uint16_t *)sm, *Ks = (uint16_t *)(sm + L::ROWS);
+    uint16_t *Vt = (uint16_t *)(sm + 2 * L::ROWS);
+    int ntile = (T + MMA_TILE - 1) / MMA_TILE;
+    int bh = blockIdx.x / ntile, tile = ntile - 1 - (int)(blockIdx.x % ntile);
+    int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    size_t ld = 3 * (size_t)C;
+    const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+    int i0 = tile * MMA_TILE, last = (i0 + MMA_TILE < T ? i0 + MMA_TILE : T) - 1;
+    mma_load<D>(Qs, true, q, ld, i0, T, HS, vec);
+    __syncthreads();
+    uint32_t qf[D / 16][4];
+    mma_a_frags<D>(qf, Qs, warp, lane);
+    int row[2], imask[2]; /* this lane's two rows, and the rows their masks use */
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[D / 8][4];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        row[hh] = i0 + 16 * warp + lane / 4 + 8 * hh;
+        imask[hh] = row[hh] < T ? row[hh] : T - 1; /* rows past T: any finite row */
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int j0 = 0; j0 <= last; j0 += MMA_TILE) {
+        __syncthreads(); /* the last tile's K and V are read */
+        mma_load<D>(Ks, true, k, ld, j0, T, HS, vec);
+        mma_load<D>(Vt, false, v, ld, j0, T, HS, vec);
+        __syncthreads();
+        float s[8][4];
+        mma_scores<D>(s, qf, Ks, lane);
+        /* every row sees key j0 <= its row (j0 <= i0), so each tile max is finite */
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int j = j0 + 8 * n + 2 * (lane % 4) + (e & 1), hh = e >> 1;
+                s[n][e] = j <= imask[hh] ? scale * s[n][e] : -INFINITY;
+                tmax[hh] = fmaxf(tmax[hh], s[n][e]);
+            }
+        float corr[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            float mnew = fmaxf(m[hh], mma_row_max(tmax[hh]));
+            corr[hh] = m[hh] == -INFINITY ? 0.0f : tr_expf(m[hh] - mnew);
+            m[hh] = mnew;
+            l[hh] *= corr[hh];
+        }
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                o[n][e] *= corr[e >> 1];
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = s[n][e] == -INFINITY ? 0.0f : tr_expf(s[n][e] - m[e >> 1]);
+                s[n][e] = p;
+                l[e >> 1] += p;
+            }
+        mma_accumulate<D>(o, s, Vt, lane);
+    }
+    float inv[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        l[hh] = mma_row_sum(l[hh]);
+        inv[hh] = 1.0f / l[hh];
+    }
+    mma_store<D>(out + (size_t)b * T * C + (size_t)h * HS, C, i0 + 16 * warp, T, HS, o, 1.0f, inv,
+                 format, lane);
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++)
+        if (lane % 4 == 0 && row[hh] < T)
+            lse[(size_t)bh * T + row[hh]] = m[hh] + logf(l[hh]);
+}
+
+/* dK, dV of 64 keys (16 per warp), over the query tiles at and after them; dvec [B*NH,
+ * T] = rowsum(dO * O). As tc_dkv_kernel: P^T = exp(scale K Q^T - lse), dS^T = P^T *
+ * (V dO^T - dvec); dV = P^T dO, dK = scale dS^T Q. */
+template <int D>
+__global__ static void __launch_bounds__(MMA_THREADS)
+    mma_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                   const float *dvec, int T, int C, int NH, int HS, float scale, int vec, int format)
+{
+    typedef mma_layout<D> L;
+    TR_DYNAMIC_SMEM(sm);
+    uint16_t *Qs = (uint16_t *)sm, *dOs = (uint16_t *)(sm + L::ROWS);
+    uint16_t *Qt = (uint16_t *)(sm + 2 * L::ROWS), *dOt = (uint16_t *)(sm + 2 * L::ROWS + L::COLS);
+    float *Lt = (float *)(sm + 2 * L::ROWS + 2 * L::COLS), *Dt = Lt + MMA_TILE;
+    int ntile = (T + MMA_TILE - 1) / MMA_TILE;
+    int bh = blockIdx.x / ntile, tile = (int)(blockIdx.x % ntile); /* longest first */
+    int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    size_t ld = 3 * (size_t)C;
+    size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
+    const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    int j0 = tile * MMA_TILE;
+    /* the warp's keys' K and V fragments, staged through the Q and dO tiles */
+    mma_load<D>(Qs, true, k, ld, j0, T, HS, vec);
+    mma_load<D>(dOs, true, v, ld, j0, T, HS, vec);
+    __syncthreads();
+    uint32_t kf[D / 16][4], vf[D / 16][4];
+    mma_a_frags<D>(kf, Qs, warp, lane);
+    mma_a_frags<D>(vf, dOs, warp, lane);
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dk[n][e] = dv[n][e] = 0.0f;
+    int key[2] = {j0 + 16 * warp + lane / 4, j0 + 16 * warp + lane / 4 + 8};
+    for (int i0 = j0; i0 < T; i0 += MMA_TILE) {
+        __syncthreads(); /* the fragments, or the last tile, are read */
+        mma_load<D>(Qs, true, q, ld, i0, T, HS, vec);
+        mma_load<D>(Qt, false, q, ld, i0, T, HS, vec);
+        mma_load<D>(dOs, true, dO, C, i0, T, HS, vec);
+        mma_load<D>(dOt, false, dO, C, i0, T, HS, vec);
+        for (int e = threadIdx.x; e < MMA_TILE; e += MMA_THREADS) {
+            int i = i0 + e;
+            Lt[e] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
+            Dt[e] = i < T ? dvec[(size_t)bh * T + i] : 0.0f;
+        }
+        __syncthreads();
+        float p[8][4], ds[8][4];
+        mma_scores<D>(p, kf, Qs, lane);  /* S^T: keys x queries */
+        mma_scores<D>(ds, vf, dOs, lane); /* dP^T = V dO^T */
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int c = 8 * n + 2 * (lane % 4) + (e & 1), i = i0 + c;
+                float pe = i < T && key[e >> 1] <= i ? tr_expf(scale * p[n][e] - Lt[c]) : 0.0f;
+                p[n][e] = pe;
+                ds[n][e] = pe * (ds[n][e] - Dt[c]);
+            }
+        mma_accumulate<D>(dv, p, dOt, lane); /* dV += P^T dO */
+        mma_accumulate<D>(dk, ds, Qt, lane); /* dK += dS^T Q (scale at the end) */
+    }
+    const float one[2] = {1.0f, 1.0f};
+    float *dk_rows = dqkv + qoff + C, *dv_rows = dk_rows + C;
+    mma_store<D>(dk_rows, ld, j0 + 16 * warp, T, HS, dk, scale, one, format, lane);
+    mma_store<D>(dv_rows, ld, j0 + 16 * warp, T, HS, dv, 1.0f, one, format, lane);
+}
+
+/* dQ of 64 queries (16 per warp), over the key tiles up to them: dS = P * (dO V^T -
+ * dvec), dQ = scale dS K. */
+template <int D>
+__global__ static void __launch_bounds__(MMA_THREADS)
+    mma_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                  const float *dvec, int T, int C, int NH, int HS, float scale, int vec, int format)
+{
+    typedef mma_layout<D> L;
+    TR_DYNAMIC_SMEM(sm);
+    uint16_t *Ks = (uint16_t *)sm, *Vs = (uint16_t *)(sm + L::ROWS);
+    uint16_t *Kt = (uint16_t *)(sm + 2 * L::ROWS);
+    int ntile = (T + MMA_TILE - 1) / MMA_TILE;
+    int bh = blockIdx.x / ntile, tile = ntile - 1 - (int)(blockIdx.x % ntile);
+    int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    size_t ld = 3 * (size_t)C;
+    size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
+    const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    int i0 = tile * MMA_TILE, last = (i0 + MMA_TILE < T ? i0 + MMA_TILE : T) - 1;
+    /* the warp's queries' Q and dO fragments, staged through the K and V tiles */
+    mma_load<D>(Ks, true, q, ld, i0, T, HS, vec);
+    mma_load<D>(Vs, true, dO, C, i0, T, HS, vec);
+    __syncthreads();
+    uint32_t qf[D / 16][4], of[D / 16][4];
+    mma_a_frags<D>(qf, Ks, warp, lane);
+    mma_a_frags<D>(of, Vs, warp, lane);
+    int row[2];
+    float li[2], di[2], dq[D / 8][4];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        row[hh] = i0 + 16 * warp + lane / 4 + 8 * hh;
+        int ic = row[hh] < T ? row[hh] : T - 1;
+        li[hh] = lse[(size_t)bh * T + ic];
+        di[hh] = dvec[(size_t)bh * T + ic];
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    for (int j0 = 0; j0 <= last; j0 += MMA_TILE) {
+        __syncthreads(); /* the fragments, or the last tile, are read */
+        mma_load<D>(Ks, true, k, ld, j0, T, HS, vec);
+        mma_load<D>(Vs, true, v, ld, j0, T, HS, vec);
+        mma_load<D>(Kt, false, k, ld, j0, T, HS, vec);
+        __syncthreads();
+        float p[8][4], ds[8][4];
+        mma_scores<D>(p, qf, Ks, lane);  /* S = Q K^T */
+        mma_scores<D>(ds, of, Vs, lane); /* dP = dO V^T */
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int j = j0 + 8 * n + 2 * (lane % 4) + (e & 1), hh = e >> 1;
+                bool live = row[hh] < T && j <= row[hh];
+                float pe = live ? tr_expf(scale * p[n][e] - li[hh]) : 0.0f;
+                ds[n][e] = pe * (ds[n][e] - di[hh]);
+            }
+        mma_accumulate<D>(dq, ds, Kt, lane); /* dQ += dS K (scale at the end) */
+    }
+    const float one[2] = {1.0f, 1.0f};
+    mma_store<D>(dqkv + qoff, ld, i0 + 16 * warp, T, HS, dq, scale, one, format, lane);
+}
+
+#endif

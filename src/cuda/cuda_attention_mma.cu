@@ -1,0 +1,84 @@
+/* cuda_attention_mma.cu: launches the mma.sync attention kernels of
+ * attention_mma_kernels.cuh (bf16-mixed, head sizes up to 64) and decides whether a
+ * run takes them. Same tensors and saved state as the WMMA form
+ * (cuda_attention_tc.h), so the two are interchangeable call by call. */
+#include "cuda/cuda_attention_tc.h"
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_common.h"
+#include "cuda/mma_ops.cuh" /* first: the primitives the kernels are written against */
+
+#include "cuda/attention_mma_kernels.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* -1: not yet decided (the environment is read at the first call) */
+static int g_mma_chosen = -1;
+
+void tr_cuda_set_attention_kernel(int mma) { g_mma_chosen = mma ? 1 : 0; }
+
+int tr_cuda_attention_mma_chosen(void)
+{
+    if (g_mma_chosen < 0) {
+        const char *v = getenv("TRAINER_CUDA_ATTENTION");
+        if (v && *v && strcmp(v, "mma") != 0 && strcmp(v, "wmma") != 0)
+            tr_fatal(TR_EXIT_USAGE,
+                     "TRAINER_CUDA_ATTENTION=%s: expected mma (the mma.sync kernels) or "
+                     "wmma (the default)", v);
+        g_mma_chosen = v && strcmp(v, "mma") == 0;
+    }
+    return g_mma_chosen;
+}
+
+int tr_cuda_attention_mma_fits(int HS) { return HS >= 1 && HS <= 64; }
+
+template <int D>
+static void forward_d(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+                      int HS, float scale, int format)
+{
+    static int opted;
+    size_t bytes = mma_layout<D>::FWD_BYTES;
+    tr_cuda_allow_smem(mma_forward_kernel<D>, bytes, &opted);
+    unsigned grid = tr_cuda_tile_grid(B, NH, T, MMA_TILE);
+    mma_forward_kernel<D><<<grid, MMA_THREADS, bytes, tr_cuda_stream()>>>(
+        out, lse, qkv, T, C, NH, HS, scale, tr_cuda_vec4_rows(qkv, qkv, C, HS), format);
+    TR_CUDA_LAUNCHED();
+}
+
+template <int D>
+static void backward_d(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                       const float *dvec, int B, int T, int C, int NH, int HS, float scale,
+                       int format)
+{
+    static int opted_kv, opted_q;
+    tr_cuda_allow_smem(mma_dkv_kernel<D>, mma_layout<D>::DKV_BYTES, &opted_kv);
+    tr_cuda_allow_smem(mma_dq_kernel<D>, mma_layout<D>::DQ_BYTES, &opted_q);
+    unsigned grid = tr_cuda_tile_grid(B, NH, T, MMA_TILE);
+    int vec = tr_cuda_vec4_rows(qkv, dout, C, HS);
+    mma_dkv_kernel<D><<<grid, MMA_THREADS, mma_layout<D>::DKV_BYTES, tr_cuda_stream()>>>(
+        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, vec, format);
+    TR_CUDA_LAUNCHED();
+    mma_dq_kernel<D><<<grid, MMA_THREADS, mma_layout<D>::DQ_BYTES, tr_cuda_stream()>>>(
+        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, vec, format);
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_attention_mma_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                   int NH, int HS, float scale, int format)
+{
+    if (HS <= 32)
+        forward_d<32>(out, lse, qkv, B, T, C, NH, HS, scale, format);
+    else
+        forward_d<64>(out, lse, qkv, B, T, C, NH, HS, scale, format);
+}
+
+void tr_cuda_attention_mma_backward(float *dqkv, const float *dout, const float *qkv,
+                                    const float *lse, const float *dvec, int B, int T, int C,
+                                    int NH, int HS, float scale, int format)
+{
+    if (HS <= 32)
+        backward_d<32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
+    else
+        backward_d<64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
+}

@@ -1,0 +1,240 @@
+/* test_attention_mma_emu.cpp: the GPU's mma.sync attention kernels
+ * (src/cuda/attention_mma_kernels.cuh), run on the CPU by the warp emulator, against
+ * the CPU attention and an fp64 reference.
+ *
+ * The kernels are CUDA; this machine class (and CI) has no GPU. The emulator runs the
+ * same source with each CUDA thread as a coroutine and mma.sync by the PTX ISA's
+ * fragment layout, so what this proves is the kernels' own logic: which lane holds
+ * which score, the causal mask at tile edges and ragged sequence ends, head sizes
+ * padded to the kernel's width, the online softmax, the backward's two kernels and
+ * the 16-bit packing. What it cannot prove is the hardware's agreement with the
+ * documented layout and anything about speed: gpu.test_cuda_kernels runs the same
+ * kernels on a GPU.
+ *
+ * Checks per shape (bf16-mixed, the only format the kernels serve):
+ *  - out and dqkv against tr_cpu_attention_forward/backward within the GPU test's
+ *    tolerance for bf16 attention (2e-2 of the largest value);
+ *  - out, the log-sum-exps and dqkv against an fp64 reference with the inputs rounded
+ *    to bf16, within 4e-3: P and dS are rounded to bf16 once (2^-9 relative) before
+ *    their products, which is the error this leaves;
+ *  - every stored value is a bf16 value, and nothing outside the head's columns of
+ *    out and dqkv is written;
+ *  - two runs with different thread schedules give the same bits (no read of shared
+ *    memory races its write). */
+#include "warp_emulator.h" /* first: the primitives the kernels use */
+
+#include "cuda/attention_mma_kernels.cuh"
+
+extern "C" {
+#include "backend/transformer_kernels.h"
+#include "core/rng.h"
+}
+#include "test_util.h"
+
+#include <cmath>
+#include <vector>
+
+typedef std::vector<float> vec;
+
+static const float SENTINEL = 12345.0f; /* in every output element a kernel must not write */
+
+struct emu_run {
+    vec out, lse, dqkv;
+};
+
+/* The launches of src/cuda/cuda_attention_mma.cu, through the emulator: forward, then
+ * rowsum(dO * O) as flash_dvec_kernel forms it, then the two backward kernels. */
+template <int D>
+static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C, int NH,
+                           unsigned seed)
+{
+    typedef mma_layout<D> L;
+    int HS = C / NH, ntile = (T + MMA_TILE - 1) / MMA_TILE, fmt = TR_PREC_BF16;
+    unsigned grid = (unsigned)(B * NH * ntile);
+    float scale = 1.0f / sqrtf((float)HS);
+    int vec4 = HS % 4 == 0 && C % 4 == 0;
+    emu_run r;
+    r.out.assign((size_t)B * T * C, SENTINEL);
+    r.lse.assign((size_t)B * NH * T, SENTINEL);
+    r.dqkv.assign((size_t)B * T * 3 * C, SENTINEL);
+    emu::M.rng.seed(seed);
+    float *out = r.out.data(), *lse = r.lse.data(), *dqkv = r.dqkv.data();
+    const float *x = qkv.data(), *dO = dout.data();
+    emu::launch(grid, MMA_THREADS, L::FWD_BYTES, [&] {
+        mma_forward_kernel<D>(out, lse, x, T, C, NH, HS, scale, vec4, fmt);
+    });
+    vec dvec((size_t)B * NH * T);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                float s = 0.0f;
+                for (int d = 0; d < HS; d++) {
+                    size_t o = ((size_t)b * T + t) * C + (size_t)h * HS + d;
+                    s += tr_round_lowp(dO[o], fmt) * out[o];
+                }
+                dvec[((size_t)b * NH + h) * T + t] = s;
+            }
+    const float *dv = dvec.data();
+    emu::launch(grid, MMA_THREADS, L::DKV_BYTES, [&] {
+        mma_dkv_kernel<D>(dqkv, dO, x, lse, dv, T, C, NH, HS, scale, vec4, fmt);
+    });
+    emu::launch(grid, MMA_THREADS, L::DQ_BYTES, [&] {
+        mma_dq_kernel<D>(dqkv, dO, x, lse, dv, T, C, NH, HS, scale, vec4, fmt);
+    });
+    return r;
+}
+
+/* fp64 attention of one head on bf16-rounded inputs: out, lse and dq, dk, dv */
+static void reference(const vec &qkv, const vec &dout, int B, int T, int C, int NH, vec &out,
+                      vec &lse, vec &dqkv)
+{
+    int HS = C / NH, ld = 3 * C;
+    double scale = 1.0 / sqrt((double)HS);
+    out.assign((size_t)B * T * C, 0.0f);
+    lse.assign((size_t)B * NH * T, 0.0f);
+    dqkv.assign((size_t)B * T * 3 * C, 0.0f);
+    auto bf = [](float v) { return (double)tr_round_lowp(v, TR_PREC_BF16); };
+    std::vector<double> P((size_t)T * T), dS((size_t)T * T), O((size_t)T * HS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            auto q = [&](int i, int d) { return bf(qkv[((size_t)b * T + i) * ld + h * HS + d]); };
+            auto k = [&](int i, int d) { return bf(qkv[((size_t)b * T + i) * ld + C + h * HS + d]); };
+            auto v = [&](int i, int d) {
+                return bf(qkv[((size_t)b * T + i) * ld + 2 * C + h * HS + d]);
+            };
+            auto g = [&](int i, int d) { return bf(dout[((size_t)b * T + i) * C + h * HS + d]); };
+            for (int i = 0; i < T; i++) {
+                double m = -INFINITY, l = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    double s = 0.0;
+                    for (int d = 0; d < HS; d++)
+                        s += q(i, d) * k(j, d);
+                    P[(size_t)i * T + j] = s * scale;
+                    m = fmax(m, s * scale);
+                }
+                for (int j = 0; j <= i; j++)
+                    l += exp(P[(size_t)i * T + j] - m);
+                for (int j = 0; j <= i; j++)
+                    P[(size_t)i * T + j] = exp(P[(size_t)i * T + j] - m) / l;
+                lse[((size_t)b * NH + h) * T + i] = (float)(m + log(l));
+                for (int d = 0; d < HS; d++) {
+                    double o = 0.0;
+                    for (int j = 0; j <= i; j++)
+                        o += P[(size_t)i * T + j] * v(j, d);
+                    O[(size_t)i * HS + d] = o;
+                    out[((size_t)b * T + i) * C + h * HS + d] = (float)o;
+                }
+            }
+            for (int i = 0; i < T; i++) {
+                double Di = 0.0;
+                for (int d = 0; d < HS; d++)
+                    Di += g(i, d) * O[(size_t)i * HS + d];
+                for (int j = 0; j <= i; j++) {
+                    double dp = 0.0;
+                    for (int d = 0; d < HS; d++)
+                        dp += g(i, d) * v(j, d);
+                    dS[(size_t)i * T + j] = P[(size_t)i * T + j] * (dp - Di);
+                }
+            }
+            for (int i = 0; i < T; i++)
+                for (int d = 0; d < HS; d++) {
+                    double dq = 0.0, dk = 0.0, dv = 0.0;
+                    for (int j = 0; j <= i; j++)
+                        dq += dS[(size_t)i * T + j] * k(j, d);
+                    for (int t = i; t < T; t++) {
+                        dk += dS[(size_t)t * T + i] * q(t, d);
+                        dv += P[(size_t)t * T + i] * g(t, d);
+                    }
+                    size_t o = ((size_t)b * T + i) * ld + h * HS + d;
+                    dqkv[o] = (float)(dq * scale);
+                    dqkv[o + C] = (float)(dk * scale);
+                    dqkv[o + 2 * C] = (float)dv;
+                }
+        }
+}
+
+static double max_abs(const vec &a)
+{
+    double m = 0.0;
+    for (float x : a)
+        m = fmax(m, fabs((double)x));
+    return m;
+}
+
+/* max |got - want| / max |want|; a NaN is the worst error */
+static double rel_err(const vec &got, const vec &want)
+{
+    double worst = 0.0, scale = max_abs(want);
+    for (size_t i = 0; i < got.size(); i++) {
+        double d = fabs((double)got[i] - want[i]);
+        worst = std::isnan(d) ? INFINITY : fmax(worst, d);
+    }
+    return scale > 0.0 ? worst / scale : worst;
+}
+
+static void compare(const char *what, const vec &got, const vec &want, double tol)
+{
+    double e = rel_err(got, want);
+    printf("  %-36s rel err %.2e (tol %.0e)\n", what, e, tol);
+    CHECK(e <= tol, "%s: relative error %.3e above %.0e", what, e, tol);
+}
+
+template <int D> static void test_shape(int B, int T, int C, int NH)
+{
+    int HS = C / NH;
+    printf("mma attention (emulated), D %d: B=%d T=%d C=%d NH=%d (head size %d)\n", D, B, T, C,
+           NH, HS);
+    static uint64_t stream = 1;
+    vec qkv((size_t)B * T * 3 * C), dout((size_t)B * T * C);
+    uint64_t s1 = stream++, s2 = stream++;
+    for (size_t i = 0; i < qkv.size(); i++)
+        qkv[i] = -1.0f + 2.0f * (float)tr_rng_uniform(77, s1, i);
+    for (size_t i = 0; i < dout.size(); i++)
+        dout[i] = -1.0f + 2.0f * (float)tr_rng_uniform(77, s2, i);
+
+    emu_run r = run_kernels<D>(qkv, dout, B, T, C, NH, 1);
+
+    /* every element written exactly where it should be, and as a bf16 value */
+    size_t bad_out = 0, bad_lse = 0, bad_dqkv = 0;
+    for (float x : r.out)
+        bad_out += x == SENTINEL || tr_round_lowp(x, TR_PREC_BF16) != x;
+    for (float x : r.lse)
+        bad_lse += x == SENTINEL || !std::isfinite(x);
+    for (float x : r.dqkv)
+        bad_dqkv += x == SENTINEL || tr_round_lowp(x, TR_PREC_BF16) != x;
+    CHECK(bad_out == 0, "out: %zu of %zu elements unwritten or not bf16", bad_out, r.out.size());
+    CHECK(bad_lse == 0, "lse: %zu of %zu rows unwritten or not finite", bad_lse, r.lse.size());
+    CHECK(bad_dqkv == 0, "dqkv: %zu of %zu elements unwritten or not bf16", bad_dqkv,
+          r.dqkv.size());
+
+    /* the CPU kernels, as gpu.test_cuda_kernels compares them */
+    size_t natt = (size_t)B * NH * T * T;
+    vec out_cpu((size_t)B * T * C), att(natt), datt(natt), dqkv_cpu(qkv.size());
+    tr_cpu_attention_forward(out_cpu.data(), att.data(), qkv.data(), B, T, C, NH, TR_PREC_BF16);
+    tr_cpu_attention_backward(dqkv_cpu.data(), datt.data(), dout.data(), out_cpu.data(),
+                              qkv.data(), att.data(), B, T, C, NH, TR_PREC_BF16);
+    compare("out vs CPU kernel", r.out, out_cpu, 2e-2);
+    compare("dqkv vs CPU kernel", r.dqkv, dqkv_cpu, 2e-2);
+
+    vec out_ref, lse_ref, dqkv_ref;
+    reference(qkv, dout, B, T, C, NH, out_ref, lse_ref, dqkv_ref);
+    compare("out vs fp64", r.out, out_ref, 4e-3);
+    compare("lse vs fp64", r.lse, lse_ref, 1e-5);
+    compare("dqkv vs fp64", r.dqkv, dqkv_ref, 4e-3);
+
+    emu_run again = run_kernels<D>(qkv, dout, B, T, C, NH, 2);
+    CHECK(again.out == r.out && again.lse == r.lse && again.dqkv == r.dqkv,
+          "another thread schedule gave different bits");
+}
+
+int main(void)
+{
+    test_shape<32>(2, 16, 64, 4);   /* head size 16, padded to 32; one partial tile */
+    test_shape<32>(1, 70, 40, 2);   /* head size 20: 16-byte loads, padded columns */
+    test_shape<32>(1, 66, 42, 2);   /* head size 21: odd, element loads; T = 64 + 2 */
+    test_shape<64>(1, 130, 128, 2); /* GPT-2's head size 64; T ends 2 into a third tile */
+    test_shape<64>(2, 64, 96, 2);   /* head size 48, exactly one tile */
+    test_shape<64>(1, 200, 64, 1);  /* four tiles, the last partial */
+    printf("emulator: %ld thread switches\n", emu::M.switches);
+    return tr_test_finish();
+}

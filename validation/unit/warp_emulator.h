@@ -1,0 +1,253 @@
+/* warp_emulator.h: runs a CUDA kernel written against the primitives of
+ * src/cuda/attention_mma_kernels.cuh on the CPU, so that the CPU test suite can prove
+ * the index arithmetic of kernels that only a GPU could otherwise run.
+ *
+ * Each CUDA thread of a block is a coroutine (ucontext) with its own stack; one OS
+ * thread runs them. A thread runs until it reaches a synchronising operation
+ * (__syncthreads, __shfl_xor_sync, tr_mma_16816), where it waits for the others of its
+ * warp (or block) to arrive; then all of them go on. The schedule is random from a
+ * seed: lanes resume in shuffled order, and between two __syncthreads one warp at a
+ * time runs as far as it can, the warps in shuffled order. So a kernel that reads
+ * shared memory another thread writes without a barrier between them gets wrong
+ * results, or different results from one seed to the next, instead of the right
+ * ones by luck. Blocks run one after another.
+ *
+ * What it models, and what it does not:
+ *  - mma.sync m16n8k16 (bf16 in, fp32 out) by the PTX ISA's fragment layout, given in
+ *    attention_mma_kernels.cuh: each lane's accumulators from the whole warp's
+ *    fragments, summed in fp32 in k order (the tensor core's order is unspecified);
+ *  - __shfl_xor_sync over the full warp; __syncthreads over the block;
+ *  - shared memory: one buffer of exactly the launch's dynamic size, so an access past
+ *    it is a heap overflow that the sanitizer build reports;
+ *  - not: timing, occupancy, register counts, bank conflicts, warp divergence at a
+ *    collective (reported as a deadlock), or the GPU's own exp/log (the kernels call
+ *    tr_expf, which is the same function on both sides, and logf).
+ * Include it, then the kernels; C++ (g++), not CUDA. */
+#ifndef TR_WARP_EMULATOR_H
+#define TR_WARP_EMULATOR_H
+
+#include "backend/lowp_math.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+#include <ucontext.h>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+
+struct emu_dim3 {
+    unsigned x, y, z;
+};
+struct float4 {
+    float x, y, z, w;
+};
+
+inline emu_dim3 threadIdx, blockIdx; /* the running thread's, set before each resume */
+
+namespace emu {
+
+enum state { RUNNABLE, AT_WARP, AT_BLOCK, DONE };
+
+struct lane_slot { /* what a lane hands its warp at a collective */
+    uint32_t a[4], b[2];
+    float c[4], x;
+};
+
+struct machine {
+    int nthreads = 0;
+    std::vector<ucontext_t> ctx;
+    std::vector<state> st;
+    std::vector<char> stacks;
+    std::vector<lane_slot> slots;
+    unsigned char *smem = nullptr;        /* exactly the launch's bytes (new[]) */
+    ucontext_t sched;
+    int current = 0;
+    std::mt19937 rng{1};
+    std::function<void()> body;
+    long switches = 0;
+};
+inline machine M;
+static const size_t STACK = 128 * 1024;
+
+inline void wait(state s)
+{
+    M.st[M.current] = s;
+    swapcontext(&M.ctx[M.current], &M.sched);
+}
+
+inline void entry()
+{
+    M.body();
+    M.st[M.current] = DONE;
+    /* returns to uc_link, the scheduler */
+}
+
+/* Whether the warp's 32 lanes all wait at a collective; if so they go on. */
+inline bool release_warp(int w)
+{
+    for (int l = 0; l < 32; l++)
+        if (M.st[32 * w + l] != AT_WARP)
+            return false;
+    for (int l = 0; l < 32; l++)
+        M.st[32 * w + l] = RUNNABLE;
+    return true;
+}
+
+/* Runs warp w's lanes, in shuffled order, until none can go on: all have exited or
+ * wait at __syncthreads. */
+inline void run_warp(int w, std::vector<int> &order)
+{
+    for (;;) {
+        release_warp(w);
+        int n = 0;
+        for (int l = 0; l < 32; l++)
+            if (M.st[32 * w + l] == RUNNABLE)
+                order[n++] = 32 * w + l;
+        if (n == 0)
+            return;
+        std::shuffle(order.begin(), order.begin() + n, M.rng);
+        for (int i = 0; i < n; i++) {
+            M.current = order[i];
+            threadIdx = emu_dim3{(unsigned)order[i], 0, 0};
+            M.switches++;
+            swapcontext(&M.sched, &M.ctx[order[i]]);
+        }
+    }
+}
+
+/* A fresh coroutine for every thread of the block, each to start at entry(). Its own
+ * function: getcontext returns twice, which would make the caller's locals suspect. */
+__attribute__((noinline)) inline void start_threads()
+{
+    for (int t = 0; t < M.nthreads; t++) {
+        getcontext(&M.ctx[t]);
+        M.ctx[t].uc_stack.ss_sp = &M.stacks[(size_t)t * STACK];
+        M.ctx[t].uc_stack.ss_size = STACK;
+        M.ctx[t].uc_link = &M.sched;
+        makecontext(&M.ctx[t], entry, 0);
+        M.st[t] = RUNNABLE;
+    }
+}
+
+/* Runs body() as every thread of `grid` blocks of `threads` (a multiple of 32), with
+ * `smem` bytes of dynamic shared memory (all bits set first: NaN as floats, so a read
+ * before a write shows). Between two __syncthreads, one warp at a time runs as far as
+ * it can, the warps in a random order: the schedule that most separates warps, so a
+ * warp that overwrites a tile another still reads (a missing barrier) is caught. */
+inline void launch(unsigned grid, int threads, size_t smem, std::function<void()> body)
+{
+    if (threads % 32) {
+        fprintf(stderr, "warp_emulator: %d threads is not whole warps\n", threads);
+        exit(1);
+    }
+    int nwarps = threads / 32;
+    M.nthreads = threads;
+    M.ctx.assign(threads, ucontext_t{});
+    M.st.assign(threads, RUNNABLE);
+    M.stacks.assign((size_t)threads * STACK, 0);
+    M.slots.assign(threads, lane_slot{});
+    M.body = std::move(body);
+    std::vector<int> order(32), warps(nwarps);
+    delete[] M.smem;
+    M.smem = new unsigned char[smem > 0 ? smem : 1];
+    for (unsigned blk = 0; blk < grid; blk++) {
+        memset(M.smem, 0xff, smem);
+        blockIdx = emu_dim3{blk, 0, 0};
+        start_threads();
+        for (;;) {
+            for (int w = 0; w < nwarps; w++)
+                warps[w] = w;
+            std::shuffle(warps.begin(), warps.end(), M.rng);
+            for (int w : warps)
+                run_warp(w, order);
+            /* every warp is stuck: at __syncthreads, exited, or at different collectives */
+            int live = 0, at_block = 0;
+            for (int t = 0; t < threads; t++) {
+                live += M.st[t] != DONE;
+                at_block += M.st[t] == AT_BLOCK;
+            }
+            if (live == 0)
+                break;
+            if (at_block != live) {
+                fprintf(stderr, "warp_emulator: block %u deadlocks (threads wait at "
+                                "different collectives)\n", blk);
+                exit(1);
+            }
+            for (int t = 0; t < threads; t++)
+                if (M.st[t] == AT_BLOCK)
+                    M.st[t] = RUNNABLE;
+        }
+    }
+}
+
+inline lane_slot *warp_slots() { return &M.slots[M.current & ~31]; }
+
+} /* namespace emu */
+
+inline void __syncthreads() { emu::wait(emu::AT_BLOCK); }
+
+inline float __shfl_xor_sync(unsigned mask, float v, int m)
+{
+    (void)mask;
+    int lane = emu::M.current & 31;
+    emu::lane_slot *w = emu::warp_slots();
+    w[lane].x = v;
+    emu::wait(emu::AT_WARP);
+    float r = w[lane ^ m].x;
+    emu::wait(emu::AT_WARP); /* all read before any lane writes its next value */
+    return r;
+}
+
+/* bf16 value k of a packed pair (k = 0: bits 0-15) */
+inline float emu_bf16(uint32_t w, int k) { return tr_bf16_to_f32((uint16_t)(w >> (16 * k))); }
+
+inline void tr_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    int lane = emu::M.current & 31, g = lane / 4, t = lane % 4;
+    emu::lane_slot *w = emu::warp_slots();
+    memcpy(w[lane].a, a, sizeof w[lane].a);
+    memcpy(w[lane].b, b, sizeof w[lane].b);
+    emu::wait(emu::AT_WARP);
+    float out[4];
+    for (int e = 0; e < 4; e++) {
+        int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float acc = d[e];
+        for (int k = 0; k < 16; k++) {
+            /* A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8) */
+            const emu::lane_slot &la = w[4 * (row % 8) + (k % 8) / 2];
+            float av = emu_bf16(la.a[(row >= 8) + 2 * (k >= 8)], k % 2);
+            /* B[k][col]: lane 4 col + (k % 8) / 2, register (k >= 8) */
+            const emu::lane_slot &lb = w[4 * col + (k % 8) / 2];
+            float bv = emu_bf16(lb.b[k >= 8], k % 2);
+            acc += av * bv;
+        }
+        out[e] = acc;
+    }
+    emu::wait(emu::AT_WARP);
+    memcpy(d, out, sizeof out);
+}
+
+inline uint32_t tr_pack_bf16x2(float lo, float hi)
+{
+    return (uint32_t)tr_f32_to_bf16(lo) | (uint32_t)tr_f32_to_bf16(hi) << 16;
+}
+
+inline uint32_t TR_LDS32(const uint16_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+inline void TR_STS32(uint16_t *p, uint32_t v) { memcpy(p, &v, sizeof v); }
+
+#define TR_DYNAMIC_SMEM(name) unsigned char *name = emu::M.smem
+
+#endif
