@@ -64,20 +64,21 @@ template <int D> struct mma_layout {
 };
 
 /* Rows row0.. of src (fp32, stride lds; `vec`: 16-byte loads allowed) as bf16 into
- * dst: row-major [64][LD] if rows_out, else transposed [D][MMA_LK]. Rows >= T and
- * columns >= HS are zero. The whole block takes part: each thread converts 4
- * consecutive columns of one row, consecutive threads the next 4 columns of the same
- * row for row-major stores and the same 4 columns of the next row for transposed ones,
- * whose 16-bit stores then fall in consecutive halves of a bank row (the other order
- * would put a warp's 32 stores in 2 banks). */
+ * `rows` (row-major [64][LD]) and/or `cols` (transposed, [D][MMA_LK]), either may be
+ * null: one global read for both layouts. Rows >= T and columns >= HS are zero. The
+ * whole block takes part: each thread converts 4 consecutive columns of one row;
+ * consecutive threads take the same 4 columns of the next row where a transposed tile
+ * is stored (its 16-bit stores then fall in consecutive halves of a bank row; the
+ * other order would put a warp's 32 stores in 2 banks), else the next 4 columns of
+ * the same row. */
 template <int D>
-__device__ static void mma_load(uint16_t *dst, bool rows_out, const float *src, size_t lds,
+__device__ static void mma_load(uint16_t *rows, uint16_t *cols, const float *src, size_t lds,
                                 int row0, int T, int HS, bool vec)
 {
     const int LD = mma_layout<D>::LD;
     for (int e = threadIdx.x; e < MMA_TILE * D / 4; e += MMA_THREADS) {
-        int r = rows_out ? e / (D / 4) : e % MMA_TILE;
-        int d = rows_out ? e % (D / 4) * 4 : e / MMA_TILE * 4, i = row0 + r;
+        int r = cols ? e % MMA_TILE : e / (D / 4);
+        int d = cols ? e / MMA_TILE * 4 : e % (D / 4) * 4, i = row0 + r;
         float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (i < T) {
             const float *s = src + (size_t)i * lds + d;
@@ -91,14 +92,15 @@ __device__ static void mma_load(uint16_t *dst, bool rows_out, const float *src, 
             }
         }
         uint32_t lo = tr_pack_bf16x2(x[0], x[1]), hi = tr_pack_bf16x2(x[2], x[3]);
-        if (rows_out) {
-            TR_STS32(dst + r * LD + d, lo);
-            TR_STS32(dst + r * LD + d + 2, hi);
-        } else {
-            dst[(d + 0) * MMA_LK + r] = (uint16_t)(lo & 0xffffu);
-            dst[(d + 1) * MMA_LK + r] = (uint16_t)(lo >> 16);
-            dst[(d + 2) * MMA_LK + r] = (uint16_t)(hi & 0xffffu);
-            dst[(d + 3) * MMA_LK + r] = (uint16_t)(hi >> 16);
+        if (rows) {
+            TR_STS32(rows + r * LD + d, lo);
+            TR_STS32(rows + r * LD + d + 2, hi);
+        }
+        if (cols) {
+            cols[(d + 0) * MMA_LK + r] = (uint16_t)(lo & 0xffffu);
+            cols[(d + 1) * MMA_LK + r] = (uint16_t)(lo >> 16);
+            cols[(d + 2) * MMA_LK + r] = (uint16_t)(hi & 0xffffu);
+            cols[(d + 3) * MMA_LK + r] = (uint16_t)(hi >> 16);
         }
     }
 }
@@ -214,7 +216,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     size_t ld = 3 * (size_t)C;
     const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
     int i0 = tile * MMA_TILE, last = (i0 + MMA_TILE < T ? i0 + MMA_TILE : T) - 1;
-    mma_load<D>(Qs, true, q, ld, i0, T, HS, vec);
+    mma_load<D>(Qs, nullptr, q, ld, i0, T, HS, vec);
     __syncthreads();
     uint32_t qf[D / 16][4];
     mma_a_frags<D>(qf, Qs, warp, lane);
@@ -230,8 +232,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     for (int j0 = 0; j0 <= last; j0 += MMA_TILE) {
         __syncthreads(); /* the last tile's K and V are read */
-        mma_load<D>(Ks, true, k, ld, j0, T, HS, vec);
-        mma_load<D>(Vt, false, v, ld, j0, T, HS, vec);
+        mma_load<D>(Ks, nullptr, k, ld, j0, T, HS, vec);
+        mma_load<D>(nullptr, Vt, v, ld, j0, T, HS, vec);
         __syncthreads();
         float s[8][4];
         mma_scores<D>(s, qf, Ks, lane);
@@ -304,8 +306,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int j0 = tile * MMA_TILE;
     /* the warp's keys' K and V fragments, staged through the Q and dO tiles */
-    mma_load<D>(Qs, true, k, ld, j0, T, HS, vec);
-    mma_load<D>(dOs, true, v, ld, j0, T, HS, vec);
+    mma_load<D>(Qs, nullptr, k, ld, j0, T, HS, vec);
+    mma_load<D>(dOs, nullptr, v, ld, j0, T, HS, vec);
     __syncthreads();
     uint32_t kf[D / 16][4], vf[D / 16][4];
     mma_a_frags<D>(kf, Qs, warp, lane);
@@ -319,10 +321,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     int key[2] = {j0 + 16 * warp + lane / 4, j0 + 16 * warp + lane / 4 + 8};
     for (int i0 = j0; i0 < T; i0 += MMA_TILE) {
         __syncthreads(); /* the fragments, or the last tile, are read */
-        mma_load<D>(Qs, true, q, ld, i0, T, HS, vec);
-        mma_load<D>(Qt, false, q, ld, i0, T, HS, vec);
-        mma_load<D>(dOs, true, dO, C, i0, T, HS, vec);
-        mma_load<D>(dOt, false, dO, C, i0, T, HS, vec);
+        mma_load<D>(Qs, Qt, q, ld, i0, T, HS, vec);
+        mma_load<D>(dOs, dOt, dO, C, i0, T, HS, vec);
         for (int e = threadIdx.x; e < MMA_TILE; e += MMA_THREADS) {
             int i = i0 + e;
             Lt[e] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
@@ -370,8 +370,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int i0 = tile * MMA_TILE, last = (i0 + MMA_TILE < T ? i0 + MMA_TILE : T) - 1;
     /* the warp's queries' Q and dO fragments, staged through the K and V tiles */
-    mma_load<D>(Ks, true, q, ld, i0, T, HS, vec);
-    mma_load<D>(Vs, true, dO, C, i0, T, HS, vec);
+    mma_load<D>(Ks, nullptr, q, ld, i0, T, HS, vec);
+    mma_load<D>(Vs, nullptr, dO, C, i0, T, HS, vec);
     __syncthreads();
     uint32_t qf[D / 16][4], of[D / 16][4];
     mma_a_frags<D>(qf, Ks, warp, lane);
@@ -390,9 +390,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
     for (int j0 = 0; j0 <= last; j0 += MMA_TILE) {
         __syncthreads(); /* the fragments, or the last tile, are read */
-        mma_load<D>(Ks, true, k, ld, j0, T, HS, vec);
-        mma_load<D>(Vs, true, v, ld, j0, T, HS, vec);
-        mma_load<D>(Kt, false, k, ld, j0, T, HS, vec);
+        mma_load<D>(Ks, Kt, k, ld, j0, T, HS, vec);
+        mma_load<D>(Vs, nullptr, v, ld, j0, T, HS, vec);
         __syncthreads();
         float p[8][4], ds[8][4];
         mma_scores<D>(p, qf, Ks, lane);  /* S = Q K^T */
