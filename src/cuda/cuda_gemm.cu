@@ -36,6 +36,7 @@
  */
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/gemm_kernels.cuh"
 
 #include "backend/lowp_math.h"   /* tr_precision */
 #include "backend/scalar_math.h" /* tr_expf */
@@ -75,40 +76,6 @@ int tr_cuda_gemm_precision(void) { return g_gemm_format; }
 static cublasComputeType_t fast_compute_type(int format)
 {
     return format == TR_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F;
-}
-
-/* dst [rows][cols] (packed) = src [rows][cols] (row stride ld) in bf16 or fp16,
- * rounded to nearest even as tr_round_lowp rounds (exact for the values the model
- * has rounded). */
-template <typename H> __device__ static inline H to_16(float x);
-template <> __device__ inline __nv_bfloat16 to_16<__nv_bfloat16>(float x)
-{
-    return __float2bfloat16_rn(x);
-}
-template <> __device__ inline __half to_16<__half>(float x) { return __float2half_rn(x); }
-
-template <typename H>
-__global__ static void cast_packed4_kernel(H *dst, const float4 *src, size_t n4)
-{
-    TR_GRID_STRIDE(i, n4)
-    {
-        float4 v = src[i];
-        dst[4 * i] = to_16<H>(v.x);
-        dst[4 * i + 1] = to_16<H>(v.y);
-        dst[4 * i + 2] = to_16<H>(v.z);
-        dst[4 * i + 3] = to_16<H>(v.w);
-    }
-}
-
-/* Strided rows (a column slice of a wider matrix): rows over the grid's y, columns
- * over x, so no thread divides an index (a 64-bit division per element would cost
- * more than the copy of the LM head's 800 M logits). */
-template <typename H>
-__global__ static void cast_rows_kernel(H *dst, const float *src, int rows, int cols, int ld)
-{
-    for (int r = blockIdx.y; r < rows; r += gridDim.y)
-        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += blockDim.x * gridDim.x)
-            dst[(size_t)r * cols + c] = to_16<H>(src[(size_t)r * ld + c]);
 }
 
 template <typename H>
@@ -248,39 +215,6 @@ void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const 
     tr_cuda_gemm(0, 1, B, OUT, IN, 1.0f, inp, IN, w, IN, beta, out, OUT);
 }
 
-/* Column sums of src[R, C] (leading dimension ld), the first of the two kernels of
- * TR_CUDA_COL_PARTIAL_FLOATS: block (x, y) owns 32 adjacent columns (one coalesced
- * 128-byte row segment per warp) of row block y of RB; lane y' of its
- * TR_CUDA_COL_LANES adds the block's rows y', y' + LANES, ... in order, then the
- * lanes' sums are added in lane order into partial[y][c]. The blocks visit every
- * element once, so where copy is not NULL they also write src's 16-bit copy there
- * (packed, C wide) as they read it: the bias gradient and the copy of dout that the
- * weight products take, in one pass over dout instead of two. */
-template <typename H>
-__global__ static void colsum_partial_kernel(float *partial, H *copy, const float *src, size_t R,
-                                             int C, int ld, int RB)
-{
-    __shared__ float part[TR_CUDA_COL_LANES][32];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    size_t per = (R + RB - 1) / RB, r0 = blockIdx.y * per, r1 = r0 + per < R ? r0 + per : R;
-    float acc = 0.0f;
-    if (c < C)
-        for (size_t r = r0 + threadIdx.y; r < r1; r += TR_CUDA_COL_LANES) {
-            float v = src[r * ld + c];
-            acc += v;
-            if (copy)
-                copy[r * C + c] = to_16<H>(v);
-        }
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float s = 0.0f;
-        for (int y = 0; y < TR_CUDA_COL_LANES; y++)
-            s += part[y][threadIdx.x];
-        partial[(size_t)blockIdx.y * C + c] = s;
-    }
-}
-
 /* Where linear_backward's 16-bit copy of dout's columns comes from: dout itself, or
  * (the LM head's, xent_linear_backward) the logits and the softmax's row statistics,
  * from which the copy is made as xent_shard_backward makes dlogits. */
@@ -292,29 +226,6 @@ typedef struct dout_source {
     float scale;
     int v0, nreal, format;
 } dout_source;
-
-/* dst [B][n] (16-bit, packed) = d[:, o0:o0 + n) of the B x ld matrix xent_backward would
- * store (cuda_xent.cu: the same arithmetic), rows over the grid's y as cast_rows_kernel */
-template <typename H>
-__global__ static void xent_grad_16_kernel(H *dst, const float *logits, const float *stats,
-                                           const int *targets, float scale, int rows, int n,
-                                           int ld, int o0, int v0, int nreal, int format)
-{
-    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-        long t = (long)targets[r] - v0;
-        float mx = stats[2 * r], inv = stats[2 * r + 1];
-        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n; c += blockDim.x * gridDim.x) {
-            int j = o0 + c;
-            float d = 0.0f;
-            if (j < nreal) {
-                float x = tr_round_lowp(logits[(size_t)r * ld + j], format);
-                float p = __fmul_rn(tr_expf(x - mx), inv);
-                d = tr_round_lowp(scale * (p - (j == t ? 1.0f : 0.0f)), format);
-            }
-            dst[(size_t)r * n + c] = to_16<H>(d);
-        }
-    }
-}
 
 /* the 16-bit copy of dout's columns [o0, o0 + n) into dst (packed, ld n) */
 static void copy_dout_16(void *dst, const dout_source *s, int B, int o0, int n, int ld)

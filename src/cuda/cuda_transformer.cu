@@ -10,12 +10,9 @@
  * of cuda_gemm.cu's bias gradient. */
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/norm_kernels.cuh"
 
-#include "backend/gelu_math.h"
 #include "backend/lowp_math.h" /* tr_round_lowp */
-extern "C" {
-#include "backend/transformer_kernels.h" /* TR_LAYERNORM_EPS */
-}
 
 /* ---- embedding ------------------------------------------------------------------ */
 
@@ -142,109 +139,6 @@ void tr_cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, con
 
 /* ---- layernorm ------------------------------------------------------------------ */
 
-/* One warp per row: C of a few hundred to a few thousand is 10-100 elements a lane,
- * and the row's sums are warp shuffles (no shared memory, no block barrier). */
-#define LN_ROWS_PER_BLOCK (TR_CUDA_BLOCK / 32)
-
-__global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd,
-                                                const float *inp, const float *weight,
-                                                const float *bias, size_t BT, int C, int format)
-{
-    size_t r = (size_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (r >= BT)
-        return;
-    const float *x = inp + r * C;
-    float *o = out + r * C;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32)
-        s += x[c];
-    float m = tr_warp_sum(s) / (float)C;
-    float v = 0.0f; /* two passes, as on the CPU: no cancellation for large means */
-    for (int c = lane; c < C; c += 32) {
-        float dx = x[c] - m;
-        v += dx * dx;
-    }
-    v = tr_warp_sum(v);
-    float rs = 1.0f / sqrtf(v / (float)C + TR_LAYERNORM_EPS);
-    for (int c = lane; c < C; c += 32)
-        o[c] = tr_round_lowp((x[c] - m) * rs * weight[c] + bias[c], format);
-    if (lane == 0) {
-        mean[r] = m;
-        rstd[r] = rs;
-    }
-}
-
-/* dinp = rstd (g - mean_c(g) - n mean_c(g n)), g = w dout, n = (x - mean) rstd; dout
- * read as values of format, dinp (+= where accumulate) rounded to it */
-__global__ static void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
-                                                      const float *inp, const float *weight,
-                                                      const float *mean, const float *rstd,
-                                                      size_t BT, int C, int format,
-                                                      int accumulate)
-{
-    size_t r = (size_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (r >= BT)
-        return;
-    const float *x = inp + r * C, *d = dout + r * C;
-    float *di = dinp + r * C;
-    float m = mean[r], rs = rstd[r];
-    float sg = 0.0f, sgn = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float g = weight[c] * tr_round_lowp(d[c], format);
-        sg += g;
-        sgn += g * (x[c] - m) * rs;
-    }
-    sg = tr_warp_sum(sg) / (float)C;
-    sgn = tr_warp_sum(sgn) / (float)C;
-    for (int c = lane; c < C; c += 32) {
-        float n = (x[c] - m) * rs;
-        float v = rs * (weight[c] * tr_round_lowp(d[c], format) - sg - n * sgn);
-        /* __fadd_rn: never contracted into an FMA with v's product, as the CPU adds */
-        di[c] = tr_round_lowp(accumulate ? __fadd_rn(di[c], v) : v, format);
-    }
-}
-
-/* dweight += sum_r dout n, dbias += sum_r dout: column sums in two kernels (see
- * TR_CUDA_COL_PARTIAL_FLOATS). Block (x, y) takes channels [32 x, 32 x + 32) and
- * row block y of RB; its TR_CUDA_COL_LANES row lanes each add rows lane,
- * lane + LANES, ... of the block in order, then the lanes are added in lane order
- * into partial[y][c] (weights) and partial[RB + y][c] (biases). */
-#define LN_LANES TR_CUDA_COL_LANES
-
-__global__ static void layernorm_backward_params_partial_kernel(float *partial,
-                                                                const float *dout,
-                                                                const float *inp,
-                                                                const float *mean,
-                                                                const float *rstd, size_t BT,
-                                                                int C, int RB, int format)
-{
-    __shared__ float pw[LN_LANES][32], pb[LN_LANES][32];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    size_t per = (BT + RB - 1) / RB, r0 = blockIdx.y * per;
-    size_t r1 = r0 + per < BT ? r0 + per : BT;
-    float aw = 0.0f, ab = 0.0f;
-    if (c < C)
-        for (size_t r = r0 + threadIdx.y; r < r1; r += LN_LANES) {
-            float d = tr_round_lowp(dout[r * C + c], format);
-            aw += d * ((inp[r * C + c] - mean[r]) * rstd[r]);
-            ab += d;
-        }
-    pw[threadIdx.y][threadIdx.x] = aw;
-    pb[threadIdx.y][threadIdx.x] = ab;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float sw = 0.0f, sb = 0.0f;
-        for (int y = 0; y < LN_LANES; y++) {
-            sw += pw[y][threadIdx.x];
-            sb += pb[y][threadIdx.x];
-        }
-        partial[(size_t)blockIdx.y * C + c] = sw;
-        partial[(size_t)(RB + blockIdx.y) * C + c] = sb;
-    }
-}
-
 void tr_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                const float *weight, const float *bias, int B, int T, int C,
                                int format)
@@ -286,29 +180,6 @@ void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const
 }
 
 /* ---- GELU and residual ---------------------------------------------------------- */
-
-__global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n)
-{
-    TR_GRID_STRIDE(i, n) out[i] = tr_gelu(inp[i]);
-}
-
-/* dinp may be dout: each element is read before it is written, by one thread; inp
- * and dout are read as values of format */
-__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
-                                            size_t n, int format)
-{
-    TR_GRID_STRIDE(i, n)
-    dinp[i] = tr_round_lowp(tr_gelu_grad(tr_round_lowp(inp[i], format)) *
-                                tr_round_lowp(dout[i], format),
-                            format);
-}
-
-__global__ static void residual_kernel(float *out, const float *a, const float *b, size_t n,
-                                       int format)
-{
-    TR_GRID_STRIDE(i, n)
-    out[i] = tr_round_lowp(tr_round_lowp(a[i], format) + tr_round_lowp(b[i], format), format);
-}
 
 void tr_cuda_gelu_forward(float *out, const float *inp, size_t n)
 {

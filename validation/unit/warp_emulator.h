@@ -1,28 +1,36 @@
-/* warp_emulator.h: runs a CUDA kernel written against the primitives of
- * src/cuda/attention_mma_kernels.cuh on the CPU, so that the CPU test suite can prove
- * the index arithmetic of kernels that only a GPU could otherwise run.
+/* warp_emulator.h: runs CUDA kernels on the CPU, so that the CPU test suite can prove
+ * the index arithmetic, masking and rounding of kernels that only a GPU could
+ * otherwise run. It takes kernels written as device code free of CUDA headers
+ * (src/cuda/ headers: attention_mma_kernels.cuh, xent_kernels.cuh, gemm_kernels.cuh,
+ * norm_kernels.cuh, with cuda_launch.cuh's reductions), compiled by g++ as C++.
  *
  * Each CUDA thread of a block is a coroutine (ucontext) with its own stack; one OS
  * thread runs them. A thread runs until it reaches a synchronising operation
- * (__syncthreads, __shfl_xor_sync, tr_mma_16816), where it waits for the others of its
- * warp (or block) to arrive; then all of them go on. The schedule is random from a
- * seed: lanes resume in shuffled order, and between two __syncthreads one warp at a
- * time runs as far as it can, the warps in shuffled order. So a kernel that reads
- * shared memory another thread writes without a barrier between them gets wrong
- * results, or different results from one seed to the next, instead of the right
+ * (__syncthreads, __syncwarp, __shfl_xor_sync, tr_mma_16816), where it waits for the
+ * others of its warp (or block) to arrive; then all of them go on. The schedule is
+ * random from a seed: lanes resume in shuffled order, and between two __syncthreads
+ * one warp at a time runs as far as it can, the warps in shuffled order. So a kernel
+ * that reads shared memory another thread writes without a barrier between them gets
+ * wrong results, or different results from one seed to the next, instead of the right
  * ones by luck. Blocks run one after another.
  *
  * What it models, and what it does not:
+ *  - 1-3 dimensional grids and blocks (threadIdx, blockIdx, blockDim, gridDim); warps
+ *    are 32 consecutive linear thread ids, as on the GPU;
  *  - mma.sync m16n8k16 (bf16 in, fp32 out) by the PTX ISA's fragment layout, given in
  *    attention_mma_kernels.cuh: each lane's accumulators from the whole warp's
  *    fragments, summed in fp32 in k order (the tensor core's order is unspecified);
- *  - __shfl_xor_sync over the full warp; __syncthreads over the block;
- *  - shared memory: one buffer of exactly the launch's dynamic size, so an access past
+ *  - __shfl_xor_sync of any type up to 8 bytes over the full warp; __syncthreads over
+ *    the block; __shared__ variables (one copy: blocks run one at a time);
+ *  - dynamic shared memory: one buffer of exactly the launch's size, so an access past
  *    it is a heap overflow that the sanitizer build reports;
- *  - not: timing, occupancy, register counts, bank conflicts, warp divergence at a
- *    collective (reported as a deadlock), or the GPU's own exp/log (the kernels call
- *    tr_expf, which is the same function on both sides, and logf).
- * Include it, then the kernels; C++ (g++), not CUDA. */
+ *  - bf16 and fp16 values as their bits, rounded by lowp_math.h (round to nearest
+ *    even, as __float2bfloat16_rn and __float2half_rn); __fmul_rn and __fadd_rn as C's
+ *    own operations (g++ does not contract them into FMAs for this x86-64 target);
+ *  - not: timing, occupancy, register counts, bank conflicts, the memory model beyond
+ *    barriers, warp divergence at a collective (reported as a deadlock), or the GPU's
+ *    own exp/log (the kernels call tr_expf, the same function on both sides, and logf).
+ * Include it first, then the kernels; C++ (g++), not CUDA. */
 #ifndef TR_WARP_EMULATOR_H
 #define TR_WARP_EMULATOR_H
 
@@ -40,17 +48,32 @@
 
 #define __global__
 #define __device__
+#define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
+#define __shared__ static /* blocks run one after another: one copy is the block's */
 
-struct emu_dim3 {
+struct dim3 {
     unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 struct float4 {
     float x, y, z, w;
 };
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+struct __half {
+    uint16_t bits;
+};
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{tr_f32_to_bf16(f)}; }
+inline __half __float2half_rn(float f) { return __half{tr_f32_to_f16(f)}; }
+/* the named roundings: C's own float operations, which g++ does not contract here */
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
 
-inline emu_dim3 threadIdx, blockIdx; /* the running thread's, set before each resume */
+/* the running thread's, set before each resume */
+inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 namespace emu {
 
@@ -58,7 +81,8 @@ enum state { RUNNABLE, AT_WARP, AT_BLOCK, DONE };
 
 struct lane_slot { /* what a lane hands its warp at a collective */
     uint32_t a[4], b[2];
-    float c[4], x;
+    float c[4];
+    unsigned char x[8]; /* a shuffled value's bytes */
 };
 
 struct machine {
@@ -75,7 +99,7 @@ struct machine {
     long switches = 0;
 };
 inline machine M;
-static const size_t STACK = 128 * 1024;
+static const size_t STACK = 64 * 1024;
 
 inline void wait(state s)
 {
@@ -116,7 +140,9 @@ inline void run_warp(int w, std::vector<int> &order)
         std::shuffle(order.begin(), order.begin() + n, M.rng);
         for (int i = 0; i < n; i++) {
             M.current = order[i];
-            threadIdx = emu_dim3{(unsigned)order[i], 0, 0};
+            unsigned id = (unsigned)order[i];
+            threadIdx = dim3(id % blockDim.x, id / blockDim.x % blockDim.y,
+                             id / (blockDim.x * blockDim.y));
             M.switches++;
             swapcontext(&M.sched, &M.ctx[order[i]]);
         }
@@ -137,13 +163,14 @@ __attribute__((noinline)) inline void start_threads()
     }
 }
 
-/* Runs body() as every thread of `grid` blocks of `threads` (a multiple of 32), with
- * `smem` bytes of dynamic shared memory (all bits set first: NaN as floats, so a read
- * before a write shows). Between two __syncthreads, one warp at a time runs as far as
- * it can, the warps in a random order: the schedule that most separates warps, so a
- * warp that overwrites a tile another still reads (a missing barrier) is caught. */
-inline void launch(unsigned grid, int threads, size_t smem, std::function<void()> body)
+/* Runs body() as every thread of a `grid` of `block`s (whole warps), with `smem` bytes
+ * of dynamic shared memory (all bits set first: NaN as floats, so a read before a
+ * write shows). Between two __syncthreads, one warp at a time runs as far as it can,
+ * the warps in a random order: the schedule that most separates warps, so a warp that
+ * overwrites a tile another still reads (a missing barrier) is caught. */
+inline void launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body)
 {
+    int threads = (int)(block.x * block.y * block.z);
     if (threads % 32) {
         fprintf(stderr, "warp_emulator: %d threads is not whole warps\n", threads);
         exit(1);
@@ -152,40 +179,50 @@ inline void launch(unsigned grid, int threads, size_t smem, std::function<void()
     M.nthreads = threads;
     M.ctx.assign(threads, ucontext_t{});
     M.st.assign(threads, RUNNABLE);
-    M.stacks.assign((size_t)threads * STACK, 0);
+    if (M.stacks.size() < (size_t)threads * STACK)
+        M.stacks.resize((size_t)threads * STACK);
     M.slots.assign(threads, lane_slot{});
     M.body = std::move(body);
     std::vector<int> order(32), warps(nwarps);
     delete[] M.smem;
     M.smem = new unsigned char[smem > 0 ? smem : 1];
-    for (unsigned blk = 0; blk < grid; blk++) {
-        memset(M.smem, 0xff, smem);
-        blockIdx = emu_dim3{blk, 0, 0};
-        start_threads();
-        for (;;) {
-            for (int w = 0; w < nwarps; w++)
-                warps[w] = w;
-            std::shuffle(warps.begin(), warps.end(), M.rng);
-            for (int w : warps)
-                run_warp(w, order);
-            /* every warp is stuck: at __syncthreads, exited, or at different collectives */
-            int live = 0, at_block = 0;
-            for (int t = 0; t < threads; t++) {
-                live += M.st[t] != DONE;
-                at_block += M.st[t] == AT_BLOCK;
+    blockDim = block;
+    gridDim = grid;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                memset(M.smem, 0xff, smem);
+                blockIdx = dim3(bx, by, bz);
+                start_threads();
+                for (;;) {
+                    for (int w = 0; w < nwarps; w++)
+                        warps[w] = w;
+                    std::shuffle(warps.begin(), warps.end(), M.rng);
+                    for (int w : warps)
+                        run_warp(w, order);
+                    /* every warp is stuck: at __syncthreads, exited, or at different
+                     * collectives */
+                    int live = 0, at_block = 0;
+                    for (int t = 0; t < threads; t++) {
+                        live += M.st[t] != DONE;
+                        at_block += M.st[t] == AT_BLOCK;
+                    }
+                    if (live == 0)
+                        break;
+                    if (at_block != live) {
+                        fprintf(stderr, "warp_emulator: block (%u, %u, %u) deadlocks (threads "
+                                        "wait at different collectives)\n", bx, by, bz);
+                        exit(1);
+                    }
+                    for (int t = 0; t < threads; t++)
+                        if (M.st[t] == AT_BLOCK)
+                            M.st[t] = RUNNABLE;
+                }
             }
-            if (live == 0)
-                break;
-            if (at_block != live) {
-                fprintf(stderr, "warp_emulator: block %u deadlocks (threads wait at "
-                                "different collectives)\n", blk);
-                exit(1);
-            }
-            for (int t = 0; t < threads; t++)
-                if (M.st[t] == AT_BLOCK)
-                    M.st[t] = RUNNABLE;
-        }
-    }
+}
+inline void launch(unsigned grid, int threads, size_t smem, std::function<void()> body)
+{
+    launch(dim3(grid), dim3((unsigned)threads), smem, std::move(body));
 }
 
 inline lane_slot *warp_slots() { return &M.slots[M.current & ~31]; }
@@ -194,16 +231,24 @@ inline lane_slot *warp_slots() { return &M.slots[M.current & ~31]; }
 
 inline void __syncthreads() { emu::wait(emu::AT_BLOCK); }
 
-inline float __shfl_xor_sync(unsigned mask, float v, int m)
+template <typename T> inline T __shfl_xor_sync(unsigned mask, T v, int m)
 {
+    static_assert(sizeof(T) <= sizeof(emu::lane_slot::x), "shuffled type too large");
     (void)mask;
     int lane = emu::M.current & 31;
     emu::lane_slot *w = emu::warp_slots();
-    w[lane].x = v;
+    memcpy(w[lane].x, &v, sizeof v);
     emu::wait(emu::AT_WARP);
-    float r = w[lane ^ m].x;
+    T r;
+    memcpy(&r, w[lane ^ m].x, sizeof r);
     emu::wait(emu::AT_WARP); /* all read before any lane writes its next value */
     return r;
+}
+
+inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    (void)mask;
+    emu::wait(emu::AT_WARP);
 }
 
 /* bf16 value k of a packed pair (k = 0: bits 0-15) */

@@ -1,0 +1,135 @@
+/* xent_kernels.cuh: the device code of cuda_xent.cu (which launches it): the softmax
+ * cross-entropy over a padded vocabulary and the vocabulary shards' steps. Free of
+ * CUDA headers, so validation/unit/test_cuda_kernels_emu.cpp runs it on the CPU under
+ * the warp emulator. */
+#ifndef TR_XENT_KERNELS_CUH
+#define TR_XENT_KERNELS_CUH
+
+#include "backend/lowp_math.h"   /* tr_round_lowp */
+#include "backend/scalar_math.h" /* tr_expf */
+#include "cuda/cuda_launch.cuh"
+
+#include <math.h>
+
+#define XENT_BLOCK 512 /* threads of the block-per-row kernels */
+
+/* The sum of exp(x - mx) over row x[0..n) (as values of format) of a block-per-row
+ * kernel, in double, to every thread. */
+__device__ static double sum_exp(const float *x, int n, float mx, double *shared, int format)
+{
+    double s = 0.0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        s += tr_expf(tr_round_lowp(x[j], format) - mx);
+    return tr_block_sum(s, shared);
+}
+
+__device__ static float row_max(const float *x, int n, float *shared)
+{
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        mx = x[j] > mx ? x[j] : mx;
+    return tr_block_max(mx, shared);
+}
+
+/* One pass over the row: each thread keeps a running max and a sum of exponentials
+ * rescaled when its max grows (an online softmax), and the block combines them (each
+ * thread's sum times exp(its max - the row's), added in double in a fixed tree). The
+ * probabilities are not written: backward recomputes them from the row's max and
+ * 1 / sum (stats). A GPT-2 row is 50 K logits, 3.3 GB a step at 16 x 1024: a pass
+ * over them is about 1.1 ms of an H100's bandwidth, writing them another. */
+__global__ static void xent_padded_forward_kernel(float *stats, float *losses,
+                                                  const float *logits, const int *targets,
+                                                  int V, int Vp, int format)
+{
+    __shared__ float fsh[32];
+    __shared__ double dsh[32];
+    size_t r = blockIdx.x;
+    const float *x = logits + r * Vp;
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float xj = tr_round_lowp(x[j], format); /* the logits as values of format */
+        if (xj > m) {
+            s = s * tr_expf(m - xj) + 1.0f; /* m = -inf at first: 0 * tiny + 1 */
+            m = xj;
+        } else {
+            s += tr_expf(xj - m);
+        }
+    }
+    float mx = tr_block_max(m, fsh);
+    /* a thread without columns has s = 0: it adds 0 */
+    double sum = tr_block_sum((double)s * tr_expf(m - mx), dsh);
+    /* -log softmax[target] = log(sum) - (x[target] - max): exact where p underflows */
+    if (threadIdx.x == 0) {
+        float xtarget = tr_round_lowp(x[targets[r]], format);
+        stats[2 * r] = mx;
+        stats[2 * r + 1] = (float)(1.0 / sum);
+        losses[r] = (float)(log(sum) - ((double)xtarget - mx));
+    }
+}
+
+/* dlogits = scale (softmax - onehot(target)) on real columns, rounded to format, 0 on
+ * padded ones, the softmax recomputed from the logits (as values of format) and the
+ * row's stats as the CPU recomputes it; element-wise, so dlogits may be logits */
+__global__ static void xent_backward_kernel(float *dlogits, const float *logits,
+                                            const float *stats, const int *targets,
+                                            float scale, size_t BT, int W, int v0, int nreal,
+                                            int format)
+{
+    TR_GRID_STRIDE(i, BT * W)
+    {
+        size_t r = i / W;
+        int j = (int)(i % W);
+        long t = (long)targets[r] - v0;
+        float d = 0.0f;
+        if (j < nreal) {
+            /* __fmul_rn: p rounded as the CPU rounds it, never fused into the next op */
+            float p = __fmul_rn(tr_expf(tr_round_lowp(logits[i], format) - stats[2 * r]),
+                                stats[2 * r + 1]);
+            d = tr_round_lowp(scale * (p - (j == t ? 1.0f : 0.0f)), format);
+        }
+        dlogits[i] = d;
+    }
+}
+
+/* the max of the values of format is the max rounded: rounding is monotonic */
+__global__ static void xent_shard_max_kernel(float *rowmax, const float *logits, int Vl,
+                                             int nreal, int format)
+{
+    __shared__ float fsh[32];
+    size_t r = blockIdx.x;
+    float mx = row_max(logits + r * Vl, nreal, fsh);
+    if (threadIdx.x == 0)
+        rowmax[r] = tr_round_lowp(mx, format);
+}
+
+/* sums[r] = (sum of exp(x - rowmax) over the held real columns, the target's
+ * x - rowmax where this shard holds the target, else 0) */
+__global__ static void xent_shard_sums_kernel(double *sums, const float *logits,
+                                              const float *rowmax, const int *targets, int Vl,
+                                              int v0, int nreal, int format)
+{
+    __shared__ double dsh[32];
+    size_t r = blockIdx.x;
+    const float *x = logits + r * Vl;
+    float mx = rowmax[r];
+    double s = sum_exp(x, nreal, mx, dsh, format);
+    if (threadIdx.x == 0) {
+        long t = (long)targets[r] - v0;
+        sums[2 * r] = s;
+        sums[2 * r + 1] =
+            t >= 0 && t < nreal ? (double)tr_round_lowp(x[t], format) - mx : 0.0;
+    }
+}
+
+__global__ static void xent_shard_finish_kernel(float *stats, float *losses, const double *sums,
+                                                const float *rowmax, size_t BT)
+{
+    TR_GRID_STRIDE(r, BT)
+    {
+        stats[2 * r] = rowmax[r];
+        stats[2 * r + 1] = (float)(1.0 / sums[2 * r]);
+        losses[r] = (float)(log(sums[2 * r]) - sums[2 * r + 1]);
+    }
+}
+
+#endif

@@ -1,0 +1,380 @@
+/* test_cuda_kernels_emu.cpp: CUDA kernels that changed after the last GPU run, run on
+ * the CPU by the warp emulator (warp_emulator.h) with the launch configurations of
+ * their .cu files, against the CPU kernels: the cross-entropy's statistics, losses and
+ * gradient (whole vocabulary and shards), the 16-bit operand copies (casts, the bias
+ * gradient's column sums with dout's copy, the LM head's dlogits copy), layernorm
+ * forward and backward (accumulating into the residual stream's gradient), GELU and
+ * the residual add.
+ *
+ * Where the GPU code claims the CPU's bits (the same float operations in the same
+ * order: the cross-entropy's gradient from the same statistics, the copies, the
+ * element-wise kernels) the check is bit for bit; where it sums in another order
+ * (block reductions, column partials), within a stated tolerance. gpu.test_cuda_kernels
+ * checks the same kernels on a GPU; this proves their index arithmetic, masking and
+ * rounding on every build, GPU or not. */
+#include "warp_emulator.h" /* first: the CUDA built-ins the kernels use */
+
+#include "cuda/gemm_kernels.cuh"
+#include "cuda/norm_kernels.cuh"
+#include "cuda/xent_kernels.cuh"
+
+extern "C" {
+#include "backend/transformer_kernels.h"
+#include "core/rng.h"
+}
+#include "test_util.h"
+
+#include <cmath>
+#include <vector>
+
+typedef std::vector<float> vec;
+static uint64_t g_stream = 1;
+
+static vec rand_vec(size_t n, float lo, float hi)
+{
+    vec v(n);
+    uint64_t s = g_stream++;
+    for (size_t i = 0; i < n; i++)
+        v[i] = lo + (hi - lo) * (float)tr_rng_uniform(99, s, i);
+    return v;
+}
+
+static const char *fmt_name(int f)
+{
+    return f == TR_PREC_BF16 ? "bf16" : f == TR_PREC_FP16 ? "fp16" : "fp32";
+}
+
+/* max |a - b| / max |b| (a NaN on either side is the worst) */
+template <typename T> static double rel_err(const std::vector<T> &a, const std::vector<T> &b)
+{
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < b.size(); i++) {
+        scale = fmax(scale, fabs((double)b[i]));
+        double d = fabs((double)a[i] - (double)b[i]);
+        worst = std::isnan(d) ? INFINITY : fmax(worst, d);
+    }
+    return scale > 0.0 ? worst / scale : worst;
+}
+
+template <typename T>
+static void check_close(const char *what, const std::vector<T> &got, const std::vector<T> &want,
+                  double tol)
+{
+    double e = rel_err(got, want);
+    printf("  %-44s rel err %.2e (tol %.0e)\n", what, e, tol);
+    CHECK(e <= tol, "%s: relative error %.3e above %.0e", what, e, tol);
+}
+
+template <typename T>
+static void same_bits(const char *what, const std::vector<T> &got, const std::vector<T> &want)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < want.size(); i++)
+        bad += memcmp(&got[i], &want[i], sizeof(T)) != 0;
+    printf("  %-44s %zu of %zu differ (bit for bit)\n", what, bad, want.size());
+    CHECK(bad == 0, "%s: %zu of %zu values differ from the CPU's bits", what, bad, want.size());
+}
+
+static std::vector<int> targets_in(size_t n, int V)
+{
+    std::vector<int> t(n);
+    for (size_t i = 0; i < n; i++)
+        t[i] = (int)(tr_rng_uniform(7, g_stream, i) * V) % V;
+    g_stream++;
+    return t;
+}
+
+/* ---- the cross-entropy ----------------------------------------------------------- */
+
+static void test_xent_padded(int BT, int V, int Vp, int format)
+{
+    printf("xent over a padded vocabulary (%s): BT %d, V %d of %d\n", fmt_name(format), BT, V,
+           Vp);
+    vec logits = rand_vec((size_t)BT * Vp, -6.0f, 6.0f);
+    std::vector<int> tgt = targets_in(BT, V);
+    vec stats(2 * BT), losses(BT), cpu_stats(2 * BT), cpu_losses(BT);
+    float *st = stats.data(), *lo = losses.data();
+    const float *x = logits.data();
+    const int *t = tgt.data();
+    emu::launch(dim3(BT), dim3(XENT_BLOCK), 0,
+                [&] { xent_padded_forward_kernel(st, lo, x, t, V, Vp, format); });
+    tr_cpu_xent_padded_forward(cpu_stats.data(), cpu_losses.data(), x, t, 1, BT, V, Vp, format);
+    check_close("forward stats (max, 1/sum)", stats, cpu_stats, 1e-6);
+    check_close("forward losses", losses, cpu_losses, 1e-6);
+    /* backward from the CPU's statistics: the same float operations, so the same bits */
+    float scale = 1.0f / BT;
+    vec d((size_t)BT * Vp, 12345.0f), cpu_d((size_t)BT * Vp);
+    float *dp = d.data();
+    const float *cs = cpu_stats.data();
+    size_t n = (size_t)BT * Vp;
+    emu::launch(dim3(tr_cuda_grid(n)), dim3(TR_CUDA_BLOCK), 0, [&] {
+        xent_backward_kernel(dp, x, cs, t, scale, (size_t)BT, Vp, 0, V, format);
+    });
+    tr_cpu_xent_padded_backward(cpu_d.data(), x, cs, t, scale, 1, BT, V, Vp, format);
+    same_bits("backward dlogits", d, cpu_d);
+}
+
+/* The four shard steps at tp = 2 (the second shard holding padding only past V). */
+static void test_xent_shards(int BT, int V, int Vp, int format)
+{
+    printf("xent over 2 vocabulary shards (%s): BT %d, V %d of %d\n", fmt_name(format), BT, V,
+           Vp);
+    int Vl = Vp / 2;
+    vec logits = rand_vec((size_t)BT * Vp, -6.0f, 6.0f);
+    std::vector<int> tgt = targets_in(BT, V);
+    const int *t = tgt.data();
+    vec gmax(BT, -INFINITY), cpu_gmax(BT, -INFINITY);
+    std::vector<vec> shard(2);
+    for (int s = 0; s < 2; s++) { /* shard s's columns, [BT, Vl] */
+        shard[s].resize((size_t)BT * Vl);
+        for (int r = 0; r < BT; r++)
+            for (int j = 0; j < Vl; j++)
+                shard[s][(size_t)r * Vl + j] = logits[(size_t)r * Vp + s * Vl + j];
+    }
+    for (int s = 0; s < 2; s++) {
+        int v0 = s * Vl, nreal = V - v0 < Vl ? (V - v0 > 0 ? V - v0 : 0) : Vl;
+        vec rmax(BT), cpu_rmax(BT);
+        float *rm = rmax.data();
+        const float *x = shard[s].data();
+        emu::launch(dim3(BT), dim3(XENT_BLOCK), 0,
+                    [&] { xent_shard_max_kernel(rm, x, Vl, nreal, format); });
+        tr_cpu_xent_shard_max(cpu_rmax.data(), x, BT, Vl, nreal, format);
+        same_bits(s ? "shard 1 max" : "shard 0 max", rmax, cpu_rmax);
+        for (int r = 0; r < BT; r++)
+            cpu_gmax[r] = fmaxf(cpu_gmax[r], cpu_rmax[r]);
+    }
+    std::vector<double> sums(2 * BT, 0.0), cpu_sums(2 * BT, 0.0);
+    for (int s = 0; s < 2; s++) {
+        int v0 = s * Vl, nreal = V - v0 < Vl ? (V - v0 > 0 ? V - v0 : 0) : Vl;
+        std::vector<double> part(2 * BT), cpu_part(2 * BT);
+        double *pp = part.data();
+        const float *x = shard[s].data(), *gm = cpu_gmax.data();
+        emu::launch(dim3(BT), dim3(XENT_BLOCK), 0,
+                    [&] { xent_shard_sums_kernel(pp, x, gm, t, Vl, v0, nreal, format); });
+        tr_cpu_xent_shard_sums(cpu_part.data(), x, gm, t, BT, Vl, v0, nreal, format);
+        check_close(s ? "shard 1 sums" : "shard 0 sums", part, cpu_part, 1e-12);
+        for (int i = 0; i < 2 * BT; i++)
+            cpu_sums[i] += cpu_part[i];
+    }
+    vec stats(2 * BT), losses(BT), cpu_stats(2 * BT), cpu_losses(BT);
+    float *st = stats.data(), *lo = losses.data();
+    const double *cs = cpu_sums.data();
+    const float *gm = cpu_gmax.data();
+    emu::launch(dim3(tr_cuda_grid(BT)), dim3(TR_CUDA_BLOCK), 0,
+                [&] { xent_shard_finish_kernel(st, lo, cs, gm, (size_t)BT); });
+    tr_cpu_xent_shard_finish(cpu_stats.data(), cpu_losses.data(), cs, gm, BT);
+    same_bits("finish stats", stats, cpu_stats);
+    same_bits("finish losses", losses, cpu_losses);
+}
+
+/* ---- the 16-bit operand copies ---------------------------------------------------- */
+
+template <typename H> static uint16_t bits16(float x);
+template <> uint16_t bits16<__nv_bfloat16>(float x) { return tr_f32_to_bf16(x); }
+template <> uint16_t bits16<__half>(float x) { return tr_f32_to_f16(x); }
+
+template <typename H> static std::vector<uint16_t> raw(const std::vector<H> &v)
+{
+    std::vector<uint16_t> r(v.size());
+    memcpy(r.data(), v.data(), v.size() * 2);
+    return r;
+}
+
+/* cast_16_as's two kernels, a column slice [c0, c0 + cols) of a rows x ld matrix */
+template <typename H> static void test_casts(int rows, int cols, int ld, int c0)
+{
+    printf("16-bit copies (%s): %d x %d of %d columns from %d\n",
+           sizeof(H) == 2 && bits16<H>(1.0f) == 0x3f80 ? "bf16" : "fp16", rows, cols, ld, c0);
+    vec src = rand_vec((size_t)rows * ld, -3.0f, 3.0f);
+    std::vector<uint16_t> want((size_t)rows * cols);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            want[(size_t)r * cols + c] = bits16<H>(src[(size_t)r * ld + c0 + c]);
+    std::vector<H> dst((size_t)rows * cols);
+    H *d = dst.data();
+    const float *s = src.data() + c0;
+    unsigned gx = (unsigned)((cols + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK);
+    /* the .cu's grid, and one that makes both grid-stride loops turn */
+    dim3 grids[2] = {dim3(gx < 64 ? gx : 64, (unsigned)rows), dim3(1, 3)};
+    for (const dim3 &g : grids) {
+        std::fill(dst.begin(), dst.end(), H{0xffff});
+        emu::launch(g, dim3(TR_CUDA_BLOCK), 0,
+                    [&] { cast_rows_kernel<H>(d, s, rows, cols, ld); });
+        same_bits(g.y == 3 ? "cast_rows (small grid)" : "cast_rows", raw(dst), want);
+    }
+    if (c0 == 0 && ld == cols && (size_t)rows * cols % 4 == 0) {
+        std::fill(dst.begin(), dst.end(), H{0xffff});
+        size_t n4 = (size_t)rows * cols / 4;
+        const float4 *s4 = reinterpret_cast<const float4 *>(src.data());
+        emu::launch(dim3(tr_cuda_grid(n4)), dim3(TR_CUDA_BLOCK), 0,
+                    [&] { cast_packed4_kernel<H>(d, s4, n4); });
+        same_bits("cast_packed4", raw(dst), want);
+    }
+}
+
+/* colsum_partials + tr_cuda_add_partials: dout's column sums, and its 16-bit copy */
+template <typename H> static void test_colsum(int R, int C)
+{
+    printf("bias gradient's column sums with dout's 16-bit copy: %d x %d\n", R, C);
+    vec src = rand_vec((size_t)R * C, -1.0f, 1.0f);
+    int RB = tr_cuda_row_blocks((size_t)R, (size_t)C);
+    vec partial((size_t)RB * C, NAN);
+    std::vector<H> copy((size_t)R * C, H{0xffff});
+    float *p = partial.data();
+    H *cp = copy.data();
+    const float *s = src.data();
+    emu::launch(dim3((unsigned)((C + 31) / 32), (unsigned)RB), dim3(32, TR_CUDA_COL_LANES), 0,
+                [&] { colsum_partial_kernel<H>(p, cp, s, (size_t)R, C, C, RB); });
+    std::vector<double> sum(C, 0.0), want(C, 0.0);
+    for (int c = 0; c < C; c++) {
+        for (int y = 0; y < RB; y++) /* tr_cuda_add_partials' order */
+            sum[c] += partial[(size_t)y * C + c];
+        for (int r = 0; r < R; r++)
+            want[c] += src[(size_t)r * C + c];
+    }
+    check_close("column sums (RB row blocks, in order)", sum, want, 1e-6);
+    std::vector<uint16_t> wcopy((size_t)R * C);
+    for (size_t i = 0; i < wcopy.size(); i++)
+        wcopy[i] = bits16<H>(src[i]);
+    same_bits("dout's 16-bit copy", raw(copy), wcopy);
+}
+
+/* copy_dout_16 from the logits: the 16-bit copy of dlogits' columns [o0, o0 + n) of a
+ * shard (v0, nreal), against the CPU's dlogits converted */
+template <typename H> static void test_xent_grad_16(int BT, int Vl, int v0, int nreal, int o0,
+                                                    int n, int format)
+{
+    printf("LM head's dlogits copy (%s): BT %d, columns [%d, %d) of a shard of %d from %d "
+           "(%d real)\n", fmt_name(format), BT, o0, o0 + n, Vl, v0, nreal);
+    vec logits = rand_vec((size_t)BT * Vl, -6.0f, 6.0f);
+    std::vector<int> tgt = targets_in(BT, v0 + Vl + 5);
+    vec rmax(BT), stats(2 * BT), losses(BT);
+    std::vector<double> sums(2 * BT);
+    tr_cpu_xent_shard_max(rmax.data(), logits.data(), BT, Vl, nreal, format);
+    tr_cpu_xent_shard_sums(sums.data(), logits.data(), rmax.data(), tgt.data(), BT, Vl, v0, nreal,
+                           format);
+    tr_cpu_xent_shard_finish(stats.data(), losses.data(), sums.data(), rmax.data(), BT);
+    float scale = 0.37f;
+    vec d((size_t)BT * Vl);
+    tr_cpu_xent_shard_backward(d.data(), logits.data(), stats.data(), tgt.data(), scale, BT, Vl,
+                               v0, nreal, format);
+    std::vector<uint16_t> want((size_t)BT * n);
+    for (int r = 0; r < BT; r++)
+        for (int c = 0; c < n; c++)
+            want[(size_t)r * n + c] = bits16<H>(d[(size_t)r * Vl + o0 + c]);
+    std::vector<H> dst((size_t)BT * n, H{0xffff});
+    H *dp = dst.data();
+    const float *x = logits.data(), *st = stats.data();
+    const int *t = tgt.data();
+    unsigned gx = (unsigned)((n + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK);
+    dim3 grids[2] = {dim3(gx < 64 ? gx : 64, (unsigned)BT), dim3(1, 2)};
+    for (const dim3 &g : grids) {
+        std::fill(dst.begin(), dst.end(), H{0xffff});
+        emu::launch(g, dim3(TR_CUDA_BLOCK), 0, [&] {
+            xent_grad_16_kernel<H>(dp, x, st, t, scale, BT, n, Vl, o0, v0, nreal, format);
+        });
+        same_bits(g.y == 2 ? "dlogits' copy (small grid)" : "dlogits' copy", raw(dst), want);
+    }
+}
+
+/* ---- layernorm, GELU, residual ------------------------------------------------------ */
+
+static void test_layernorm(int BT, int C, int format, int accumulate)
+{
+    printf("layernorm (%s%s): BT %d, C %d\n", fmt_name(format), accumulate ? ", accumulate" : "",
+           BT, C);
+    vec inp = rand_vec((size_t)BT * C, -2.0f, 3.0f), w = rand_vec(C, 0.5f, 1.5f);
+    vec b = rand_vec(C, -0.5f, 0.5f), dout = rand_vec((size_t)BT * C, -1.0f, 1.0f);
+    for (float &x : inp) /* a stored activation: a value of the format */
+        x = tr_round_lowp(x, format);
+    vec out((size_t)BT * C), mean(BT), rstd(BT), cpu_out((size_t)BT * C), cpu_mean(BT),
+        cpu_rstd(BT);
+    float *o = out.data(), *m = mean.data(), *rs = rstd.data();
+    const float *x = inp.data(), *wp = w.data(), *bp = b.data();
+    unsigned blocks = (unsigned)((BT + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+    emu::launch(dim3(blocks), dim3(TR_CUDA_BLOCK), 0, [&] {
+        layernorm_forward_kernel(o, m, rs, x, wp, bp, (size_t)BT, C, format);
+    });
+    tr_cpu_layernorm_forward(cpu_out.data(), cpu_mean.data(), cpu_rstd.data(), x, wp, bp, 1, BT,
+                             C, format);
+    double tol = format == TR_PREC_FP32 ? 1e-5 : 8e-3; /* one 16-bit step where sums differ */
+    check_close("forward out", out, cpu_out, tol);
+    check_close("forward mean", mean, cpu_mean, 1e-5);
+    check_close("forward rstd", rstd, cpu_rstd, 1e-5);
+
+    /* backward from the CPU's statistics, as tr_cuda_layernorm_backward launches it */
+    vec dinp0 = rand_vec((size_t)BT * C, -1.0f, 1.0f);
+    for (float &v : dinp0)
+        v = tr_round_lowp(v, format);
+    vec dinp = dinp0, cpu_dinp = dinp0, dw(C, 0.25f), db(C, -0.5f), cpu_dw = dw, cpu_db = db;
+    int RB = tr_cuda_row_blocks((size_t)BT, 2 * (size_t)C);
+    vec partial((size_t)2 * RB * C, NAN);
+    float *p = partial.data(), *di = dinp.data();
+    const float *d = dout.data(), *cm = cpu_mean.data(), *cr = cpu_rstd.data();
+    emu::launch(dim3((unsigned)((C + 31) / 32), (unsigned)RB), dim3(32, LN_LANES), 0, [&] {
+        layernorm_backward_params_partial_kernel(p, d, x, cm, cr, (size_t)BT, C, RB, format);
+    });
+    for (int c = 0; c < C; c++) /* tr_cuda_add_partials, in order */
+        for (int y = 0; y < RB; y++) {
+            dw[c] += partial[(size_t)y * C + c];
+            db[c] += partial[(size_t)(RB + y) * C + c];
+        }
+    emu::launch(dim3(blocks), dim3(TR_CUDA_BLOCK), 0, [&] {
+        layernorm_backward_dinp_kernel(di, d, x, wp, cm, cr, (size_t)BT, C, format, accumulate);
+    });
+    tr_cpu_layernorm_backward(cpu_dinp.data(), cpu_dw.data(), cpu_db.data(), d, x, wp, cm, cr, 1,
+                              BT, C, format, accumulate);
+    check_close("backward dinp", dinp, cpu_dinp, tol);
+    check_close("backward dweight (+= partials)", dw, cpu_dw, 1e-5);
+    check_close("backward dbias (+= partials)", db, cpu_db, 1e-5);
+    if (format != TR_PREC_FP32) {
+        size_t bad = 0;
+        for (float v : dinp)
+            bad += tr_round_lowp(v, format) != v;
+        CHECK(bad == 0, "backward dinp: %zu values not of the format", bad);
+    }
+}
+
+static void test_elementwise(size_t n, int format)
+{
+    printf("GELU and residual add (%s): n %zu\n", fmt_name(format), n);
+    vec a = rand_vec(n, -4.0f, 4.0f), b = rand_vec(n, -4.0f, 4.0f);
+    vec got(n, NAN), want(n);
+    float *g = got.data();
+    const float *ap = a.data(), *bp = b.data();
+    dim3 grid(tr_cuda_grid(n) > 3 ? 3 : tr_cuda_grid(n)); /* grid-stride turns */
+    if (format == TR_PREC_FP32) { /* GELU's forward has no format: its output is rounded
+                                     by whoever reads it */
+        emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { gelu_forward_kernel(g, ap, n); });
+        tr_cpu_gelu_forward(want.data(), ap, n);
+        check_close("gelu_forward", got, want, 1e-6);
+        std::fill(got.begin(), got.end(), NAN);
+    }
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { gelu_backward_kernel(g, ap, bp, n, format); });
+    tr_cpu_gelu_backward(want.data(), ap, bp, n, format);
+    check_close("gelu_backward", got, want, format == TR_PREC_FP32 ? 1e-6 : 8e-3);
+    std::fill(got.begin(), got.end(), NAN);
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { residual_kernel(g, ap, bp, n, format); });
+    tr_cpu_residual_forward(want.data(), ap, bp, n, format);
+    same_bits("residual", got, want);
+}
+
+int main(void)
+{
+    for (int f = TR_PREC_FP32; f <= TR_PREC_FP16; f++) {
+        test_xent_padded(37, 300, 320, f);
+        test_xent_shards(19, 290, 320, f);
+        test_layernorm(45, 100, f, 0);
+        test_layernorm(45, 100, f, 1);
+        test_elementwise(5000, f);
+    }
+    test_casts<__nv_bfloat16>(7, 300, 300, 0);
+    test_casts<__half>(5, 260, 700, 33);
+    test_colsum<__nv_bfloat16>(70, 100);
+    test_colsum<__half>(1100, 40);
+    test_xent_grad_16<__nv_bfloat16>(9, 320, 0, 300, 17, 280, TR_PREC_BF16);
+    test_xent_grad_16<__half>(9, 320, 320, 0, 0, 320, TR_PREC_FP16);    /* padding only */
+    test_xent_grad_16<__nv_bfloat16>(9, 320, 320, 100, 60, 260, TR_PREC_BF16); /* target held */
+    printf("emulator: %ld thread switches\n", emu::M.switches);
+    return tr_test_finish();
+}
