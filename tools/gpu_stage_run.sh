@@ -5,9 +5,10 @@
 # (the path it was built at is linked here when it differs and does not exist; the
 # script stops if that path holds something else), then runs
 # ctest -L gpu, validation/bench/gpu_mfu.sh (with the default attention kernels, then
-# with TRAINER_CUDA_ATTENTION=mma) and compute-sanitizer on the kernel tests, each log
-# under $OUT (default /tmp/gpu-stage-out). Knobs: CTEST_ARGS,
-# ONLY="commands" to run those instead of the three checks, and PROFILE=1 to add
+# with TRAINER_CUDA_ATTENTION=mma), the two attention forms alone
+# (gpu_attention_bench) and compute-sanitizer on the kernel tests, each log under
+# $OUT (default /tmp/gpu-stage-out). Knobs: CTEST_ARGS, ONLY="commands" to run
+# those instead of these checks, and PROFILE=1 to add
 # validation/bench/gpu_profile.sh (a step's time per kernel under ncu: minutes) after
 # them, its CSV kept under $OUT.
 ROOT=$PWD
@@ -55,6 +56,8 @@ exec > >(tee "$OUT/mfu.log") 2>&1
 validation/bench/gpu_mfu.sh
 exec > >(tee "$OUT/mfu_mma.log") 2>&1
 TRAINER_CUDA_ATTENTION=mma validation/bench/gpu_mfu.sh
+exec > >(tee "$OUT/attention.log") 2>&1
+build/validation/gpu_attention_bench
 exec > >(tee "$OUT/sanitizer.log") 2>&1
 CS=$(command -v compute-sanitizer || find /usr/local /opt -name compute-sanitizer -type f | head -1)
 "$CS" --error-exitcode 9 build/validation/test_cuda_kernels 2>&1 | tail -5
