@@ -194,8 +194,8 @@ void tr_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, siz
 {
     if (n == 0)
         return;
-    gelu_backward_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(dinp, inp,
-                                                                                 dout, n, format);
+    gelu_backward_kernel<<<tr_cuda_grid((n + 3) / 4), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        dinp, inp, dout, n, format, tr_cuda_vec4(dinp, inp, dout));
     TR_CUDA_LAUNCHED();
 }
 
@@ -203,7 +203,7 @@ void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t
 {
     if (n == 0)
         return;
-    residual_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(out, a, b, n,
-                                                                            format);
+    residual_kernel<<<tr_cuda_grid((n + 3) / 4), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        out, a, b, n, format, tr_cuda_vec4(out, a, b));
     TR_CUDA_LAUNCHED();
 }

@@ -335,27 +335,36 @@ static void test_layernorm(int BT, int C, int format, int accumulate)
     }
 }
 
-static void test_elementwise(size_t n, int format)
+/* GELU's backward and the residual add four elements a thread: 16-byte accesses where
+ * every pointer is aligned (off = 0), scalar ones else, a partial last group (n odd) */
+static void test_elementwise(size_t n, int format, int off)
 {
-    printf("GELU and residual add (%s): n %zu\n", fmt_name(format), n);
-    vec a = rand_vec(n, -4.0f, 4.0f), b = rand_vec(n, -4.0f, 4.0f);
-    vec got(n, NAN), want(n);
-    float *g = got.data();
-    const float *ap = a.data(), *bp = b.data();
-    dim3 grid(tr_cuda_grid(n) > 3 ? 3 : tr_cuda_grid(n)); /* grid-stride turns */
-    if (format == TR_PREC_FP32) { /* GELU's forward has no format: its output is rounded
-                                     by whoever reads it */
+    printf("GELU and residual add (%s): n %zu, pointers %s\n", fmt_name(format), n,
+           off ? "4 bytes off 16-byte alignment" : "16-byte aligned");
+    vec a = rand_vec(n + 1, -4.0f, 4.0f), b = rand_vec(n + 1, -4.0f, 4.0f);
+    vec got(n + 1, NAN), want(n + 1, NAN);
+    float *g = got.data() + off;
+    const float *ap = a.data() + off, *bp = b.data() + off;
+    int v4 = tr_cuda_vec4(g, ap, bp);
+    CHECK(v4 == !off, "tr_cuda_vec4: %d for pointers %s", v4, off ? "off alignment" : "aligned");
+    /* a grid smaller than the groups: the grid-stride loops turn */
+    size_t groups = (n + 3) / 4;
+    dim3 grid(tr_cuda_grid(groups) > 3 ? 3 : tr_cuda_grid(groups));
+    if (format == TR_PREC_FP32 && !off) { /* GELU's forward has no format: its output is
+                                              rounded by whoever reads it */
         emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { gelu_forward_kernel(g, ap, n); });
-        tr_cpu_gelu_forward(want.data(), ap, n);
-        check_close("gelu_forward", got, want, 1e-6);
+        tr_cpu_gelu_forward(want.data() + off, ap, n);
+        check_close("gelu_forward", vec(got.begin(), got.begin() + n),
+                    vec(want.begin(), want.begin() + n), 1e-6);
         std::fill(got.begin(), got.end(), NAN);
     }
-    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { gelu_backward_kernel(g, ap, bp, n, format); });
-    tr_cpu_gelu_backward(want.data(), ap, bp, n, format);
-    check_close("gelu_backward", got, want, format == TR_PREC_FP32 ? 1e-6 : 8e-3);
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0,
+                [&] { gelu_backward_kernel(g, ap, bp, n, format, v4); });
+    tr_cpu_gelu_backward(want.data() + off, ap, bp, n, format);
+    same_bits("gelu_backward", got, want);
     std::fill(got.begin(), got.end(), NAN);
-    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { residual_kernel(g, ap, bp, n, format); });
-    tr_cpu_residual_forward(want.data(), ap, bp, n, format);
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { residual_kernel(g, ap, bp, n, format, v4); });
+    tr_cpu_residual_forward(want.data() + off, ap, bp, n, format);
     same_bits("residual", got, want);
 }
 
@@ -366,7 +375,8 @@ int main(void)
         test_xent_shards(19, 290, 320, f);
         test_layernorm(45, 100, f, 0);
         test_layernorm(45, 100, f, 1);
-        test_elementwise(5000, f);
+        test_elementwise(5001, f, 0);
+        test_elementwise(4098, f, 1);
     }
     test_casts<__nv_bfloat16>(7, 300, 300, 0);
     test_casts<__half>(5, 260, 700, 33);
