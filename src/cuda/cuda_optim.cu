@@ -6,38 +6,12 @@
  * made once on the host, in double, as on the CPU, and passed by value. */
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/optim_kernels.cuh"
 
 #include "backend/lowp_math.h"
 #include "backend/scalar_math.h"
 
 #include <stdint.h>
-
-/* lowp (where not NULL) gets each updated param rounded to format: mixed precision's
- * working copy, in the update's own pass */
-__global__ static void sgd_kernel(float *param, float *buf, const float *grad, size_t n,
-                                  float lr, float momentum, float weight_decay, float *lowp,
-                                  int format)
-{
-    /* momentum == 0: plain SGD, buf may be NULL and is never touched */
-    TR_GRID_STRIDE(i, n)
-    {
-        tr_sgd_elem(&param[i], momentum != 0.0f ? &buf[i] : NULL, grad[i], lr, momentum,
-                    weight_decay);
-        if (lowp)
-            lowp[i] = tr_round_lowp(param[i], format);
-    }
-}
-
-__global__ static void adamw_kernel(float *param, float *m, float *v, const float *grad, size_t n,
-                                    tr_adamw_consts c, float *lowp, int format)
-{
-    TR_GRID_STRIDE(i, n)
-    {
-        tr_adamw_elem(&param[i], &m[i], &v[i], grad[i], &c);
-        if (lowp)
-            lowp[i] = tr_round_lowp(param[i], format);
-    }
-}
 
 __global__ static void scale_kernel(float *x, size_t n, float a)
 {
@@ -63,8 +37,10 @@ void tr_cuda_adamw_update(float *param, float *m, float *v, const float *grad, s
     if (n == 0)
         return;
     tr_adamw_consts c = tr_adamw_make_consts(lr, beta1, beta2, eps, weight_decay, t);
-    adamw_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(param, m, v, grad, n, c,
-                                                                          lowp, format);
+    int vec = ((uintptr_t)param | (uintptr_t)m | (uintptr_t)v | (uintptr_t)grad |
+               (uintptr_t)lowp) % 16 == 0;
+    adamw_kernel<<<tr_cuda_grid((n + 3) / 4), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        param, m, v, grad, n, c, lowp, format, vec);
     TR_CUDA_LAUNCHED();
 }
 

@@ -3,8 +3,8 @@
  * their .cu files, against the CPU kernels: the cross-entropy's statistics, losses and
  * gradient (whole vocabulary and shards), the 16-bit operand copies (casts, the bias
  * gradient's column sums with dout's copy, the LM head's dlogits copy), layernorm
- * forward and backward (accumulating into the residual stream's gradient), GELU and
- * the residual add.
+ * forward and backward (accumulating into the residual stream's gradient), GELU, the
+ * residual add, and the AdamW and SGD updates with mixed precision's working copy.
  *
  * Where the GPU code claims the CPU's bits (the same float operations in the same
  * order: the cross-entropy's gradient from the same statistics, the copies, the
@@ -16,9 +16,11 @@
 
 #include "cuda/gemm_kernels.cuh"
 #include "cuda/norm_kernels.cuh"
+#include "cuda/optim_kernels.cuh"
 #include "cuda/xent_kernels.cuh"
 
 extern "C" {
+#include "backend/cpu_backend.h"
 #include "backend/transformer_kernels.h"
 #include "core/rng.h"
 }
@@ -368,6 +370,53 @@ static void test_elementwise(size_t n, int format, int off)
     same_bits("residual", got, want);
 }
 
+/* ---- the optimizers ---------------------------------------------------------------- */
+
+/* AdamW four parameters a thread (aligned: 16-byte accesses; off: scalar), SGD one, with
+ * and without the working copy, against the CPU's update: the same scalar_math.h
+ * functions, so the same bits */
+static void test_optim(size_t n, int off, int format)
+{
+    printf("optimizers (working copy %s): n %zu, pointers %s\n",
+           format == TR_PREC_FP32 ? "none" : fmt_name(format), n,
+           off ? "4 bytes off 16-byte alignment" : "16-byte aligned");
+    vec p0 = rand_vec(n + 1, -1.0f, 1.0f), m0 = rand_vec(n + 1, -0.1f, 0.1f);
+    vec v0 = rand_vec(n + 1, 0.0f, 0.01f), g0 = rand_vec(n + 1, -1.0f, 1.0f);
+    vec p = p0, m = m0, v = v0, lowp(n + 1, NAN), cp = p0, cm = m0, cv = v0, clowp(n + 1, NAN);
+    float *lw = format == TR_PREC_FP32 ? nullptr : lowp.data() + off;
+    float *clw = format == TR_PREC_FP32 ? nullptr : clowp.data() + off;
+    float *pp = p.data() + off, *mp = m.data() + off, *vp = v.data() + off;
+    const float *gp = g0.data() + off;
+    tr_adamw_consts c = tr_adamw_make_consts(3e-3f, 0.9, 0.95, 1e-8f, 0.1f, 7);
+    int vec4 = ((uintptr_t)pp | (uintptr_t)mp | (uintptr_t)vp | (uintptr_t)gp | (uintptr_t)lw) %
+                   16 == 0;
+    CHECK(vec4 == !off, "adamw: 16-byte accesses %d with pointers %s", vec4,
+          off ? "off alignment" : "aligned");
+    size_t groups = (n + 3) / 4;
+    dim3 grid(tr_cuda_grid(groups) > 2 ? 2 : tr_cuda_grid(groups));
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0,
+                [&] { adamw_kernel(pp, mp, vp, gp, n, c, lw, format, vec4); });
+    tr_cpu_adamw_update(cp.data() + off, cm.data() + off, cv.data() + off, gp, n, 3e-3f, 0.9, 0.95,
+                        1e-8f, 0.1f, 7, clw, format);
+    same_bits("adamw params", p, cp);
+    same_bits("adamw m", m, cm);
+    same_bits("adamw v", v, cv);
+    same_bits("adamw working copy", lowp, clowp);
+    for (float mom : {0.9f, 0.0f}) {
+        p = p0, m = m0, cp = p0, cm = m0;
+        std::fill(lowp.begin(), lowp.end(), NAN);
+        std::fill(clowp.begin(), clowp.end(), NAN);
+        float *buf = mom != 0.0f ? m.data() + off : nullptr;
+        emu::launch(dim3(tr_cuda_grid(n) > 2 ? 2 : tr_cuda_grid(n)), dim3(TR_CUDA_BLOCK), 0,
+                    [&] { sgd_kernel(pp, buf, gp, n, 0.05f, mom, 1e-4f, lw, format); });
+        tr_cpu_sgd_update(cp.data() + off, mom != 0.0f ? cm.data() + off : nullptr, gp, n, 0.05f,
+                          mom, 1e-4f, clw, format);
+        same_bits(mom != 0.0f ? "sgd (momentum) params" : "sgd params", p, cp);
+        same_bits(mom != 0.0f ? "sgd (momentum) buffer" : "sgd buffer (untouched)", m, cm);
+        same_bits("sgd working copy", lowp, clowp);
+    }
+}
+
 int main(void)
 {
     for (int f = TR_PREC_FP32; f <= TR_PREC_FP16; f++) {
@@ -378,6 +427,9 @@ int main(void)
         test_elementwise(5001, f, 0);
         test_elementwise(4098, f, 1);
     }
+    test_optim(4099, 0, TR_PREC_BF16);
+    test_optim(4098, 1, TR_PREC_FP16);
+    test_optim(1001, 0, TR_PREC_FP32);
     test_casts<__nv_bfloat16>(7, 300, 300, 0);
     test_casts<__half>(5, 260, 700, 33);
     test_colsum<__nv_bfloat16>(70, 100);

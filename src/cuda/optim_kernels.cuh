@@ -1,0 +1,67 @@
+/* optim_kernels.cuh: the device code of cuda_optim.cu's parameter updates (which it
+ * launches), on scalar_math.h's update rules, the CPU's own. Free of CUDA headers, so
+ * validation/unit/test_cuda_kernels_emu.cpp runs it on the CPU under the warp
+ * emulator. */
+#ifndef TR_OPTIM_KERNELS_CUH
+#define TR_OPTIM_KERNELS_CUH
+
+#include "backend/lowp_math.h"
+#include "backend/scalar_math.h"
+#include "cuda/cuda_launch.cuh"
+
+#include <stdint.h>
+
+/* lowp (where not NULL) gets each updated param rounded to format: mixed precision's
+ * working copy, in the update's own pass */
+__global__ static void sgd_kernel(float *param, float *buf, const float *grad, size_t n,
+                                  float lr, float momentum, float weight_decay, float *lowp,
+                                  int format)
+{
+    /* momentum == 0: plain SGD, buf may be NULL and is never touched */
+    TR_GRID_STRIDE(i, n)
+    {
+        tr_sgd_elem(&param[i], momentum != 0.0f ? &buf[i] : NULL, grad[i], lr, momentum,
+                    weight_decay);
+        if (lowp)
+            lowp[i] = tr_round_lowp(param[i], format);
+    }
+}
+
+/* Four parameters a thread, with 16-byte accesses where every pointer is aligned
+ * (vec; a ZeRO slice may not be), else scalar ones: the update is bandwidth-bound,
+ * 32 bytes a parameter (124 M of them in GPT-2 124M). Launch over
+ * tr_cuda_grid((n + 3) / 4). */
+__global__ static void adamw_kernel(float *param, float *m, float *v, const float *grad, size_t n,
+                                    tr_adamw_consts c, float *lowp, int format, int vec)
+{
+    TR_GRID_STRIDE(g, (n + 3) / 4)
+    {
+        size_t i = 4 * g;
+        if (vec && i + 4 <= n) {
+            float4 p4 = *reinterpret_cast<float4 *>(param + i);
+            float4 m4 = *reinterpret_cast<float4 *>(m + i);
+            float4 v4 = *reinterpret_cast<float4 *>(v + i);
+            float4 g4 = *reinterpret_cast<const float4 *>(grad + i);
+            tr_adamw_elem(&p4.x, &m4.x, &v4.x, g4.x, &c);
+            tr_adamw_elem(&p4.y, &m4.y, &v4.y, g4.y, &c);
+            tr_adamw_elem(&p4.z, &m4.z, &v4.z, g4.z, &c);
+            tr_adamw_elem(&p4.w, &m4.w, &v4.w, g4.w, &c);
+            *reinterpret_cast<float4 *>(param + i) = p4;
+            *reinterpret_cast<float4 *>(m + i) = m4;
+            *reinterpret_cast<float4 *>(v + i) = v4;
+            if (lowp) {
+                float4 r = {tr_round_lowp(p4.x, format), tr_round_lowp(p4.y, format),
+                            tr_round_lowp(p4.z, format), tr_round_lowp(p4.w, format)};
+                *reinterpret_cast<float4 *>(lowp + i) = r;
+            }
+        } else {
+            for (size_t j = i; j < i + 4 && j < n; j++) {
+                tr_adamw_elem(&param[j], &m[j], &v[j], grad[j], &c);
+                if (lowp)
+                    lowp[j] = tr_round_lowp(param[j], format);
+            }
+        }
+    }
+}
+
+#endif
