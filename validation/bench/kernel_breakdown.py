@@ -16,7 +16,7 @@ import sys
 
 # (part, pattern on the kernel's name); the first match wins
 PARTS = [
-    ("attention", r"flash_|tc_forward|tc_dkv|tc_dq"),
+    ("attention", r"flash_|tc_forward|tc_dkv|tc_dq|mma_forward|mma_dkv|mma_dq"),
     ("rounding passes", r"round_lowp"),
     ("LM head gradient copies", r"xent_grad_16"),
     ("16-bit operand copies", r"cast_packed4|cast_rows"),
