@@ -235,6 +235,7 @@ int main(void)
     test_shape<64>(1, 130, 128, 2); /* GPT-2's head size 64; T ends 2 into a third tile */
     test_shape<64>(2, 64, 96, 2);   /* head size 48, exactly one tile */
     test_shape<64>(1, 200, 64, 1);  /* four tiles, the last partial */
+    test_shape<64>(2, 129, 128, 2); /* batch rows and heads interleaved; 1 row past 2 tiles */
     printf("emulator: %ld thread switches\n", emu::M.switches);
     return tr_test_finish();
 }
