@@ -10,7 +10,8 @@
 # $OUT (default /tmp/gpu-stage-out). Knobs: CTEST_ARGS, ONLY="commands" to run
 # those instead of these checks, and PROFILE=1 to add
 # validation/bench/gpu_profile.sh (a step's time per kernel under ncu: minutes) after
-# them, its CSV kept under $OUT.
+# them, its CSV kept under $OUT. The last log, summary.log, collects the lines that
+# say what passed and how fast.
 ROOT=$PWD
 OUT=${OUT:-/tmp/gpu-stage-out}
 mkdir -p "$OUT"
@@ -66,3 +67,12 @@ if [ "${PROFILE:-0}" = 1 ]; then
   exec > >(tee "$OUT/profile.log") 2>&1
   CSV="$OUT/kernels.csv" validation/bench/gpu_profile.sh
 fi
+# the lines that answer "did it pass, how fast", from every log, in one place
+exec > >(tee "$OUT/summary.log") 2>&1
+echo "== summary"
+grep -hE "tests passed|\(Failed\)|\*\*\*Failed|Skipped" "$OUT/ctest.log"
+for f in mfu mfu_mma; do
+  echo "-- $f: $(grep -hE '^(trainer:|loss:|== )' "$OUT/$f.log" | tr '\n' ' ')"
+done
+grep -hE "^(kernels|wmma|mma) |largest difference" "$OUT/attention.log"
+grep -h "compute-sanitizer exit" "$OUT/sanitizer.log"
