@@ -162,6 +162,23 @@ void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const
         return;
     const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
     cudaStream_t s = ctx->stream;
+    if (ln_fused_kpl(C)) { /* one pass over dout and inp (norm_kernels.cuh) */
+        int RB = ln_fused_row_blocks(BT, C);
+#define LN_FUSED(KPL)                                                                      \
+    layernorm_backward_fused_kernel<KPL><<<(unsigned)RB, TR_CUDA_BLOCK, 0, s>>>(           \
+        dinp, ctx->d_col_partial, dout, inp, weight, mean, rstd, BT, C, RB, format, accumulate)
+        switch (ln_fused_kpl(C)) {
+        case 8: LN_FUSED(8); break;
+        case 16: LN_FUSED(16); break;
+        case 24: LN_FUSED(24); break;
+        default: LN_FUSED(32); break;
+        }
+#undef LN_FUSED
+        TR_CUDA_LAUNCHED();
+        tr_cuda_add_partials(dweight, ctx->d_col_partial, C, RB);
+        tr_cuda_add_partials(dbias, ctx->d_col_partial + (size_t)RB * C, C, RB);
+        return;
+    }
     if ((size_t)C * 2 > TR_CUDA_COL_PARTIAL_FLOATS)
         tr_fatal(TR_EXIT_USAGE, "layernorm_backward: %d channels; the CUDA backend's partial "
                  "sums hold at most %zu", C, TR_CUDA_COL_PARTIAL_FLOATS / 2);

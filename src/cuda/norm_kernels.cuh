@@ -118,6 +118,99 @@ __global__ static void layernorm_backward_params_partial_kernel(float *partial,
     }
 }
 
+/* The whole backward in one kernel, where C <= 32 KPL: each warp takes a row at a
+ * time as layernorm_backward_dinp_kernel does (the same float operations in the same
+ * order, so dinp has the same bits) and, while the row is in its registers and L1,
+ * also adds dout n and dout into its lanes' KPL columns. The two-kernel form reads
+ * dout and inp from memory twice, 100 MB a layernorm at GPT-2's 16 x 1024. Block y
+ * of RB takes rows [y per, (y + 1) per), warp w of them rows w, w + ROWS, ...; at
+ * the end the warps' sums are added in warp order into partial[y][c] (weights) and
+ * partial[RB + y][c] (biases), which tr_cuda_add_partials adds in order: fixed by
+ * the shape (ln_fused_row_blocks), so the sums are the same run to run. */
+#define LN_FUSED_MAX_ROW_BLOCKS 256
+
+/* RB of the fused kernel: a row per warp at least; 256 blocks at most, one wave of
+ * about two blocks an SM on an H100 (132 SMs; the register sums allow two or three);
+ * what the partials' scratch holds. From the shape alone, never from the GPU, so
+ * the sums do not depend on the GPU either. */
+static inline int ln_fused_row_blocks(size_t BT, int C)
+{
+    size_t rb = (BT + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK;
+    size_t fit = TR_CUDA_COL_PARTIAL_FLOATS / (2 * (size_t)(C > 0 ? C : 1));
+    rb = rb < LN_FUSED_MAX_ROW_BLOCKS ? rb : LN_FUSED_MAX_ROW_BLOCKS;
+    rb = rb < fit ? rb : fit;
+    return rb > 0 ? (int)rb : 1;
+}
+
+/* KPL for C channels (columns per lane: the register sums), 0 where C is too wide
+ * for them and the two-kernel form runs */
+static inline int ln_fused_kpl(int C)
+{
+    return C <= 256 ? 8 : C <= 512 ? 16 : C <= 768 ? 24 : C <= 1024 ? 32 : 0;
+}
+
+template <int KPL>
+__global__ static void layernorm_backward_fused_kernel(float *dinp, float *partial,
+                                                       const float *dout, const float *inp,
+                                                       const float *weight, const float *mean,
+                                                       const float *rstd, size_t BT, int C,
+                                                       int RB, int format, int accumulate)
+{
+    __shared__ float sw[32 * KPL], sb[32 * KPL];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    size_t per = (BT + RB - 1) / RB, r0 = blockIdx.x * per;
+    size_t r1 = r0 + per < BT ? r0 + per : BT;
+    float aw[KPL], ab[KPL];
+#pragma unroll
+    for (int k = 0; k < KPL; k++)
+        aw[k] = ab[k] = 0.0f;
+    for (size_t r = r0 + warp; r < r1; r += LN_ROWS_PER_BLOCK) {
+        const float *x = inp + r * C, *d = dout + r * C;
+        float *di = dinp + r * C;
+        float m = mean[r], rs = rstd[r];
+        float sg = 0.0f, sgn = 0.0f;
+#pragma unroll
+        for (int k = 0; k < KPL; k++) {
+            int c = lane + 32 * k;
+            if (c < C) {
+                float g = weight[c] * tr_round_lowp(d[c], format);
+                sg += g;
+                sgn += g * (x[c] - m) * rs;
+            }
+        }
+        sg = tr_warp_sum(sg) / (float)C;
+        sgn = tr_warp_sum(sgn) / (float)C;
+#pragma unroll
+        for (int k = 0; k < KPL; k++) {
+            int c = lane + 32 * k;
+            if (c < C) {
+                float dv = tr_round_lowp(d[c], format), n = (x[c] - m) * rs;
+                float v = rs * (weight[c] * dv - sg - n * sgn);
+                di[c] = tr_round_lowp(accumulate ? __fadd_rn(di[c], v) : v, format);
+                aw[k] += dv * n; /* as the two-kernel form: d * ((x - mean) * rstd) */
+                ab[k] += dv;
+            }
+        }
+    }
+    for (int w = 0; w < LN_ROWS_PER_BLOCK; w++) { /* the warps' sums, in warp order */
+        if (warp == w) {
+#pragma unroll
+            for (int k = 0; k < KPL; k++) {
+                int c = lane + 32 * k;
+                if (c < C) {
+                    sw[c] = w ? sw[c] + aw[k] : aw[k];
+                    sb[c] = w ? sb[c] + ab[k] : ab[k];
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        partial[(size_t)blockIdx.x * C + c] = sw[c];
+        partial[(size_t)(RB + blockIdx.x) * C + c] = sb[c];
+    }
+}
+
 __global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n)
 {
     TR_GRID_STRIDE(i, n) out[i] = tr_gelu(inp[i]);

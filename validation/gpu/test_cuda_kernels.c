@@ -4,8 +4,11 @@
  *
  * Shapes: B=2, T=16, C=64, NH=4 (HS=16), V=100, Vp=128, odd GEMM sizes with padded
  * leading dimensions; and 1200 rows for the kernels that split rows into blocks (the
- * wte gradient's 256-row scans, the column sums of the layernorm and bias gradients). The classifier's kernels: the CNN's (src/models/cnn.c) conv
- * 1->6 5x5 pad 2 on 28x28, maxpool 2, conv 6->16 5x5 on 14x14, with B=3, and odd
+ * wte gradient's 256-row scans, the column sums of the layernorm and bias gradients);
+ * layernorm also at GPT-2's C = 768 over 8 x 1024 rows (the fused backward, 256 row
+ * blocks) and at C = 1600 (too wide for it: the two-kernel form). The classifier's
+ * kernels: the CNN's (src/models/cnn.c) conv 1->6 5x5 pad 2 on 28x28, maxpool 2,
+ * conv 6->16 5x5 on 14x14, with B=3, and odd
  * shapes (7x9 inputs, a 3x3 pool window that leaves a row and a column over, a pad
  * larger than the kernel's reach); softmax over 37 samples of 10 and of 100 classes.
  * Parameter-gradient buffers, and activation gradients that must be overwritten,
@@ -1095,6 +1098,8 @@ int main(int argc, char **argv)
     test_embedding_long();
     test_layernorm(B, T, C);
     test_layernorm(4, 300, 320);
+    test_layernorm(8, 1024, 768); /* GPT-2's C: the fused backward, 256 row blocks */
+    test_layernorm(2, 100, 1600); /* wider than the fused kernel: the two-kernel form */
     test_elementwise();
     test_attention();
     test_xent_padded();

@@ -3,7 +3,8 @@
  * their .cu files, against the CPU kernels: the cross-entropy's statistics, losses and
  * gradient (whole vocabulary and shards), the 16-bit operand copies (casts, the bias
  * gradient's column sums with dout's copy, the LM head's dlogits copy), layernorm
- * forward and backward (accumulating into the residual stream's gradient), GELU, the
+ * forward and backward (accumulating into the residual stream's gradient; the fused
+ * backward against the two-kernel form too, at GPT-2's C = 768), GELU, the
  * residual add, and the AdamW and SGD updates with mixed precision's working copy.
  *
  * Where the GPU code claims the CPU's bits (the same float operations in the same
@@ -335,6 +336,36 @@ static void test_layernorm(int BT, int C, int format, int accumulate)
             bad += tr_round_lowp(v, format) != v;
         CHECK(bad == 0, "backward dinp: %zu values not of the format", bad);
     }
+
+    /* the fused kernel, as tr_cuda_layernorm_backward launches it (RB from the shape),
+     * and with 3 row blocks: several rows a warp */
+    int kpl = ln_fused_kpl(C);
+    CHECK(kpl > 0, "fused backward: C %d has no KPL", C);
+    for (int rb : {ln_fused_row_blocks((size_t)BT, C), 3}) {
+        vec fdinp = dinp0, fdw(C, 0.25f), fdb(C, -0.5f), fpart((size_t)2 * rb * C, NAN);
+        float *fp = fpart.data(), *fdi = fdinp.data();
+        emu::launch(dim3((unsigned)rb), dim3(TR_CUDA_BLOCK), 0, [&] {
+            switch (kpl) {
+#define LN_FUSED(K)                                                                        \
+    layernorm_backward_fused_kernel<K>(fdi, fp, d, x, wp, cm, cr, (size_t)BT, C, rb, format,   \
+                                       accumulate)
+            case 8: LN_FUSED(8); break;
+            case 16: LN_FUSED(16); break;
+            case 24: LN_FUSED(24); break;
+            default: LN_FUSED(32); break;
+#undef LN_FUSED
+            }
+        });
+        for (int c = 0; c < C; c++)
+            for (int y = 0; y < rb; y++) {
+                fdw[c] += fpart[(size_t)y * C + c];
+                fdb[c] += fpart[(size_t)(rb + y) * C + c];
+            }
+        printf("  fused backward, %d row blocks (KPL %d):\n", rb, kpl);
+        same_bits("fused dinp (the two-kernel form's bits)", fdinp, dinp);
+        check_close("fused dweight (+= partials)", fdw, cpu_dw, 1e-5);
+        check_close("fused dbias (+= partials)", fdb, cpu_db, 1e-5);
+    }
 }
 
 /* GELU's backward and the residual add four elements a thread: 16-byte accesses where
@@ -424,6 +455,7 @@ int main(void)
         test_xent_shards(19, 290, 320, f);
         test_layernorm(45, 100, f, 0);
         test_layernorm(45, 100, f, 1);
+        test_layernorm(37, 768, f, 1); /* GPT-2's C: 24 columns a lane */
         test_elementwise(5001, f, 0);
         test_elementwise(4098, f, 1);
     }
