@@ -86,6 +86,43 @@ void tr_cpu_linear_backward(float *dinp, float *dw, float *db, const float *dout
     }
 }
 
+/* dst[0, n) = src, a tensor stored in format (lowp_math.h), widened exactly to fp32 */
+static void widen_stored(float *dst, const void *src, size_t n, int format)
+{
+#pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++)
+        dst[i] = tr_stored_load(src, i, format);
+}
+
+void tr_cpu_linear_forward_stored(float *out, const void *inp, const float *w, const float *b,
+                                  int B, int IN, int OUT, int format, float *scratch)
+{
+    if (tr_is_lowp(format)) {
+        widen_stored(scratch, inp, (size_t)B * IN, format);
+        inp = scratch;
+    }
+    tr_cpu_linear_forward(out, inp, w, b, B, IN, OUT);
+}
+
+void tr_cpu_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
+                                   const void *inp, const float *w, int B, int IN, int OUT,
+                                   int format)
+{
+    if (!tr_is_lowp(format)) {
+        tr_cpu_linear_backward(dinp, dw, db, dout, inp, w, B, IN, OUT);
+        return;
+    }
+    /* the input widened into dinp, the parameter gradients from it, then dinp over it:
+     * each product split over the threads as tr_cpu_linear_backward splits it */
+    widen_stored(dinp, inp, (size_t)B * IN, format);
+    tr_cpu_linear_backward(NULL, dw, db, dout, dinp, w, B, IN, OUT);
+    int nt = tr_cpu_threads();
+    tr_gemm_split pin = tr_cpu_gemm_plan(B, IN, OUT, nt);
+#pragma omp parallel num_threads(nt) if (pin != TR_GEMM_SPLIT_NONE)
+    tr_cpu_gemm_part(pin, omp_get_thread_num(), omp_get_num_threads(), 0, 0, B, IN, OUT, 1.0f,
+                     dout, OUT, w, IN, 0.0f, dinp, IN);
+}
+
 void tr_cpu_relu_forward(float *out, const float *inp, size_t n)
 {
     /* x < 0 ? 0 : x rather than fmaxf(x, 0): a NaN passes through, so a diverging
@@ -380,6 +417,8 @@ const tr_kernels tr_cpu_kernels = {
     .gelu_forward = tr_cpu_gelu_forward,
     .gelu_backward = tr_cpu_gelu_backward,
     .linear_gelu_forward = tr_cpu_linear_gelu_forward,
+    .linear_forward_stored = tr_cpu_linear_forward_stored,
+    .linear_backward_stored = tr_cpu_linear_backward_stored,
     .residual_forward = tr_cpu_residual_forward,
     .attention_state_floats = tr_cpu_attention_state_floats,
     .attention_forward = tr_cpu_attention_forward,

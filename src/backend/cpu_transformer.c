@@ -161,7 +161,19 @@ void tr_cpu_gelu_forward(float *out, const float *inp, size_t n)
  * that vectorises. */
 #define ROUND_BLOCK 2048
 
-void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+/* inp[i0, i0 + len) of a tensor stored in format, as floats: the floats themselves
+ * for fp32, else widened (exactly) into buf */
+static const float *stored_view(float *buf, const void *inp, size_t i0, size_t len,
+                                int format)
+{
+    if (!tr_is_lowp(format))
+        return (const float *)inp + i0;
+    for (size_t i = 0; i < len; i++)
+        buf[i] = tr_stored_load(inp, i0 + i, format);
+    return buf;
+}
+
+void tr_cpu_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n,
                           int format)
 {
     size_t nb = (n + ROUND_BLOCK - 1) / ROUND_BLOCK;
@@ -170,7 +182,7 @@ void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size
         size_t i0 = blk * ROUND_BLOCK, i1 = i0 + ROUND_BLOCK < n ? i0 + ROUND_BLOCK : n;
         size_t len = i1 - i0;
         float xbuf[ROUND_BLOCK], dbuf[ROUND_BLOCK];
-        const float *x = tr_lowp_view(xbuf, inp + i0, len, format);
+        const float *x = stored_view(xbuf, inp, i0, len, format);
         const float *d = tr_lowp_view(dbuf, dout + i0, len, format);
         float *o = dinp + i0;
         for (size_t i = 0; i < len; i++)
@@ -179,14 +191,31 @@ void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size
     }
 }
 
-void tr_cpu_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
-                                const float *b, int B, int IN, int OUT, int format)
+void tr_cpu_linear_gelu_forward(void *pre, void *out, const float *inp, const float *w,
+                                const float *b, int B, int IN, int OUT, int format,
+                                float *scratch)
 {
     size_t n = (size_t)B * OUT;
-    tr_cpu_linear_forward(pre, inp, w, b, B, IN, OUT);
-    tr_cpu_round_lowp(pre, n, format);
-    tr_cpu_gelu_forward(out, pre, n);
-    tr_cpu_round_lowp(out, n, format);
+    if (!tr_is_lowp(format)) { /* fp32: the product in pre itself, GELU from it */
+        tr_cpu_linear_forward(pre, inp, w, b, B, IN, OUT);
+        tr_cpu_gelu_forward(out, pre, n);
+        return;
+    }
+    tr_cpu_linear_forward(scratch, inp, w, b, B, IN, OUT);
+    size_t nb = (n + ROUND_BLOCK - 1) / ROUND_BLOCK;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS / 8)
+    for (size_t blk = 0; blk < nb; blk++) {
+        size_t i0 = blk * ROUND_BLOCK, i1 = i0 + ROUND_BLOCK < n ? i0 + ROUND_BLOCK : n;
+        float p[ROUND_BLOCK], g[ROUND_BLOCK];
+        for (size_t i = i0; i < i1; i++)
+            p[i - i0] = tr_round_lowp(scratch[i], format);
+        for (size_t i = 0; i < i1 - i0; i++) /* a plain loop, as tr_cpu_gelu_forward's */
+            g[i] = tr_gelu(p[i]);
+        for (size_t i = i0; i < i1; i++) {
+            tr_stored_store(pre, i, p[i - i0], format);
+            tr_stored_store(out, i, g[i - i0], format);
+        }
+    }
 }
 
 /* Backward of out = a + b is da = db = dout: nothing to compute. The residual

@@ -168,17 +168,31 @@ static void guarded_gelu_forward(float *out, const float *inp, size_t n)
     tr_guarded_close();
 }
 
-static void guarded_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int format)
+static void guarded_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n, int format)
 {
     tr_guarded_open();
     tr_cpu_kernels.gelu_backward(dinp, inp, dout, n, format);
     tr_guarded_close();
 }
 
-static void guarded_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w, const float *b, int B, int IN, int OUT, int format)
+static void guarded_linear_gelu_forward(void *pre, void *out, const float *inp, const float *w, const float *b, int B, int IN, int OUT, int format, float *scratch)
 {
     tr_guarded_open();
-    tr_cpu_kernels.linear_gelu_forward(pre, out, inp, w, b, B, IN, OUT, format);
+    tr_cpu_kernels.linear_gelu_forward(pre, out, inp, w, b, B, IN, OUT, format, scratch);
+    tr_guarded_close();
+}
+
+static void guarded_linear_forward_stored(float *out, const void *inp, const float *w, const float *b, int B, int IN, int OUT, int format, float *scratch)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.linear_forward_stored(out, inp, w, b, B, IN, OUT, format, scratch);
+    tr_guarded_close();
+}
+
+static void guarded_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout, const void *inp, const float *w, int B, int IN, int OUT, int format)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.linear_backward_stored(dinp, dw, db, dout, inp, w, B, IN, OUT, format);
     tr_guarded_close();
 }
 
@@ -310,6 +324,8 @@ const tr_kernels tr_guarded_kernels = {
     .gelu_forward = guarded_gelu_forward,
     .gelu_backward = guarded_gelu_backward,
     .linear_gelu_forward = guarded_linear_gelu_forward,
+    .linear_forward_stored = guarded_linear_forward_stored,
+    .linear_backward_stored = guarded_linear_backward_stored,
     .residual_forward = guarded_residual_forward,
     .attention_state_floats = guarded_attention_state_floats,
     .attention_forward = guarded_attention_forward,

@@ -114,14 +114,28 @@ typedef struct tr_kernels {
                                const float *rstd, int B, int T, int C, int format,
                                int accumulate);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n,
+    /* inp stored in format (lowp_math.h: 16-bit values in a 16-bit format) */
+    void (*gelu_backward)(float *dinp, const void *inp, const float *dout, size_t n,
                           int format);
-    /* The MLP's first half: pre = linear_forward(inp, w, b), of `format` (a
-     * tr_precision; fp32 leaves it) as gelu_backward reads it, and out = gelu(pre),
-     * of `format` as the products read it (the next linear layer's): one entry so
-     * that a GPU can make it one matmul with a GELU epilogue (transformer_kernels.h). */
-    void (*linear_gelu_forward)(float *pre, float *out, const float *inp, const float *w,
-                                const float *b, int B, int IN, int OUT, int format);
+    /* The MLP's hidden activations are stored in format (lowp_math.h), 16 bits a value
+     * in bf16/fp16-mixed: the largest activations a block keeps (8 of its 18 values
+     * per feature of a token), which only these entries and gelu_backward touch.
+     * The MLP's first half: pre = linear_forward(inp, w, b) rounded to the format, as
+     * gelu_backward reads it, and out = gelu(pre) rounded to it, as c_proj reads it:
+     * one entry, so that a GPU can make it one matmul with an epilogue. scratch: B*OUT
+     * floats the entry may overwrite (transformer_kernels.h). */
+    void (*linear_gelu_forward)(void *pre, void *out, const float *inp, const float *w,
+                                const float *b, int B, int IN, int OUT, int format,
+                                float *scratch);
+    /* linear_forward and linear_backward of an input stored in format (c_proj's, the
+     * GELU's output). Forward's scratch: B*IN floats it may overwrite. Backward's
+     * dinp is required; the entry may use it as scratch before it writes it. */
+    void (*linear_forward_stored)(float *out, const void *inp, const float *w,
+                                  const float *b, int B, int IN, int OUT, int format,
+                                  float *scratch);
+    void (*linear_backward_stored)(float *dinp, float *dw, float *db, const float *dout,
+                                   const void *inp, const float *w, int B, int IN, int OUT,
+                                   int format);
     /* out = a + b (the residual stream; its gradients add up in layernorm_backward) */
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n, int format);
     /* att (and backward's datt) is the backend's own state for backward, of

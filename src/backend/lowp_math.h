@@ -100,6 +100,49 @@ TR_HD static inline float tr_round_lowp(float f, int format)
     return f;
 }
 
+/* train.precision's value as a tr_precision ("bf16-mixed", "fp16-mixed", else fp32) */
+static inline int tr_precision_parse(const char *name)
+{
+    return !strcmp(name, "bf16-mixed")   ? TR_PREC_BF16
+           : !strcmp(name, "fp16-mixed") ? TR_PREC_FP16
+                                         : TR_PREC_FP32;
+}
+
+/* ---- tensors stored in the format's own width ------------------------------------
+ * Most activations live in fp32 memory holding values of the format (round_lowp,
+ * kernels.h). Those that transformer_kernels.h says are "stored in format" take the
+ * format's width instead: 16-bit values (bf16 or fp16 bits) where format is a 16-bit
+ * one, plain floats for fp32. Half the bytes for the kernels that move them, and a
+ * GPU's 16-bit matrix products read them as they are, without a copy. */
+
+/* bytes per element of a tensor stored in format */
+TR_HD static inline size_t tr_stored_bytes(int format)
+{
+    return format == TR_PREC_BF16 || format == TR_PREC_FP16 ? 2 : 4;
+}
+
+/* element i of p, a tensor stored in format, as a float (exact: every value of the
+ * format is one) */
+TR_HD static inline float tr_stored_load(const void *p, size_t i, int format)
+{
+    if (format == TR_PREC_BF16)
+        return tr_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (format == TR_PREC_FP16)
+        return tr_f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* element i of p, a tensor stored in format, = v rounded to the format */
+TR_HD static inline void tr_stored_store(void *p, size_t i, float v, int format)
+{
+    if (format == TR_PREC_BF16)
+        ((uint16_t *)p)[i] = tr_f32_to_bf16(v);
+    else if (format == TR_PREC_FP16)
+        ((uint16_t *)p)[i] = tr_f32_to_f16(v);
+    else
+        ((float *)p)[i] = v;
+}
+
 /* x[0, n) rounded in place, serially: a kernel's rows just written, inside its own
  * parallel loop, while they are in cache (fp32: nothing to do) */
 static inline void tr_round_lowp_span(float *x, size_t n, int format)

@@ -55,25 +55,40 @@ void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const 
                                int accumulate);
 
 /* ---- GELU, tanh approximation (gelu_math.h), elementwise over n -------------------
- * Backward: dinp = gelu'(inp) dout (=), inp and dout read as values of `format` and
- * dinp rounded to it; it needs the input, not the output. dinp may be dout (in
- * place). */
+ * Backward: dinp = gelu'(inp) dout (=), inp stored in `format` (lowp_math.h: 16-bit
+ * values where it is bf16 or fp16), dout read as values of `format`, dinp rounded to
+ * it; it needs the input, not the output. dinp may be dout (in place). */
 void tr_cpu_gelu_forward(float *out, const float *inp, size_t n);
-void tr_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+void tr_cpu_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n,
                           int format);
 
-/* ---- linear then GELU: the MLP's c_fc and its activation ---------------------------
- * pre, out [B,OUT]; inp [B,IN]; w [OUT,IN]; b [OUT] or NULL; format a tr_precision.
- * Exactly tr_cpu_linear_forward(pre, ...), tr_cpu_round_lowp(pre, format),
- * tr_cpu_gelu_forward(out, pre) and tr_cpu_round_lowp(out, format), one after the
- * other, so the same bits as those four calls. No backward of its own:
- * linear_backward and gelu_backward, which read pre (as values of format: a GPU may
- * leave pre unrounded). out is for matrix products only: a GPU whose 16-bit products
- * copy their operands to the format (the same rounding) may leave it unrounded. 
- * The CUDA entry is one cuBLASLt matmul (src/cuda/cuda_gemm.cu says how it differs
- * in 16-bit formats). */
-void tr_cpu_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
-                                const float *b, int B, int IN, int OUT, int format);
+/* ---- the MLP's hidden activations, stored in `format` -----------------------------
+ * The GPT's MLP keeps pre = c_fc(x) and out = gelu(pre), [B,OUT] each, for backward:
+ * 8 of the 18 values per feature that a block stores for each token. They are stored
+ * in the format's own width (lowp_math.h), half the bytes in bf16/fp16-mixed, and
+ * only the entries below and gelu_backward read or write them; their values are the
+ * ones the fp32-memory form held (round_lowp of the same floats), so every result has
+ * the bits it had when they lived in fp32 memory.
+ *
+ * linear_gelu_forward: inp [B,IN]; w [OUT,IN]; b [OUT] or NULL; format a tr_precision.
+ * pre = tr_cpu_linear_forward(inp, w, b) rounded to format; out = gelu(pre) rounded
+ * to format; both stored in format. scratch: B*OUT floats (the fp32 product), which
+ * the entry overwrites. One entry so that a GPU can fuse it (src/cuda/cuda_gemm.cu).
+ *
+ * linear_forward_stored / linear_backward_stored: tr_cpu_linear_forward and
+ * tr_cpu_linear_backward on an input stored in format (c_proj's: the GELU's output),
+ * the same bits as on its values in fp32 memory. Forward's scratch: B*IN floats it
+ * overwrites. Backward's dinp [B,IN] is required: the CPU widens inp into it, takes
+ * the weight and bias gradients from there, then writes the input gradient over it;
+ * a GPU multiplies the 16-bit input as it is. */
+void tr_cpu_linear_gelu_forward(void *pre, void *out, const float *inp, const float *w,
+                                const float *b, int B, int IN, int OUT, int format,
+                                float *scratch);
+void tr_cpu_linear_forward_stored(float *out, const void *inp, const float *w, const float *b,
+                                  int B, int IN, int OUT, int format, float *scratch);
+void tr_cpu_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
+                                   const void *inp, const float *w, int B, int IN, int OUT,
+                                   int format);
 
 /* ---- residual add: out = a + b, elementwise over n ---------------------------------
  * a and b read as values of `format`, out rounded to it. out may alias a or b. No

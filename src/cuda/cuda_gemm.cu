@@ -201,7 +201,7 @@ void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const 
                             int IN, int OUT)
 {
     /* With a bias: one cuBLASLt matmul whose epilogue adds it (cuda_linear_lt.cu). */
-    if (b && tr_cuda_linear_lt(out, NULL, inp, w, b, B, IN, OUT))
+    if (b && tr_cuda_linear_lt(out, NULL, inp, NULL, w, b, B, IN, OUT))
         return;
     /* Without one, or the fallback where cuBLASLt has no algorithm for the problem:
      * as on the CPU, write the bias, then let the GEMM accumulate onto it (beta = 1). */
@@ -316,12 +316,23 @@ static int colsum_partials(const tr_cuda_ctx *ctx, const float *dout, int B, int
  * micro-batches (db += ..., kernels.h). Using it would take a scratch vector of OUT
  * floats from the memory plan and an add kernel after the GEMM: a second kernel
  * still. The column sums read dout once and add in a fixed order. */
-void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, int B, int IN, int OUT)
+/* linear_backward on inp, or on inp16 (not NULL: the input already in the run's
+ * 16-bit format, which the caller takes only where whole_16 holds) */
+static int whole_16(int B, int IN, int OUT)
+{
+    return B > 0 && IN > 0 && OUT > 0 && casts((size_t)B * OUT, (size_t)OUT * IN);
+}
+
+static void linear_backward_from(float *dinp, float *dw, float *db, const float *dout,
+                                 const float *inp, const void *inp16, const float *w, int B,
+                                 int IN, int OUT)
 {
     size_t nd = (size_t)B * OUT, nw = (size_t)OUT * IN, ni = (size_t)B * IN;
     int sized = B > 0 && IN > 0 && OUT > 0; /* (tr_cuda_gemm handles the empty shapes) */
-    int whole = sized && casts(nd, nw > ni ? nw : ni);
+    int whole = inp16 ? whole_16(B, IN, OUT) : sized && casts(nd, nw > ni ? nw : ni);
+    if (inp16 && !whole)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: linear_backward on a 16-bit input that %d x %d x %d "
+                 "does not fit", B, IN, OUT);
     dout_source src = {dout, NULL, NULL, NULL, 0.0f, 0, 0, TR_PREC_FP32};
     int RB = 0; /* the bias gradient's row blocks, once its partial sums are made */
     if (db && B > 0 && OUT > 0 && (size_t)OUT > TR_CUDA_COL_PARTIAL_FLOATS)
@@ -342,10 +353,12 @@ void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dou
             gemm_16(ctx, 0, 0, B, IN, OUT, 1.0f, ctx->d_cast[0], OUT, ctx->d_cast[1], IN, 0.0f,
                     dinp, IN);
         }
-        /* (queued after the product above, which has read the w copy by then) */
-        tr_cuda_cast_16(ctx->d_cast[1], inp, B, IN, IN);
-        gemm_16(ctx, 1, 0, OUT, IN, B, 1.0f, ctx->d_cast[0], OUT, ctx->d_cast[1], IN, 1.0f, dw,
-                IN);
+        /* (queued after the product above, which has read the w copy by then); a
+         * stored 16-bit input is multiplied as it is */
+        if (!inp16)
+            tr_cuda_cast_16(ctx->d_cast[1], inp, B, IN, IN);
+        gemm_16(ctx, 1, 0, OUT, IN, B, 1.0f, ctx->d_cast[0], OUT,
+                inp16 ? inp16 : ctx->d_cast[1], IN, 1.0f, dw, IN);
     } else {
         if (dinp) /* dinp[B,IN] = dout[B,OUT] w[OUT,IN] */
             tr_cuda_gemm(0, 0, B, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f, dinp, IN);
@@ -358,6 +371,66 @@ void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dou
     if (!RB)
         RB = colsum_partials(ctx, dout, B, OUT, NULL);
     tr_cuda_add_partials(db, ctx->d_col_partial, OUT, RB);
+}
+
+void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
+                             const float *inp, const float *w, int B, int IN, int OUT)
+{
+    linear_backward_from(dinp, dw, db, dout, inp, NULL, w, B, IN, OUT);
+}
+
+/* ---- linear layers on an input stored in the format (transformer_kernels.h) ------- */
+
+/* The input as it is where the run's products are of its format and the other
+ * operands fit the cast buffers: no copy of it. Else (a 16-bit input of a run whose
+ * products are fp32, or shapes past the buffers: not the GPT's) it is widened to
+ * fp32 first, into scratch (forward) or dinp (backward), as the CPU does. */
+static int takes_stored(int format) { return tr_is_lowp(format) && format == g_gemm_format; }
+
+void tr_cuda_linear_forward_stored(float *out, const void *inp, const float *w, const float *b,
+                                   int B, int IN, int OUT, int format, float *scratch)
+{
+    if (!tr_is_lowp(format)) {
+        tr_cuda_linear_forward(out, (const float *)inp, w, b, B, IN, OUT);
+        return;
+    }
+    if (takes_stored(format) && B > 0 && IN > 0 && OUT > 0 && casts((size_t)OUT * IN, 0)) {
+        /* with a bias, cuBLASLt's epilogue adds it; else (or where it has no
+         * algorithm) the bias first and the product onto it, as linear_forward */
+        if (b && tr_cuda_linear_lt(out, NULL, NULL, inp, w, b, B, IN, OUT))
+            return;
+        const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
+        float beta = 0.0f;
+        if (b) {
+            broadcast_rows_kernel<<<tr_cuda_grid((size_t)B * OUT), TR_CUDA_BLOCK, 0,
+                                    ctx->stream>>>(out, b, B, OUT);
+            TR_CUDA_LAUNCHED();
+            beta = 1.0f;
+        }
+        tr_cuda_cast_16(ctx->d_cast[0], w, OUT, IN, IN);
+        gemm_16(ctx, 0, 1, B, OUT, IN, 1.0f, inp, IN, ctx->d_cast[0], IN, beta, out, OUT);
+        return;
+    }
+    tr_cuda_widen_stored(scratch, inp, (size_t)(B > 0 ? B : 0) * (IN > 0 ? IN : 0), format);
+    tr_cuda_linear_forward(out, scratch, w, b, B, IN, OUT);
+}
+
+void tr_cuda_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
+                                    const void *inp, const float *w, int B, int IN, int OUT,
+                                    int format)
+{
+    if (!tr_is_lowp(format)) {
+        tr_cuda_linear_backward(dinp, dw, db, dout, (const float *)inp, w, B, IN, OUT);
+        return;
+    }
+    if (takes_stored(format) && whole_16(B, IN, OUT)) {
+        linear_backward_from(dinp, dw, db, dout, NULL, inp, w, B, IN, OUT);
+        return;
+    }
+    /* widened into dinp; the parameter gradients from there, then dinp over it */
+    tr_cuda_widen_stored(dinp, inp, (size_t)(B > 0 ? B : 0) * (IN > 0 ? IN : 0), format);
+    tr_cuda_linear_backward(NULL, dw, db, dout, dinp, w, B, IN, OUT);
+    tr_cuda_gemm(0, 0, B, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f, dinp, IN);
 }
 
 /* ---- the LM head's backward ------------------------------------------------------ */
@@ -382,8 +455,8 @@ void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *logits, const f
 
 /* ---- c_fc and GELU -------------------------------------------------------------- */
 
-/* One cuBLASLt matmul with CUBLASLT_EPILOGUE_GELU_AUX_BIAS: pre = the linear layer's
- * output (the aux matrix, which gelu_backward reads), out = GELU(pre).
+/* fp32: one cuBLASLt matmul with CUBLASLT_EPILOGUE_GELU_AUX_BIAS: pre = the linear
+ * layer's output (the aux matrix, which gelu_backward reads), out = GELU(pre).
  *
  * Why this GELU is the model's: the model uses the tanh approximation,
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (gelu_math.h, PyTorch's
@@ -395,29 +468,30 @@ void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *logits, const f
  * measurements show (within ~5e-6 of the tanh form in fp32, ~5e-4 away from the erf
  * form). The two are the same function up to rounding; the GPU test compares them
  * (validation/gpu/test_cuda_linear_lt.c).
+ * Where cuBLASLt has no algorithm (or OUT is not a multiple of 8): the product, then
+ * GELU's kernel.
  *
- * The one difference from the CPU's entry: in bf16/fp16-mixed the CPU rounds pre to
- * the format before GELU reads it, while the epilogue takes GELU of the fp32 value.
- * |gelu'| < 1.13, so out moves by at most about one rounding step of pre, before the
- * model rounds out to the format too. pre itself is left as the epilogue wrote it:
- * its one reader, gelu_backward, reads it as values of the format (a pass saved).
- * out is left so too where the products that read it (c_proj, forward and weight
- * gradient) copy it to the format as they take it, rounding it the same way: when it
- * and their weight fit a cast buffer. Otherwise they would read it in fp32, and it is
- * rounded here.
- * Where cuBLASLt has no algorithm (or OUT is not a multiple of 8): the CPU's
- * sequence of kernels. */
-void tr_cuda_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
-                                 const float *b, int B, int IN, int OUT, int format)
+ * bf16/fp16-mixed: pre and out are stored in the format, 16 bits a value
+ * (transformer_kernels.h). The product, its bias in cuBLASLt's epilogue, goes to
+ * scratch in fp32, and one pass stores pre rounded and GELU of the rounded pre,
+ * rounded: the CPU's arithmetic after the product. (The epilogue could write 16-bit
+ * pre and out itself, CUBLASLT_EPILOGUE_AUX_DATA_TYPE, saving the fp32 product and
+ * that pass: about 400 MB a layer at GPT-2's 16 x 1024. Not done until a GPU can
+ * check it: its GELU takes the unrounded pre.) c_proj then multiplies out as it is stored
+ * (linear_forward_stored), and gelu_backward reads pre in 16 bits. */
+void tr_cuda_linear_gelu_forward(void *pre, void *out, const float *inp, const float *w,
+                                 const float *b, int B, int IN, int OUT, int format,
+                                 float *scratch)
 {
     size_t n = (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0);
-    if (!tr_cuda_linear_lt(out, pre, inp, w, b, B, IN, OUT)) {
-        tr_cuda_linear_forward(pre, inp, w, b, B, IN, OUT);
-        tr_cuda_round_lowp(pre, n, format);
-        tr_cuda_gelu_forward(out, pre, n);
+    if (tr_is_lowp(format)) {
+        tr_cuda_linear_forward(scratch, inp, w, b, B, IN, OUT);
+        tr_cuda_gelu_store(pre, out, scratch, n, format);
+        return;
     }
-    /* (c_proj's weight has as many elements as this layer's: it is its transpose's
-     * shape, C x 4C, column- or row-split alike) */
-    if (n > g_cast_limit || (size_t)OUT * IN > g_cast_limit || format != g_gemm_format)
-        tr_cuda_round_lowp(out, n, format);
+    float *p = (float *)pre, *o = (float *)out;
+    if (!tr_cuda_linear_lt(o, p, inp, NULL, w, b, B, IN, OUT)) {
+        tr_cuda_linear_forward(p, inp, w, b, B, IN, OUT);
+        tr_cuda_gelu_forward(o, p, n);
+    }
 }

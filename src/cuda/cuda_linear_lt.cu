@@ -14,7 +14,9 @@
  * Precision: as in cuda_gemm.cu, so the products are the same: CUBLAS_COMPUTE_32F
  * (fp32, no TF32) on fp32 A, B and D; in bf16/fp16-mixed, 16-bit copies of w and inp
  * (the backend's cast buffers; both must fit) with CUBLAS_COMPUTE_32F, or, where
- * they do not fit, _32F_FAST_16BF / _FAST_16F on the fp32 ones. D, the bias and the
+ * they do not fit, _32F_FAST_16BF / _FAST_16F on the fp32 ones. An input already
+ * stored in the 16-bit format (inp16: c_proj's, the MLP's GELU output) is read as it
+ * is, with w's copy. D, the bias and the
  * aux matrix are fp32 (the bias's and aux's types default to D's); scale type fp32.
  * cuBLASLt's GELU is the tanh approximation (see tr_cuda_linear_gelu_forward in
  * cuda_gemm.cu for the evidence and the one difference from the CPU).
@@ -66,7 +68,7 @@ static uint32_t alignment_of(const void *p)
 /* Everything the heuristic's choice depends on (the leading dimensions follow from
  * the sizes). Only ints: compared with memcmp, no padding. */
 typedef struct lt_key {
-    int format, cast, epilogue, m, n, k;
+    int format, cast, stored, epilogue, m, n, k;
     uint32_t align_w, align_inp, align_out, align_bias, align_aux;
 } lt_key;
 
@@ -191,8 +193,8 @@ extern "C" void tr_cuda_linear_lt_counts(long *fused, long *refused)
     *refused = g_refused;
 }
 
-int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, const float *b,
-                      int B, int IN, int OUT)
+int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const void *inp16,
+                      const float *w, const float *b, int B, int IN, int OUT)
 {
     if (B <= 0 || IN <= 0 || OUT <= 0 || (pre && OUT % 8)) { /* aux ld: a multiple of 8 */
         g_refused++;
@@ -205,12 +207,17 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, 
     lt_key key;
     memset(&key, 0, sizeof key);
     key.format = tr_cuda_gemm_precision();
+    key.stored = inp16 != NULL;
     key.cast = key.format != TR_PREC_FP32 && (size_t)OUT * IN <= TR_CUDA_CAST_ELEMS &&
-               (size_t)B * IN <= TR_CUDA_CAST_ELEMS;
+               (key.stored || (size_t)B * IN <= TR_CUDA_CAST_ELEMS);
+    if (key.stored && !key.cast) { /* a 16-bit input wants a 16-bit copy of w */
+        g_refused++;
+        return 0;
+    }
     if (key.cast) /* the operands the matmul reads: the copies, 256-byte aligned */
         c = tr_cuda_ctx_with_scratch();
     const void *wa = key.cast ? c->d_cast[0] : (const void *)w;
-    const void *ia = key.cast ? c->d_cast[1] : (const void *)inp;
+    const void *ia = key.stored ? inp16 : key.cast ? c->d_cast[1] : (const void *)inp;
     key.epilogue = (int)epilogue;
     key.m = OUT;
     key.n = B;
@@ -244,7 +251,8 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, 
     if (found) {
         if (key.cast) {
             tr_cuda_cast_16(c->d_cast[0], w, OUT, IN, IN);
-            tr_cuda_cast_16(c->d_cast[1], inp, B, IN, IN);
+            if (!key.stored)
+                tr_cuda_cast_16(c->d_cast[1], inp, B, IN, IN);
         }
         const float alpha = 1.0f, beta = 0.0f; /* C is not read: D = op(A) B' + bias */
         cublasStatus_t st = cublasLtMatmul(c->lt, p.desc, &alpha, wa, p.a, ia, p.b, &beta, out,

@@ -30,17 +30,26 @@ void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const 
                             int IN, int OUT);
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, int B, int IN, int OUT);
-void tr_cuda_linear_gelu_forward(float *pre, float *out, const float *inp, const float *w,
-                                 const float *b, int B, int IN, int OUT, int format);
+/* the MLP's hidden activations, stored in format (transformer_kernels.h) */
+void tr_cuda_linear_gelu_forward(void *pre, void *out, const float *inp, const float *w,
+                                 const float *b, int B, int IN, int OUT, int format,
+                                 float *scratch);
+void tr_cuda_linear_forward_stored(float *out, const void *inp, const float *w, const float *b,
+                                   int B, int IN, int OUT, int format, float *scratch);
+void tr_cuda_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
+                                    const void *inp, const float *w, int B, int IN, int OUT,
+                                    int format);
 
 /* cuda_linear_lt.cu: out[B,OUT] = inp[B,IN] w[OUT,IN]^T (+ b[OUT] when b is not
  * NULL) as one cuBLASLt matmul in the precision of set_gemm_precision; with pre
  * [B,OUT] not NULL, pre gets that and out = gelu(pre) (the epilogue's). Returns 1
  * once queued, 0 having queued nothing where cuBLASLt has no algorithm for it (or
  * pre is given and OUT is not a multiple of 8): the caller then computes it
- * without cuBLASLt. */
-int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const float *w, const float *b,
-                      int B, int IN, int OUT);
+ * without cuBLASLt. inp16, where not NULL, is the input already in the run's 16-bit
+ * format (a tensor stored in it, lowp_math.h), multiplied as it is; inp is then not
+ * read, and only a 16-bit run whose w fits a cast buffer takes it. */
+int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const void *inp16,
+                      const float *w, const float *b, int B, int IN, int OUT);
 
 /* cuda_classifier.cu */
 void tr_cuda_relu_forward(float *out, const float *inp, size_t n);
@@ -83,8 +92,12 @@ void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const
                                 const float *rstd, int B, int T, int C, int format,
                                 int accumulate);
 void tr_cuda_gelu_forward(float *out, const float *inp, size_t n);
-void tr_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+void tr_cuda_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n,
                            int format);
+/* pre = lin rounded to format, out = gelu(pre) rounded to it, both stored in format;
+ * and dst = src (stored in format) widened to fp32 */
+void tr_cuda_gelu_store(void *pre, void *out, const float *lin, size_t n, int format);
+void tr_cuda_widen_stored(float *dst, const void *src, size_t n, int format);
 void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n, int format);
 
 /* cuda_attention.cu */

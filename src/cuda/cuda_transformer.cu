@@ -206,13 +206,31 @@ void tr_cuda_gelu_forward(float *out, const float *inp, size_t n)
     TR_CUDA_LAUNCHED();
 }
 
-void tr_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+void tr_cuda_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n,
                            int format)
 {
     if (n == 0)
         return;
     gelu_backward_kernel<<<tr_cuda_grid((n + 3) / 4), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
         dinp, inp, dout, n, format, tr_cuda_vec4(dinp, inp, dout));
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_gelu_store(void *pre, void *out, const float *lin, size_t n, int format)
+{
+    if (n == 0)
+        return;
+    gelu_store_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(pre, out, lin, n,
+                                                                                format);
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_widen_stored(float *dst, const void *src, size_t n, int format)
+{
+    if (n == 0)
+        return;
+    widen_stored_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(dst, src, n,
+                                                                                  format);
     TR_CUDA_LAUNCHED();
 }
 

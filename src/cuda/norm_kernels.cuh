@@ -234,15 +234,36 @@ __device__ static inline float gelu_backward_1(float x, float d, int format)
                          format);
 }
 
-/* dinp may be dout: each element is read before it is written, by one thread */
-__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
+/* Elements i .. i + 3 (i a multiple of 4) of a tensor stored in format (lowp_math.h)
+ * whose start is 16-byte aligned: one 16-byte load of floats, or one 8-byte load of
+ * four 16-bit values. */
+__device__ static inline float4 load4_stored(const void *p, size_t i, int format)
+{
+    if (tr_stored_bytes(format) == 4)
+        return *reinterpret_cast<const float4 *>((const float *)p + i);
+    /* little-endian: the lower half of each word is the earlier value */
+    uint2 u = *reinterpret_cast<const uint2 *>((const uint16_t *)p + i);
+    uint16_t h[4] = {(uint16_t)(u.x & 0xffffu), (uint16_t)(u.x >> 16), (uint16_t)(u.y & 0xffffu),
+                     (uint16_t)(u.y >> 16)};
+    float4 x;
+    x.x = tr_stored_load(h, 0, format);
+    x.y = tr_stored_load(h, 1, format);
+    x.z = tr_stored_load(h, 2, format);
+    x.w = tr_stored_load(h, 3, format);
+    return x;
+}
+
+/* inp stored in format (the MLP's pre-activation: transformer_kernels.h). dinp may be
+ * dout: each element is read before it is written, by one thread. vec: every pointer
+ * 16-byte aligned (tr_cuda_vec4). */
+__global__ static void gelu_backward_kernel(float *dinp, const void *inp, const float *dout,
                                             size_t n, int format, int vec)
 {
     TR_GRID_STRIDE(g, (n + 3) / 4)
     {
         size_t i = 4 * g;
         if (vec && i + 4 <= n) {
-            float4 x = *reinterpret_cast<const float4 *>(inp + i);
+            float4 x = load4_stored(inp, i, format);
             float4 d = *reinterpret_cast<const float4 *>(dout + i), r;
             r.x = gelu_backward_1(x.x, d.x, format);
             r.y = gelu_backward_1(x.y, d.y, format);
@@ -251,9 +272,29 @@ __global__ static void gelu_backward_kernel(float *dinp, const float *inp, const
             *reinterpret_cast<float4 *>(dinp + i) = r;
         } else {
             for (size_t j = i; j < i + 4 && j < n; j++)
-                dinp[j] = gelu_backward_1(inp[j], dout[j], format);
+                dinp[j] = gelu_backward_1(tr_stored_load(inp, j, format), dout[j], format);
         }
     }
+}
+
+/* The MLP's hidden activations from c_fc's fp32 product lin (bias added): pre = lin
+ * rounded to format and out = gelu(pre) rounded to it, both stored in format: the
+ * CPU's tr_cpu_linear_gelu_forward after its product. */
+__global__ static void gelu_store_kernel(void *pre, void *out, const float *lin, size_t n,
+                                         int format)
+{
+    TR_GRID_STRIDE(i, n)
+    {
+        float p = tr_round_lowp(lin[i], format);
+        tr_stored_store(pre, i, p, format);
+        tr_stored_store(out, i, tr_gelu(p), format);
+    }
+}
+
+/* dst = src, a tensor stored in format, widened (exactly) to fp32 */
+__global__ static void widen_stored_kernel(float *dst, const void *src, size_t n, int format)
+{
+    TR_GRID_STRIDE(i, n) dst[i] = tr_stored_load(src, i, format);
 }
 
 __device__ static inline float residual_1(float a, float b, int format)

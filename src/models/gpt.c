@@ -49,7 +49,7 @@ typedef struct block_acts {
     float *att;                       /* [B,NHl,T,T] probabilities */
     float *res2;                      /* [B,T,C] stream after the attention half */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu; /* [B,T,Fl] */
+    void *fch, *fch_gelu;  /* [B,T,Fl], stored in hidden_format (transformer_kernels.h) */
     float *res3;           /* [B,T,C] stream after the block */
 } block_acts;
 
@@ -61,6 +61,7 @@ typedef struct gpt {
     int first, last;   /* the stage holds the embeddings / the head */
     int l0, nl;        /* blocks [l0, l0 + nl) */
     int slots, recompute;
+    int hidden_format; /* m->precision when the buffers were laid out */
     int wte, wpe, lnf, head_wte, block0; /* layer indices, -1 where absent */
     block_acts *blk;   /* [nl * slots]; with recompute only res3 is kept */
     block_acts work;   /* recompute: one block's activations, rebuilt in backward */
@@ -355,8 +356,10 @@ static void block_buffers(const tr_model *m, block_acts *b, size_t BT, size_t at
     b->ln2 = buf(m, alloc, BT * C, a, "activations");
     b->ln2_mean = buf(m, alloc, BT, a, "activations");
     b->ln2_rstd = buf(m, alloc, BT, a, "activations");
-    b->fch = buf(m, alloc, BT * (size_t)g->Fl, a, "activations");
-    b->fch_gelu = buf(m, alloc, BT * (size_t)g->Fl, a, "activations");
+    /* the MLP's hidden activations in the format's width: floats' worth, rounded up */
+    size_t hidden = (BT * (size_t)g->Fl * tr_stored_bytes(m->precision) + 3) / sizeof(float);
+    b->fch = buf(m, alloc, hidden, a, "activations");
+    b->fch_gelu = buf(m, alloc, hidden, a, "activations");
 }
 
 static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *mem)
@@ -371,6 +374,7 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
     int S = g->slots;
     if (alloc)
         g->dev = m->dev;
+    g->hidden_format = m->precision;
     for (int i = 0; i < g->nl * S; i++)
         block_buffers(m, &g->blk[i], BT, att, alloc, g->recompute, a);
     if (g->recompute) /* one block's worth, rebuilt for each block in backward */
@@ -470,12 +474,12 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
     k->residual_forward(b->res2, x, g->proj_out, n, m->precision);
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value, ln2[1].value,
                          B, T, C, m->precision);
-    /* c_fc and GELU in one entry (one matmul on a GPU); fch, which gelu_backward
-     * reads as values of the format, the CPU rounds before its GELU reads it */
+    /* c_fc and GELU in one entry, then c_proj, on the hidden activations stored in the
+     * format's width (dfch, free until backward, is their fp32 scratch) */
     k->linear_gelu_forward(b->fch, b->fch_gelu, b->ln2, fc[0].value, fc[1].value, BT, C, Fl,
-                           m->precision);
-    k->linear_forward(g->proj_out, b->fch_gelu, fcp[0].value, bias_here ? fcp[1].value : NULL,
-                      BT, Fl, C);
+                           m->precision, g->dfch);
+    k->linear_forward_stored(g->proj_out, b->fch_gelu, fcp[0].value,
+                             bias_here ? fcp[1].value : NULL, BT, Fl, C, m->precision, g->dfch);
     tp_sum(g, g->proj_out, n);
     k->residual_forward(b->res3, b->res2, g->proj_out, n, m->precision);
 }
@@ -499,6 +503,9 @@ static void check_slot(const tr_model *m, int slot, int B, int T)
     if (slot < 0 || slot >= g->slots || B > m->max_batch || T > g->cfg.T || T < 1)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: slot %d of %d, batch %d of %d, T %d of %d", slot,
                  g->slots, B, m->max_batch, T, g->cfg.T);
+    if (m->precision != g->hidden_format) /* the hidden buffers' width was chosen by it */
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: precision %d, buffers laid out for %d", m->precision,
+                 g->hidden_format);
 }
 
 void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int T)
@@ -628,8 +635,8 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
     /* mixed precision: activation gradients are of the format, rounded by the kernel
      * that stores them, or a product's (dfch, dln) by the kernels that read them; the
      * layernorms' input gradients add into dres (the residual's backward) */
-    k->linear_backward(g->dfch, fcp[0].grad, fcp[1].grad, g->dres, b.fch_gelu, fcp[0].value, BT,
-                       Fl, C);
+    k->linear_backward_stored(g->dfch, fcp[0].grad, fcp[1].grad, g->dres, b.fch_gelu,
+                              fcp[0].value, BT, Fl, C, m->precision);
     k->gelu_backward(g->dfch, b.fch, g->dfch, (size_t)BT * Fl, m->precision);
     k->linear_backward(g->dln, fc[0].grad, fc[1].grad, g->dfch, b.ln2, fc[0].value, BT, C, Fl);
     tp_sum(g, g->dln, n);

@@ -1,6 +1,7 @@
 /* model.c: flat parameter layout, allocation, initialisation, forward and backward
  * of a layer stack ending in softmax cross-entropy. */
 #include "model.h"
+#include "backend/lowp_math.h" /* tr_precision_parse */
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -38,6 +39,8 @@ int tr_model_build(tr_model *m, const char *name, const tr_deck *d, tr_shape inp
     m->name = def->name;
     m->input = input;
     m->targets_per_sample = 1;
+    /* known before the buffers are laid out: some are stored in the format's width */
+    m->precision = tr_precision_parse(tr_deck_str(d, "train", "precision"));
     static const tr_model_layout whole = {0};
     int rc = def->build(m, d, input, layout ? layout : &whole, err, errlen);
     if (rc) {

@@ -88,7 +88,9 @@ struct tr_model {
     int32_t *in_y;
     /* Mixed precision: the format (tr_precision, lowp_math.h) activations and their
      * gradients are stored in; 0 = fp32. The math stays fp32: each kernel's output is
-     * rounded to it where it is stored, as a 16-bit tensor would hold it. */
+     * rounded to it where it is stored, as a 16-bit tensor would hold it; the GPT's
+     * MLP activations take the format's width (transformer_kernels.h). Set by
+     * tr_model_build from train.precision, before the buffers are laid out. */
     int precision;
 
     /* Inputs: images (float [B, c*h*w]) or tokens (int32 [B, seq_len]); a sample

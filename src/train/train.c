@@ -442,9 +442,7 @@ static int setup(run *r)
     /* the device's matrix products follow the precision (kernels.h: tensor cores on a
      * GPU), set before its first kernel */
     const char *prec = tr_deck_str(r->d, "train", "precision");
-    r->precision = !strcmp(prec, "bf16-mixed")   ? TR_PREC_BF16
-                   : !strcmp(prec, "fp16-mixed") ? TR_PREC_FP16
-                                                 : TR_PREC_FP32;
+    r->precision = tr_precision_parse(prec);
     r->dev->k->set_gemm_precision(r->precision);
     rc = check_layout(r);
     rc = tr_comm_agree(r->w, rc, r->err);
@@ -568,7 +566,6 @@ static int setup(run *r)
         r->eval_x = tr_alloc((size_t)r->eval_local_batch * tr_shape_numel(r->model.input) *
                                  sizeof(float), "evaluation batch");
     tr_model_init_params(&r->model, seed);
-    r->model.precision = r->precision;
     tr_loss_scale_init(&r->scaler, r->d);
     int zero = (int)tr_deck_int(r->d, "parallel", "zero");
     size_t olo = 0, ohi = r->model.nparams; /* ZeRO: this rank's slice of the state */

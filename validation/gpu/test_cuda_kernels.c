@@ -26,8 +26,11 @@
  * the CPU's bits for bf16 and fp16, NaN payloads, infinities and subnormals included.
  * A wrong index, a missed term or a transposed operand gives errors of order 1.
  *
- * linear_gelu_forward, and the cuBLASLt epilogue paths of linear_forward in every
- * precision, are checked in test_cuda_linear_lt.c.
+ * The GPT MLP's activations stored in 16 bits (linear_gelu_forward and the _stored
+ * entries): pre and out within a step of the format (TOL_BF16_STORE), the products
+ * after them within TOL_GEMM. linear_gelu_forward's fp32 GELU epilogue, and the
+ * cuBLASLt epilogue paths of linear_forward in every precision, are checked in
+ * test_cuda_linear_lt.c.
  *
  * No usable GPU (no driver, no device): prints why and exits 77, which CTest
  * reports as skipped. A bad token must end the process with exit 70 and a message,
@@ -211,6 +214,49 @@ static void compare_ints(const char *what, const ipair *t, size_t n)
     CHECK(bad == 0, "%s: %zu of %zu ints differ", what, bad, n);
 }
 
+/* ---- tensors stored in the format's width (lowp_math.h) --------------------------- */
+
+typedef struct stored {
+    void *h, *d; /* host and device copies */
+    size_t n;
+    int format;
+} stored;
+
+static stored stored_of(const float *x, size_t n, int format)
+{
+    size_t bytes = n * tr_stored_bytes(format);
+    stored s = {malloc(bytes), tr_cuda_alloc(bytes, "test stored tensor"), n, format};
+    for (size_t i = 0; i < n; i++)
+        tr_stored_store(s.h, i, x[i], format);
+    tr_cuda_upload(s.d, s.h, bytes);
+    return s;
+}
+
+static void stored_free(stored *s)
+{
+    free(s->h);
+    tr_cuda_free(s->d);
+    s->h = s->d = NULL;
+}
+
+/* the device copy against the host one, both widened: relative to max |cpu| */
+static void compare_stored(const char *what, const stored *s, double tol)
+{
+    size_t bytes = s->n * tr_stored_bytes(s->format);
+    void *g = malloc(bytes);
+    tr_cuda_download(g, s->d, bytes);
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < s->n; i++) {
+        double c = tr_stored_load(s->h, i, s->format), d = tr_stored_load(g, i, s->format);
+        scale = fmax(scale, fabs(c));
+        worst = isnan(d - c) ? INFINITY : fmax(worst, fabs(d - c));
+    }
+    free(g);
+    double e = scale > 0.0 ? worst / scale : worst;
+    printf("  %-40s rel err %.2e (tol %.0e)\n", what, e, tol);
+    CHECK(e <= tol, "%s: relative error %.3e above %.0e", what, e, tol);
+}
+
 /* ---- GEMM and linear ------------------------------------------------------------- */
 
 static void test_gemm(void)
@@ -270,6 +316,71 @@ static void test_linear(void)
         for (size_t i = 0; i < sizeof all / sizeof *all; i++)
             pair_free(all[i]);
     }
+}
+
+/* The GPT MLP's hidden activations stored in the format (transformer_kernels.h): c_fc
+ * and GELU storing pre and out, c_proj's forward and backward on the stored out, and
+ * GELU's backward on the stored pre, against the CPU's entries at each format; where
+ * the products are of the format (c_proj multiplies the 16-bit out as it is) and, for
+ * the 16-bit formats, where they are fp32 (the entries widen the input first). The
+ * inputs are rounded to the format, as the model stores them. pre and out within a
+ * GEMM's tolerance in fp32, a step of the format else; from there both sides read the
+ * CPU's stored tensors. */
+static void test_stored_hidden(void)
+{
+    enum { F = 4 * C };
+    size_t nx = (size_t)BT * C, nh = (size_t)BT * F;
+    static const int formats[] = {TR_PREC_BF16, TR_PREC_FP16, TR_PREC_FP32};
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
+        for (int fp32_products = 0; fp32_products < 2; fp32_products++) {
+            int f = formats[i];
+            if (fp32_products && f == TR_PREC_FP32)
+                continue;
+            printf("MLP hidden activations stored in %s, %s products\n",
+                   f == TR_PREC_BF16 ? "bf16" : f == TR_PREC_FP16 ? "fp16" : "fp32",
+                   fp32_products ? "fp32" : "the format's");
+            gpu->set_gemm_precision(fp32_products ? TR_PREC_FP32 : f);
+            pair x = pair_rand(nx, -1, 1), dout = pair_rand(nx, -1, 1);
+            pair wfc = pair_rand((size_t)F * C, -0.5, 0.5), bfc = pair_rand(F, -1, 1);
+            pair wpr = pair_rand((size_t)C * F, -0.5, 0.5), bpr = pair_rand(C, -1, 1);
+            pair *in[] = {&x, &dout, &wfc, &bfc, &wpr, &bpr};
+            for (size_t k = 0; k < sizeof in / sizeof *in; k++) {
+                tr_cpu_round_lowp(in[k]->h, in[k]->n, f);
+                tr_cuda_upload(in[k]->d, in[k]->h, in[k]->n * sizeof(float));
+            }
+            pair scratch = pair_zero(nh), y = pair_zero(nx), dinp = pair_zero(nh);
+            pair dw = pair_rand((size_t)C * F, -1, 1), db = pair_rand(C, -1, 1);
+            float *zero = calloc(nh, sizeof(float));
+            stored pre = stored_of(zero, nh, f), out = stored_of(zero, nh, f);
+            free(zero);
+            tr_cpu_linear_gelu_forward(pre.h, out.h, x.h, wfc.h, bfc.h, BT, C, F, f, scratch.h);
+            gpu->linear_gelu_forward(pre.d, out.d, x.d, wfc.d, bfc.d, BT, C, F, f, scratch.d);
+            double tol = f == TR_PREC_FP32 ? TOL_GEMM : TOL_BF16_STORE;
+            compare_stored("linear_gelu_forward pre", &pre, tol);
+            compare_stored("linear_gelu_forward out", &out, tol);
+            size_t bytes = nh * tr_stored_bytes(f);
+            tr_cuda_upload(pre.d, pre.h, bytes);
+            tr_cuda_upload(out.d, out.h, bytes);
+            tr_cpu_linear_forward_stored(y.h, out.h, wpr.h, bpr.h, BT, F, C, f, scratch.h);
+            gpu->linear_forward_stored(y.d, out.d, wpr.d, bpr.d, BT, F, C, f, scratch.d);
+            compare("linear_forward_stored out", &y, TOL_GEMM);
+            tr_cpu_linear_backward_stored(dinp.h, dw.h, db.h, dout.h, out.h, wpr.h, BT, F, C, f);
+            gpu->linear_backward_stored(dinp.d, dw.d, db.d, dout.d, out.d, wpr.d, BT, F, C, f);
+            compare("linear_backward_stored dinp", &dinp, TOL_GEMM);
+            compare("linear_backward_stored dw (+=)", &dw, TOL_GEMM);
+            compare("linear_backward_stored db (+=)", &db, TOL_ELEM);
+            /* GELU's backward in place on the CPU's dinp, reading the stored pre */
+            tr_cuda_upload(dinp.d, dinp.h, nh * sizeof(float));
+            tr_cpu_gelu_backward(dinp.h, pre.h, dinp.h, nh, f);
+            gpu->gelu_backward(dinp.d, pre.d, dinp.d, nh, f);
+            compare_format("gelu_backward on the stored pre", &dinp, f);
+            stored_free(&pre);
+            stored_free(&out);
+            pair *all[] = {&x, &dout, &wfc, &bfc, &wpr, &bpr, &scratch, &y, &dinp, &dw, &db};
+            for (size_t k = 0; k < sizeof all / sizeof *all; k++)
+                pair_free(all[k]);
+        }
+    gpu->set_gemm_precision(TR_PREC_FP32);
 }
 
 /* The bias gradient's column sums past one row block: B 1200 rows (64 row blocks of
@@ -525,9 +636,11 @@ static void test_elementwise(void)
     static const int formats[] = {TR_PREC_BF16, TR_PREC_FP16, TR_PREC_FP32};
     for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
         int f = formats[i];
-        tr_cpu_gelu_backward(dinp.h, inp.h, dout.h, n, f);
-        gpu->gelu_backward(dinp.d, inp.d, dout.d, n, f);
+        stored pre = stored_of(inp.h, n, f); /* GELU's input is stored in the format */
+        tr_cpu_gelu_backward(dinp.h, pre.h, dout.h, n, f);
+        gpu->gelu_backward(dinp.d, pre.d, dout.d, n, f);
         compare_format("gelu_backward dinp", &dinp, f);
+        stored_free(&pre);
         tr_cpu_residual_forward(out.h, inp.h, other.h, n, f);
         gpu->residual_forward(out.d, inp.d, other.d, n, f);
         compare_format("residual_forward out", &out, f);
@@ -1094,6 +1207,7 @@ int main(int argc, char **argv)
     test_gemm();
     test_linear();
     test_linear_bias_long();
+    test_stored_hidden();
     test_embedding();
     test_embedding_long();
     test_layernorm(B, T, C);

@@ -658,7 +658,6 @@ static void test_fused_rounding(void)
     size_t BT = (size_t)B * T, n = BT * C, n3 = 3 * n, nv = BT * VP;
     size_t natt = (size_t)B * NH * T * T, nbig = n3 > nv ? n3 : nv;
     float *x = falloc(n, "x"), *y = falloc(n, "y"), *w = falloc(C, "w"), *bias = falloc(C, "b");
-    float *wsq = falloc((size_t)C * C, "linear weight");
     float *o1 = falloc(nbig, "fused"), *o2 = falloc(nbig, "ref"), *tmp = falloc(n, "tmp");
     float *mean = falloc(BT, "mean"), *rstd = falloc(BT, "rstd");
     float *qkv = falloc(n3, "qkv"), *att = falloc(natt, "att"), *datt = falloc(natt, "datt");
@@ -674,8 +673,6 @@ static void test_fused_rounding(void)
     fill_wide(y, n, 2);
     fill_wide(w, C, 3);
     fill_wide(bias, C, 4);
-    for (size_t i = 0; i < (size_t)C * C; i++)
-        wsq[i] = tr_rng_uniform(10, 1, i) - 0.5f;
     for (size_t i = 0; i < n3; i++)
         qkv[i] = tr_rng_uniform(5, 1, i) - 0.5f;
     for (size_t i = 0; i < nv; i++) {
@@ -704,16 +701,6 @@ static void test_fused_rounding(void)
                                   TR_PREC_FP32, 0);
         tr_cpu_residual_forward(o2, xr, tmp, n, TR_PREC_FP32);
         check_fused("layernorm_backward accumulating", f, o1, o2, n);
-        tr_cpu_gelu_backward(o1, x, y, n, f);
-        tr_cpu_gelu_backward(o2, xr, yr, n, TR_PREC_FP32);
-        check_fused("gelu_backward", f, o1, o2, n);
-        /* linear then GELU: pre and out both rounded (the four calls it stands for) */
-        tr_cpu_linear_gelu_forward(o1, o1 + n, yr, wsq, bias, (int)BT, C, C, f);
-        tr_cpu_linear_forward(o2, yr, wsq, bias, (int)BT, C, C);
-        tr_cpu_round_lowp(o2, n, f);
-        tr_cpu_gelu_forward(o2 + n, o2, n);
-        check_same("linear_gelu_forward pre", f, o1, o2, n * sizeof *o1);
-        check_fused("linear_gelu_forward out", f, o1 + n, o2 + n, n);
         tr_cpu_residual_forward(o1, x, y, n, f);
         tr_cpu_residual_forward(o2, xr, yr, n, TR_PREC_FP32);
         check_fused("residual_forward", f, o1, o2, n);
@@ -756,11 +743,94 @@ static void test_fused_rounding(void)
         check_same("rows_argmax value", f, l1, l2, BT * sizeof *l1);
         tr_free(xr), tr_free(yr), tr_free(qkvr), tr_free(lgr);
     }
-    float *all[] = {x, y, w, bias, wsq, o1, o2, tmp, mean, rstd, qkv, att, datt, st1, st2,
+    float *all[] = {x, y, w, bias, o1, o2, tmp, mean, rstd, qkv, att, datt, st1, st2,
                     logits, g1, g2, l1, l2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         tr_free(all[i]);
     tr_free(s1), tr_free(s2), tr_free(tgt), tr_free(i1), tr_free(i2);
+}
+
+/* x's values rounded to format and stored in its width (lowp_math.h) */
+static void *stored_copy(const float *x, size_t n, int format)
+{
+    void *p = tr_alloc(n * tr_stored_bytes(format), "stored copy");
+    for (size_t i = 0; i < n; i++)
+        tr_stored_store(p, i, x[i], format);
+    return p;
+}
+
+static float *widened(const void *p, size_t n, int format)
+{
+    float *x = falloc(n, "widened");
+    for (size_t i = 0; i < n; i++)
+        x[i] = tr_stored_load(p, i, format);
+    return x;
+}
+
+/* The MLP's hidden activations stored in the format's width (transformer_kernels.h):
+ * each entry gives the bits the same math gives on their values held in fp32 memory,
+ * at every format, on shapes whose products the two threads split unevenly. */
+static void test_stored_hidden(void)
+{
+    enum { BT = 67, C = 40, F = 88 }; /* c_fc C -> F, c_proj F -> C */
+    size_t nx = (size_t)BT * C, nh = (size_t)BT * F;
+    float *x = falloc(nx, "x"), *wfc = falloc((size_t)F * C, "c_fc w");
+    float *bfc = falloc(F, "c_fc b"), *wpr = falloc((size_t)C * F, "c_proj w");
+    float *bpr = falloc(C, "c_proj b"), *dout = falloc(nx, "dout");
+    float *scratch = falloc(nh, "scratch"), *pre = falloc(nh, "pre"), *out = falloc(nh, "out");
+    float *y1 = falloc(nx, "y"), *y2 = falloc(nx, "y");
+    float *d1 = falloc(nh, "d"), *d2 = falloc(nh, "d");
+    float *g1 = falloc((size_t)C * F + C, "grads"), *g2 = falloc((size_t)C * F + C, "grads");
+    fill_wide(x, nx, 21);
+    fill_wide(dout, nx, 22);
+    for (size_t i = 0; i < (size_t)F * C; i++) {
+        wfc[i] = tr_rng_uniform(23, 1, i) - 0.5f;
+        wpr[i] = tr_rng_uniform(24, 1, i) - 0.5f;
+    }
+    fill_wide(bfc, F, 25);
+    fill_wide(bpr, C, 26);
+    for (int f = TR_PREC_FP32; f <= TR_PREC_FP16; f++) {
+        float *xr = rounded_copy(x, nx, f), *dr = rounded_copy(dout, nx, f);
+        void *pre_s = tr_alloc(nh * tr_stored_bytes(f), "pre"), *out_s = tr_alloc(
+            nh * tr_stored_bytes(f), "out");
+        /* c_fc and GELU: pre rounded, GELU of it rounded (the four calls it stands for) */
+        tr_cpu_linear_gelu_forward(pre_s, out_s, xr, wfc, bfc, BT, C, F, f, scratch);
+        tr_cpu_linear_forward(pre, xr, wfc, bfc, BT, C, F);
+        tr_cpu_round_lowp(pre, nh, f);
+        tr_cpu_gelu_forward(out, pre, nh);
+        tr_cpu_round_lowp(out, nh, f);
+        float *pw = widened(pre_s, nh, f), *ow = widened(out_s, nh, f);
+        CHECK(same_bits(pw, pre, nh), "linear_gelu_forward pre (%s) differs", fmt_name(f));
+        CHECK(same_bits(ow, out, nh), "linear_gelu_forward out (%s) differs", fmt_name(f));
+        /* c_proj forward and backward on the stored GELU output */
+        tr_cpu_linear_forward_stored(y1, out_s, wpr, bpr, BT, F, C, f, scratch);
+        tr_cpu_linear_forward(y2, ow, wpr, bpr, BT, F, C);
+        CHECK(same_bits(y1, y2, nx), "linear_forward_stored (%s) differs", fmt_name(f));
+        for (size_t i = 0; i < (size_t)C * F + C; i++) /* gradients accumulate (+=) */
+            g1[i] = g2[i] = 0.25f - tr_rng_uniform(27, 1, i);
+        tr_cpu_linear_backward_stored(d1, g1, g1 + (size_t)C * F, dr, out_s, wpr, BT, F, C, f);
+        tr_cpu_linear_backward(d2, g2, g2 + (size_t)C * F, dr, ow, wpr, BT, F, C);
+        CHECK(same_bits(d1, d2, nh), "linear_backward_stored dinp (%s) differs", fmt_name(f));
+        CHECK(same_bits(g1, g2, (size_t)C * F + C),
+              "linear_backward_stored dw, db (%s) differ", fmt_name(f));
+        /* GELU's backward reading the stored pre, in place on the gradient as the
+         * model calls it */
+        tr_cpu_gelu_backward(d1, pre_s, d1, nh, f);
+        tr_cpu_round_lowp(d2, nh, f); /* (dout read as values of the format) */
+        tr_cpu_gelu_backward(d2, pw, d2, nh, TR_PREC_FP32);
+        check_fused("gelu_backward on the stored pre", f, d1, d2, nh);
+        tr_free(xr), tr_free(dr), tr_free(pre_s), tr_free(out_s), tr_free(pw), tr_free(ow);
+    }
+    /* the widths: 16 bits a value in the 16-bit formats */
+    void *h = stored_copy(x, nx, TR_PREC_BF16);
+    float *hw = widened(h, nx, TR_PREC_BF16), *xr = rounded_copy(x, nx, TR_PREC_BF16);
+    CHECK(tr_stored_bytes(TR_PREC_BF16) == 2 && tr_stored_bytes(TR_PREC_FP16) == 2 &&
+              tr_stored_bytes(TR_PREC_FP32) == 4 && same_bits(hw, xr, nx),
+          "stored bf16 values are not the rounded ones");
+    tr_free(h), tr_free(hw), tr_free(xr);
+    float *all[] = {x, wfc, bfc, wpr, bpr, dout, scratch, pre, out, y1, y2, d1, d2, g1, g2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tr_free(all[i]);
 }
 
 int main(void)
@@ -773,6 +843,7 @@ int main(void)
     test_attention();
     test_xent();
     test_fused_rounding();
+    test_stored_hidden();
     test_determinism();
     return tr_test_finish();
 }

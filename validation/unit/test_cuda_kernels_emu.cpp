@@ -4,7 +4,8 @@
  * gradient (whole vocabulary and shards), the 16-bit operand copies (casts, the bias
  * gradient's column sums with dout's copy, the LM head's dlogits copy), layernorm
  * forward and backward (accumulating into the residual stream's gradient; the fused
- * backward against the two-kernel form too, at GPT-2's C = 768), GELU, the
+ * backward against the two-kernel form too, at GPT-2's C = 768), GELU (its backward
+ * on the input stored in 16 bits, and the stores of the MLP's hidden activations), the
  * residual add, and the AdamW and SGD updates with mixed precision's working copy.
  *
  * Where the GPU code claims the CPU's bits (the same float operations in the same
@@ -391,14 +392,52 @@ static void test_elementwise(size_t n, int format, int off)
                     vec(want.begin(), want.begin() + n), 1e-6);
         std::fill(got.begin(), got.end(), NAN);
     }
+    /* GELU's backward reads its input stored in the format: 16-bit values (8-byte
+     * loads of four) where it is bf16 or fp16, starting off alignment as the rest */
+    std::vector<uint16_t> a16(n + 8);
+    const void *as = ap;
+    if (format != TR_PREC_FP32) {
+        for (size_t i = 0; i < n; i++)
+            tr_stored_store(a16.data() + 4 * off, i, ap[i], format);
+        as = a16.data() + 4 * off; /* a16 is 16-byte aligned by the allocator */
+    }
     emu::launch(grid, dim3(TR_CUDA_BLOCK), 0,
-                [&] { gelu_backward_kernel(g, ap, bp, n, format, v4); });
-    tr_cpu_gelu_backward(want.data() + off, ap, bp, n, format);
-    same_bits("gelu_backward", got, want);
+                [&] { gelu_backward_kernel(g, as, bp, n, format, v4); });
+    tr_cpu_gelu_backward(want.data() + off, as, bp, n, format);
+    same_bits("gelu_backward (stored input)", got, want);
     std::fill(got.begin(), got.end(), NAN);
     emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { residual_kernel(g, ap, bp, n, format, v4); });
     tr_cpu_residual_forward(want.data() + off, ap, bp, n, format);
     same_bits("residual", got, want);
+}
+
+/* c_fc's fp32 product to the MLP's stored hidden activations (pre rounded, GELU of
+ * it), and a stored tensor widened back, against the CPU's linear_gelu_forward
+ * after its product (identity weights give the product = the input) */
+static void test_gelu_store(int B, int F, int format)
+{
+    printf("GELU store and widen (%s): %d x %d\n", fmt_name(format), B, F);
+    size_t n = (size_t)B * F, es = tr_stored_bytes(format);
+    vec lin = rand_vec(n, -5.0f, 5.0f), eye((size_t)F * F, 0.0f), scratch(n);
+    for (int i = 0; i < F; i++)
+        eye[(size_t)i * F + i] = 1.0f;
+    std::vector<unsigned char> pre(n * es, 0xff), out(n * es, 0xff), cpre(n * es), cout(n * es);
+    dim3 grid(tr_cuda_grid(n) > 3 ? 3 : tr_cuda_grid(n));
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0,
+                [&] { gelu_store_kernel(pre.data(), out.data(), lin.data(), n, format); });
+    tr_cpu_linear_gelu_forward(cpre.data(), cout.data(), lin.data(), eye.data(), NULL, B, F, F,
+                               format, scratch.data());
+    same_bits("stored pre", pre, cpre);
+    /* here the kernel's tanh is the host's, so GELU of the rounded pre has the CPU's
+     * bits (a GPU's tanh may differ in the last bit, and the stored value by one step
+     * of the format: gpu.test_cuda_kernels allows that) */
+    same_bits("stored gelu(pre)", out, cout);
+    vec got(n, NAN), want(n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = tr_stored_load(cout.data(), i, format);
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0,
+                [&] { widen_stored_kernel(got.data(), out.data(), n, format); });
+    same_bits("stored gelu(pre), widened", got, want);
 }
 
 /* ---- the optimizers ---------------------------------------------------------------- */
@@ -458,6 +497,7 @@ int main(void)
         test_layernorm(37, 768, f, 1); /* GPT-2's C: 24 columns a lane */
         test_elementwise(5001, f, 0);
         test_elementwise(4098, f, 1);
+        test_gelu_store(9, 136, f);
     }
     test_optim(4099, 0, TR_PREC_BF16);
     test_optim(4098, 1, TR_PREC_FP16);

@@ -60,6 +60,9 @@ struct dim3 {
 struct float4 {
     float x, y, z, w;
 };
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
 struct __nv_bfloat16 {
     uint16_t bits;
 };
