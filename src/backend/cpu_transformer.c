@@ -55,15 +55,15 @@ void tr_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, cons
 
 /* ---- layernorm ------------------------------------------------------------------ */
 
-void tr_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+void tr_cpu_layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int B, int T, int C,
                               int format)
 {
     size_t BT = (size_t)B * T;
+    int lowp = tr_is_lowp(format);
 #pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS)
     for (size_t r = 0; r < BT; r++) {
         const float *x = inp + r * C;
-        float *o = out + r * C;
         /* two passes: the variance of x - mean does not cancel catastrophically when
          * the mean is large next to the spread, as E[x^2] - E[x]^2 would */
         float s = 0.0f;
@@ -76,9 +76,14 @@ void tr_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float 
             v += dx * dx;
         }
         float rs = 1.0f / sqrtf(v / (float)C + TR_LAYERNORM_EPS); /* biased variance */
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - m) * rs * weight[c] + bias[c];
-        tr_round_lowp_span(o, (size_t)C, format);
+        if (lowp) { /* stored in the format, rounded as it is stored */
+            for (int c = 0; c < C; c++)
+                tr_stored_store(out, r * C + c, (x[c] - m) * rs * weight[c] + bias[c], format);
+        } else {
+            float *o = (float *)out + r * C;
+            for (int c = 0; c < C; c++)
+                o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+        }
         mean[r] = m;
         rstd[r] = rs;
     }
@@ -191,9 +196,9 @@ void tr_cpu_gelu_backward(float *dinp, const void *inp, const float *dout, size_
     }
 }
 
-void tr_cpu_linear_gelu_forward(void *pre, void *out, const float *inp, const float *w,
+void tr_cpu_linear_gelu_forward(void *pre, void *out, const void *inp, const float *w,
                                 const float *b, int B, int IN, int OUT, int format,
-                                float *scratch)
+                                float *scratch, float *scratch_in)
 {
     size_t n = (size_t)B * OUT;
     if (!tr_is_lowp(format)) { /* fp32: the product in pre itself, GELU from it */
@@ -201,7 +206,7 @@ void tr_cpu_linear_gelu_forward(void *pre, void *out, const float *inp, const fl
         tr_cpu_gelu_forward(out, pre, n);
         return;
     }
-    tr_cpu_linear_forward(scratch, inp, w, b, B, IN, OUT);
+    tr_cpu_linear_forward_stored(scratch, inp, w, b, B, IN, OUT, format, scratch_in);
     size_t nb = (n + ROUND_BLOCK - 1) / ROUND_BLOCK;
 #pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS / 8)
     for (size_t blk = 0; blk < nb; blk++) {

@@ -118,10 +118,10 @@ double tr_cpu_xent_shard_finish(float *stats, float *losses, const double *sums,
 
 void tr_cpu_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
                                  const int *targets, float scale, size_t BT, int Vl, int v0,
-                                 int nreal, const float *inp, const float *w, int C, int format)
+                                 int nreal, const void *inp, const float *w, int C, int format)
 {
     tr_cpu_xent_shard_backward(logits, logits, stats, targets, scale, BT, Vl, v0, nreal, format);
-    tr_cpu_linear_backward(dinp, dw, NULL, logits, inp, w, (int)BT, C, Vl);
+    tr_cpu_linear_backward_stored(dinp, dw, NULL, logits, inp, w, (int)BT, C, Vl, format);
 }
 
 /* the softmax recomputed as the forward pass left it: exp(x - max) (1 / sum), the two

@@ -147,7 +147,7 @@ static void guarded_embedding_backward(float *dwte, float *dwpe, const float *do
     tr_guarded_close();
 }
 
-static void guarded_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int B, int T, int C, int format)
+static void guarded_layernorm_forward(void *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int B, int T, int C, int format)
 {
     tr_guarded_open();
     tr_cpu_kernels.layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C, format);
@@ -175,10 +175,10 @@ static void guarded_gelu_backward(float *dinp, const void *inp, const float *dou
     tr_guarded_close();
 }
 
-static void guarded_linear_gelu_forward(void *pre, void *out, const float *inp, const float *w, const float *b, int B, int IN, int OUT, int format, float *scratch)
+static void guarded_linear_gelu_forward(void *pre, void *out, const void *inp, const float *w, const float *b, int B, int IN, int OUT, int format, float *scratch, float *scratch_in)
 {
     tr_guarded_open();
-    tr_cpu_kernels.linear_gelu_forward(pre, out, inp, w, b, B, IN, OUT, format, scratch);
+    tr_cpu_kernels.linear_gelu_forward(pre, out, inp, w, b, B, IN, OUT, format, scratch, scratch_in);
     tr_guarded_close();
 }
 
@@ -283,7 +283,7 @@ static void guarded_xent_shard_backward(float *dlogits, const float *logits, con
     tr_guarded_close();
 }
 
-static void guarded_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, const float *inp, const float *w, int C, int format)
+static void guarded_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, const void *inp, const float *w, int C, int format)
 {
     tr_guarded_open();
     tr_cpu_kernels.xent_linear_backward(dinp, dw, logits, stats, targets, scale, BT, Vl, v0, nreal, inp, w, C, format);

@@ -105,7 +105,8 @@ typedef struct tr_kernels {
      * that transformer_kernels.h says are "read as values of format" are rounded as
      * they are read, as if rounded in place before: how the model stores a matrix
      * product's output without a pass of its own. */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+    /* out stored in format (lowp_math.h: 16 bits a value in bf16/fp16-mixed) */
+    void (*layernorm_forward)(void *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int B, int T, int C,
                               int format);
     /* dinp (+=) where accumulate is set: the residual stream's gradient */
@@ -117,19 +118,22 @@ typedef struct tr_kernels {
     /* inp stored in format (lowp_math.h: 16-bit values in a 16-bit format) */
     void (*gelu_backward)(float *dinp, const void *inp, const float *dout, size_t n,
                           int format);
-    /* The MLP's hidden activations are stored in format (lowp_math.h), 16 bits a value
-     * in bf16/fp16-mixed: the largest activations a block keeps (8 of its 18 values
-     * per feature of a token), which only these entries and gelu_backward touch.
+    /* The layernorms' outputs and the MLP's hidden activations are stored in format
+     * (lowp_math.h), 16 bits a value in bf16/fp16-mixed: 10 of the 18 values per
+     * feature of a token that a block keeps, which only layernorm_forward, these
+     * entries, gelu_backward and xent_linear_backward touch.
      * The MLP's first half: pre = linear_forward(inp, w, b) rounded to the format, as
-     * gelu_backward reads it, and out = gelu(pre) rounded to it, as c_proj reads it:
-     * one entry, so that a GPU can make it one matmul with an epilogue. scratch: B*OUT
-     * floats the entry may overwrite (transformer_kernels.h). */
-    void (*linear_gelu_forward)(void *pre, void *out, const float *inp, const float *w,
+     * gelu_backward reads it, and out = gelu(pre) rounded to it, as c_proj reads it,
+     * inp (ln_2's output) stored too: one entry, so that a GPU can make it one matmul
+     * with an epilogue. scratch: B*OUT floats, scratch_in B*IN, which the entry may
+     * overwrite (transformer_kernels.h). */
+    void (*linear_gelu_forward)(void *pre, void *out, const void *inp, const float *w,
                                 const float *b, int B, int IN, int OUT, int format,
-                                float *scratch);
-    /* linear_forward and linear_backward of an input stored in format (c_proj's, the
-     * GELU's output). Forward's scratch: B*IN floats it may overwrite. Backward's
-     * dinp is required; the entry may use it as scratch before it writes it. */
+                                float *scratch, float *scratch_in);
+    /* linear_forward and linear_backward of an input stored in format (c_attn's and
+     * c_fc's, the layernorms' outputs; c_proj's, the GELU's output; the LM head's).
+     * Forward's scratch: B*IN floats it may overwrite. Backward's dinp is required;
+     * the entry may use it as scratch before it writes it. */
     void (*linear_forward_stored)(float *out, const void *inp, const float *w,
                                   const float *b, int B, int IN, int OUT, int format,
                                   float *scratch);
@@ -175,13 +179,13 @@ typedef struct tr_kernels {
                                 int nreal, int format);
     /* A language model's head backward in one entry: xent_shard_backward's dlogits
      * (v0 0 and nreal V for the whole, padded vocabulary), then linear_backward of the
-     * bias-free layer that made the logits from inp [BT,C] with w [Vl,C] (dinp =,
-     * dw +=). The logits' contents afterwards are unspecified: a GPU makes the
-     * gradient slice by slice into its 16-bit operand copies and never stores it
-     * (transformer_kernels.h). */
+     * bias-free layer that made the logits from inp [BT,C] (stored in format: the
+     * final layernorm's output) with w [Vl,C] (dinp =, required; dw +=). The logits'
+     * contents afterwards are unspecified: a GPU makes the gradient slice by slice
+     * into its 16-bit operand copies and never stores it (transformer_kernels.h). */
     void (*xent_linear_backward)(float *dinp, float *dw, float *logits, const float *stats,
                                  const int *targets, float scale, size_t BT, int Vl, int v0,
-                                 int nreal, const float *inp, const float *w, int C,
+                                 int nreal, const void *inp, const float *w, int C,
                                  int format);
     /* A language model's accuracy: for each row r of x [rows, ld], idx[r] is the
      * first index j < n of the row's largest value and val[r] that value, as the scan

@@ -40,13 +40,15 @@ void tr_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, cons
 
 /* ---- layernorm over C, eps 1e-5 ---------------------------------------------------
  * out, inp [B,T,C]; mean, rstd [B,T] saved for backward; weight, bias [C]; out is
- * rounded to `format`, mean and rstd stay fp32.
+ * rounded to `format` and stored in it (lowp_math.h: 16-bit values where it is bf16
+ * or fp16; its readers are the linear layers' _stored entries below), mean and rstd
+ * stay fp32.
  * Backward: dout read as values of `format`; dweight, dbias [C] (+=); dinp [B,T,C]
  * (=), or (+=) where accumulate is set (the residual stream's gradient, which the
  * layernorm's input gradient adds into: no separate add), rounded to `format` after
  * the add. */
 #define TR_LAYERNORM_EPS 1e-5f
-void tr_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+void tr_cpu_layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int B, int T, int C,
                               int format);
 void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -62,28 +64,32 @@ void tr_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void tr_cpu_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n,
                           int format);
 
-/* ---- the MLP's hidden activations, stored in `format` -----------------------------
- * The GPT's MLP keeps pre = c_fc(x) and out = gelu(pre), [B,OUT] each, for backward:
- * 8 of the 18 values per feature that a block stores for each token. They are stored
- * in the format's own width (lowp_math.h), half the bytes in bf16/fp16-mixed, and
- * only the entries below and gelu_backward read or write them; their values are the
- * ones the fp32-memory form held (round_lowp of the same floats), so every result has
- * the bits it had when they lived in fp32 memory.
+/* ---- activations stored in `format`: the layernorms' outputs and the MLP's ---------
+ * A block keeps ln_1's and ln_2's outputs ([B,C] each), and the MLP's pre = c_fc(x)
+ * and out = gelu(pre) ([B,OUT] each), for backward: 10 of the 18 values per feature
+ * that it stores for each token; the head keeps ln_f's output. They are stored in the
+ * format's own width (lowp_math.h), half the bytes in bf16/fp16-mixed, and only
+ * layernorm_forward, the entries below, gelu_backward and xent_linear_backward read
+ * or write them; their values are the ones the fp32-memory form held (round_lowp of
+ * the same floats), so every result has the bits it had when they lived in fp32
+ * memory.
  *
- * linear_gelu_forward: inp [B,IN]; w [OUT,IN]; b [OUT] or NULL; format a tr_precision.
- * pre = tr_cpu_linear_forward(inp, w, b) rounded to format; out = gelu(pre) rounded
- * to format; both stored in format. scratch: B*OUT floats (the fp32 product), which
- * the entry overwrites. One entry so that a GPU can fuse it (src/cuda/cuda_gemm.cu).
+ * linear_gelu_forward: inp [B,IN] stored in format; w [OUT,IN]; b [OUT] or NULL;
+ * format a tr_precision. pre = tr_cpu_linear_forward(inp, w, b) rounded to format;
+ * out = gelu(pre) rounded to format; both stored in format. scratch: B*OUT floats
+ * (the fp32 product), scratch_in: B*IN (the input widened), which the entry
+ * overwrites. One entry so that a GPU can fuse it (src/cuda/cuda_gemm.cu).
  *
  * linear_forward_stored / linear_backward_stored: tr_cpu_linear_forward and
- * tr_cpu_linear_backward on an input stored in format (c_proj's: the GELU's output),
- * the same bits as on its values in fp32 memory. Forward's scratch: B*IN floats it
+ * tr_cpu_linear_backward on an input stored in format (c_attn's and c_fc's: the
+ * layernorms' outputs; c_proj's: the GELU's output; the LM head's), the same bits as
+ * on its values in fp32 memory. Forward's scratch: B*IN floats it
  * overwrites. Backward's dinp [B,IN] is required: the CPU widens inp into it, takes
  * the weight and bias gradients from there, then writes the input gradient over it;
  * a GPU multiplies the 16-bit input as it is. */
-void tr_cpu_linear_gelu_forward(void *pre, void *out, const float *inp, const float *w,
+void tr_cpu_linear_gelu_forward(void *pre, void *out, const void *inp, const float *w,
                                 const float *b, int B, int IN, int OUT, int format,
-                                float *scratch);
+                                float *scratch, float *scratch_in);
 void tr_cpu_linear_forward_stored(float *out, const void *inp, const float *w, const float *b,
                                   int B, int IN, int OUT, int format, float *scratch);
 void tr_cpu_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
@@ -166,12 +172,13 @@ void tr_cpu_xent_shard_backward(float *dlogits, const float *logits, const float
 
 /* ---- the LM head's backward: the cross-entropy's, then the tied linear layer's ------
  * Exactly tr_cpu_xent_shard_backward(logits, logits, stats, ...) (in place) and
- * tr_cpu_linear_backward(dinp, dw, NULL, logits, inp, w, BT, C, Vl): one entry so
+ * tr_cpu_linear_backward_stored(dinp, dw, NULL, logits, inp, w, BT, C, Vl, format)
+ * (inp, ln_f's output, stored in format; dinp required): one entry so
  * that a GPU can make the 16-bit copies of dlogits its products take straight from
  * the logits, without writing (and reading back) dlogits, 3.3 GB at GPT-2's 16 x
  * 1024. The logits' contents afterwards are unspecified. */
 void tr_cpu_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
                                  const int *targets, float scale, size_t BT, int Vl, int v0,
-                                 int nreal, const float *inp, const float *w, int C, int format);
+                                 int nreal, const void *inp, const float *w, int C, int format);
 
 #endif

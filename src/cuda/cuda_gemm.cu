@@ -255,10 +255,13 @@ static void copy_dout_16(void *dst, const dout_source *s, int B, int o0, int n, 
  * each copied to 16 bits:
  *   dinp  = sum over slices of dout[:, slice] w[slice, :]   (fp32, added slice by slice)
  *   dw[slice, :] += dout[:, slice]^T inp
- * inp is copied once, into the second buffer, and each slice of w after it. Returns 0
+ * inp is copied once, into the second buffer, and each slice of w after it; an input
+ * already stored in the 16-bit format (inp16, not NULL: the LM head's, ln_f's output)
+ * is multiplied as it is, and its room in the buffer stays unused. Returns 0
  * (nothing done) where even 8 columns do not fit. */
 static int linear_backward_sliced(float *dinp, float *dw, const dout_source *src,
-                                  const float *inp, const float *w, int B, int IN, int OUT)
+                                  const float *inp, const void *inp16, const float *w, int B,
+                                  int IN, int OUT)
 {
     size_t ni = ((size_t)B * IN + 7) & ~(size_t)7; /* the w slice starts 16-byte aligned */
     if (g_gemm_format == TR_PREC_FP32 || ni >= g_cast_limit)
@@ -270,8 +273,11 @@ static int linear_backward_sliced(float *dinp, float *dw, const dout_source *src
     if (oc < 8)
         return 0;
     const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
-    void *inp16 = ctx->d_cast[1], *w16 = (char *)ctx->d_cast[1] + ni * 2;
-    tr_cuda_cast_16(inp16, inp, B, IN, IN);
+    void *w16 = (char *)ctx->d_cast[1] + ni * 2;
+    if (!inp16) {
+        tr_cuda_cast_16(ctx->d_cast[1], inp, B, IN, IN);
+        inp16 = ctx->d_cast[1];
+    }
     for (int o0 = 0; o0 < OUT; o0 += (int)oc) {
         int n = OUT - o0 < (int)oc ? OUT - o0 : (int)oc;
         /* (each copy is queued after the products that read the previous slice) */
@@ -338,7 +344,8 @@ static void linear_backward_from(float *dinp, float *dw, float *db, const float 
     if (db && B > 0 && OUT > 0 && (size_t)OUT > TR_CUDA_COL_PARTIAL_FLOATS)
         tr_fatal(TR_EXIT_USAGE, "linear_backward: %d output features; the CUDA backend's "
                  "partial sums hold at most %zu", OUT, TR_CUDA_COL_PARTIAL_FLOATS);
-    if (sized && !whole && linear_backward_sliced(dinp, dw, &src, inp, w, B, IN, OUT)) {
+    if (sized && !whole && !inp16 &&
+        linear_backward_sliced(dinp, dw, &src, inp, NULL, w, B, IN, OUT)) {
         /* done in slices of dout */
     } else if (whole) {
         /* 16-bit copies, dout's made once for both products (with the bias gradient's
@@ -443,14 +450,16 @@ void tr_cuda_linear_backward_stored(float *dinp, float *dw, float *db, const flo
  * the logits. */
 void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
                                   const int *targets, float scale, size_t BT, int Vl, int v0,
-                                  int nreal, const float *inp, const float *w, int C, int format)
+                                  int nreal, const void *inp, const float *w, int C, int format)
 {
+    /* inp, ln_f's output, is stored in format: 16-bit where the slices take it */
     dout_source src = {NULL, logits, stats, targets, scale, v0, nreal, format};
     if (BT > 0 && BT <= (size_t)INT_MAX && Vl > 0 && C > 0 && format == g_gemm_format &&
-        linear_backward_sliced(dinp, dw, &src, inp, w, (int)BT, C, Vl))
+        tr_is_lowp(format) &&
+        linear_backward_sliced(dinp, dw, &src, NULL, inp, w, (int)BT, C, Vl))
         return;
     tr_cuda_xent_shard_backward(logits, logits, stats, targets, scale, BT, Vl, v0, nreal, format);
-    tr_cuda_linear_backward(dinp, dw, NULL, logits, inp, w, (int)BT, C, Vl);
+    tr_cuda_linear_backward_stored(dinp, dw, NULL, logits, inp, w, (int)BT, C, Vl, format);
 }
 
 /* ---- c_fc and GELU -------------------------------------------------------------- */
@@ -471,27 +480,29 @@ void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *logits, const f
  * Where cuBLASLt has no algorithm (or OUT is not a multiple of 8): the product, then
  * GELU's kernel.
  *
- * bf16/fp16-mixed: pre and out are stored in the format, 16 bits a value
- * (transformer_kernels.h). The product, its bias in cuBLASLt's epilogue, goes to
+ * bf16/fp16-mixed: pre and out are stored in the format, 16 bits a value, and so is
+ * inp (ln_2's output: transformer_kernels.h), which the product multiplies as it is
+ * (linear_forward_stored). The product, its bias in cuBLASLt's epilogue, goes to
  * scratch in fp32, and one pass stores pre rounded and GELU of the rounded pre,
  * rounded: the CPU's arithmetic after the product. (The epilogue could write 16-bit
  * pre and out itself, CUBLASLT_EPILOGUE_AUX_DATA_TYPE, saving the fp32 product and
  * that pass: about 400 MB a layer at GPT-2's 16 x 1024. Not done until a GPU can
  * check it: its GELU takes the unrounded pre.) c_proj then multiplies out as it is stored
  * (linear_forward_stored), and gelu_backward reads pre in 16 bits. */
-void tr_cuda_linear_gelu_forward(void *pre, void *out, const float *inp, const float *w,
+void tr_cuda_linear_gelu_forward(void *pre, void *out, const void *inp, const float *w,
                                  const float *b, int B, int IN, int OUT, int format,
-                                 float *scratch)
+                                 float *scratch, float *scratch_in)
 {
     size_t n = (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0);
     if (tr_is_lowp(format)) {
-        tr_cuda_linear_forward(scratch, inp, w, b, B, IN, OUT);
+        tr_cuda_linear_forward_stored(scratch, inp, w, b, B, IN, OUT, format, scratch_in);
         tr_cuda_gelu_store(pre, out, scratch, n, format);
         return;
     }
     float *p = (float *)pre, *o = (float *)out;
-    if (!tr_cuda_linear_lt(o, p, inp, NULL, w, b, B, IN, OUT)) {
-        tr_cuda_linear_forward(p, inp, w, b, B, IN, OUT);
+    const float *x = (const float *)inp;
+    if (!tr_cuda_linear_lt(o, p, x, NULL, w, b, B, IN, OUT)) {
+        tr_cuda_linear_forward(p, x, w, b, B, IN, OUT);
         tr_cuda_gelu_forward(o, p, n);
     }
 }

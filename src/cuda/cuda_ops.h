@@ -30,10 +30,11 @@ void tr_cuda_linear_forward(float *out, const float *inp, const float *w, const 
                             int IN, int OUT);
 void tr_cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, int B, int IN, int OUT);
-/* the MLP's hidden activations, stored in format (transformer_kernels.h) */
-void tr_cuda_linear_gelu_forward(void *pre, void *out, const float *inp, const float *w,
+/* activations stored in format: the layernorms' outputs and the MLP's
+ * (transformer_kernels.h) */
+void tr_cuda_linear_gelu_forward(void *pre, void *out, const void *inp, const float *w,
                                  const float *b, int B, int IN, int OUT, int format,
-                                 float *scratch);
+                                 float *scratch, float *scratch_in);
 void tr_cuda_linear_forward_stored(float *out, const void *inp, const float *w, const float *b,
                                    int B, int IN, int OUT, int format, float *scratch);
 void tr_cuda_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
@@ -84,7 +85,7 @@ void tr_cuda_embedding_shard_forward(float *out, const int *tok, const float *wt
                                      const float *wpe, int B, int T, int C, int v0, int Vl);
 void tr_cuda_embedding_shard_backward(float *dwte, float *dwpe, const float *dout,
                                       const int *tok, int B, int T, int C, int v0, int Vl);
-void tr_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+void tr_cuda_layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
                                const float *weight, const float *bias, int B, int T, int C,
                                int format);
 void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -128,7 +129,7 @@ void tr_cuda_xent_shard_backward(float *dlogits, const float *logits, const floa
 /* cuda_gemm.cu: the LM head's backward, its gradient made straight into 16-bit copies */
 void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
                                   const int *targets, float scale, size_t BT, int Vl, int v0,
-                                  int nreal, const float *inp, const float *w, int C,
+                                  int nreal, const void *inp, const float *w, int C,
                                   int format);
 
 /* cuda_optim.cu */

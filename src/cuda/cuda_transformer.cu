@@ -139,7 +139,7 @@ void tr_cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, con
 
 /* ---- layernorm ------------------------------------------------------------------ */
 
-void tr_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+void tr_cuda_layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
                                const float *weight, const float *bias, int B, int T, int C,
                                int format)
 {

@@ -19,7 +19,8 @@ extern "C" {
  * and the row's sums are warp shuffles (no shared memory, no block barrier). */
 #define LN_ROWS_PER_BLOCK (TR_CUDA_BLOCK / 32)
 
-__global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd,
+/* out stored in format (lowp_math.h: 16-bit values in bf16/fp16-mixed) */
+__global__ static void layernorm_forward_kernel(void *out, float *mean, float *rstd,
                                                 const float *inp, const float *weight,
                                                 const float *bias, size_t BT, int C, int format)
 {
@@ -28,7 +29,6 @@ __global__ static void layernorm_forward_kernel(float *out, float *mean, float *
     if (r >= BT)
         return;
     const float *x = inp + r * C;
-    float *o = out + r * C;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32)
         s += x[c];
@@ -41,7 +41,7 @@ __global__ static void layernorm_forward_kernel(float *out, float *mean, float *
     v = tr_warp_sum(v);
     float rs = 1.0f / sqrtf(v / (float)C + TR_LAYERNORM_EPS);
     for (int c = lane; c < C; c += 32)
-        o[c] = tr_round_lowp((x[c] - m) * rs * weight[c] + bias[c], format);
+        tr_stored_store(out, r * C + c, (x[c] - m) * rs * weight[c] + bias[c], format);
     if (lane == 0) {
         mean[r] = m;
         rstd[r] = rs;

@@ -43,13 +43,15 @@ enum { LN1, QKV, PROJ, LN2, FC, FCPROJ, PER_BLOCK };
 
 /* One block's activations for one slot (pointers into buffers of max_batch rows). */
 typedef struct block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* [B,T,C], [B,T], [B,T] */
+    void *ln1;                        /* [B,T,C] stored in stored_format */
+    float *ln1_mean, *ln1_rstd;       /* [B,T], [B,T] */
     float *qkv;                       /* [B,T,3Cl]: this rank's heads of q, k, v */
     float *atty;                      /* [B,T,Cl] attention output before c_proj */
     float *att;                       /* [B,NHl,T,T] probabilities */
     float *res2;                      /* [B,T,C] stream after the attention half */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    void *fch, *fch_gelu;  /* [B,T,Fl], stored in hidden_format (transformer_kernels.h) */
+    void *ln2;                        /* as ln1 */
+    float *ln2_mean, *ln2_rstd;
+    void *fch, *fch_gelu;  /* [B,T,Fl], stored in stored_format (transformer_kernels.h) */
     float *res3;           /* [B,T,C] stream after the block */
 } block_acts;
 
@@ -61,12 +63,15 @@ typedef struct gpt {
     int first, last;   /* the stage holds the embeddings / the head */
     int l0, nl;        /* blocks [l0, l0 + nl) */
     int slots, recompute;
-    int hidden_format; /* m->precision when the buffers were laid out */
+    /* m->precision when the buffers were laid out: the layernorms' outputs and the
+     * MLP's activations are stored in its width (transformer_kernels.h) */
+    int stored_format;
     int wte, wpe, lnf, head_wte, block0; /* layer indices, -1 where absent */
     block_acts *blk;   /* [nl * slots]; with recompute only res3 is kept */
     block_acts work;   /* recompute: one block's activations, rebuilt in backward */
     float **encoded;   /* [slots] of [B,T,C]: the stream into the stage's first block */
-    float **lnf_out, **lnf_mean, **lnf_rstd;
+    void **lnf_out;    /* [slots] of [B,T,C] stored in stored_format */
+    float **lnf_mean, **lnf_rstd;
     float **logits;    /* [slots] of [B,T,Vl] */
     float **xstats;    /* [slots] of [B,T,2]: the softmax's row max and 1 / sum of exps */
     float *losses;     /* [B,T] */
@@ -346,18 +351,20 @@ static void block_buffers(const tr_model *m, block_acts *b, size_t BT, size_t at
     b->res3 = buf(m, alloc, BT * C, a, "activations");
     if (only_res3)
         return;
-    b->ln1 = buf(m, alloc, BT * C, a, "activations");
+    /* the activations stored in the format's width (transformer_kernels.h), in floats'
+     * worth, rounded up */
+    size_t es = tr_stored_bytes(m->precision), lnc = (BT * C * es + 3) / sizeof(float);
+    b->ln1 = buf(m, alloc, lnc, a, "activations");
     b->ln1_mean = buf(m, alloc, BT, a, "activations");
     b->ln1_rstd = buf(m, alloc, BT, a, "activations");
     b->qkv = buf(m, alloc, BT * 3 * (size_t)g->Cl, a, "activations");
     b->atty = buf(m, alloc, BT * (size_t)g->Cl, a, "activations");
     b->att = buf(m, alloc, att, a, "attention state");
     b->res2 = buf(m, alloc, BT * C, a, "activations");
-    b->ln2 = buf(m, alloc, BT * C, a, "activations");
+    b->ln2 = buf(m, alloc, lnc, a, "activations");
     b->ln2_mean = buf(m, alloc, BT, a, "activations");
     b->ln2_rstd = buf(m, alloc, BT, a, "activations");
-    /* the MLP's hidden activations in the format's width: floats' worth, rounded up */
-    size_t hidden = (BT * (size_t)g->Fl * tr_stored_bytes(m->precision) + 3) / sizeof(float);
+    size_t hidden = (BT * (size_t)g->Fl * es + 3) / sizeof(float);
     b->fch = buf(m, alloc, hidden, a, "activations");
     b->fch_gelu = buf(m, alloc, hidden, a, "activations");
 }
@@ -374,7 +381,7 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
     int S = g->slots;
     if (alloc)
         g->dev = m->dev;
-    g->hidden_format = m->precision;
+    g->stored_format = m->precision;
     for (int i = 0; i < g->nl * S; i++)
         block_buffers(m, &g->blk[i], BT, att, alloc, g->recompute, a);
     if (g->recompute) /* one block's worth, rebuilt for each block in backward */
@@ -383,7 +390,8 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
         g->encoded[i] = buf(m, alloc, BT * C, a, "activations");
         if (!g->last)
             continue;
-        g->lnf_out[i] = buf(m, alloc, BT * C, a, "activations");
+        g->lnf_out[i] = buf(m, alloc, (BT * C * tr_stored_bytes(m->precision) + 3) / sizeof(float),
+                            a, "activations");
         g->lnf_mean[i] = buf(m, alloc, BT, a, "activations");
         g->lnf_rstd[i] = buf(m, alloc, BT, a, "activations");
         g->logits[i] = buf(m, alloc, BT * (size_t)g->Vl, a, "logits");
@@ -465,7 +473,10 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
      * ("read as values of format", transformer_kernels.h); else by tr_model_round */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, ln1[0].value, ln1[1].value, B, T,
                          C, m->precision);
-    k->linear_forward(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * Cl);
+    /* ln_1's and ln_2's outputs and the MLP's activations are stored in the format's
+     * width; dln and dfch, free until backward, are the fp32 scratch of their readers */
+    k->linear_forward_stored(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * Cl,
+                             m->precision, g->dln);
     /* att is the backend's state for backward, stored (rounded) by the kernel itself */
     k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, g->NHl, m->precision);
     k->linear_forward(g->proj_out, b->atty, proj[0].value, bias_here ? proj[1].value : NULL, BT,
@@ -474,10 +485,8 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
     k->residual_forward(b->res2, x, g->proj_out, n, m->precision);
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value, ln2[1].value,
                          B, T, C, m->precision);
-    /* c_fc and GELU in one entry, then c_proj, on the hidden activations stored in the
-     * format's width (dfch, free until backward, is their fp32 scratch) */
     k->linear_gelu_forward(b->fch, b->fch_gelu, b->ln2, fc[0].value, fc[1].value, BT, C, Fl,
-                           m->precision, g->dfch);
+                           m->precision, g->dfch, g->dln);
     k->linear_forward_stored(g->proj_out, b->fch_gelu, fcp[0].value,
                              bias_here ? fcp[1].value : NULL, BT, Fl, C, m->precision, g->dfch);
     tp_sum(g, g->proj_out, n);
@@ -503,9 +512,9 @@ static void check_slot(const tr_model *m, int slot, int B, int T)
     if (slot < 0 || slot >= g->slots || B > m->max_batch || T > g->cfg.T || T < 1)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: slot %d of %d, batch %d of %d, T %d of %d", slot,
                  g->slots, B, m->max_batch, T, g->cfg.T);
-    if (m->precision != g->hidden_format) /* the hidden buffers' width was chosen by it */
+    if (m->precision != g->stored_format) /* the stored buffers' width was chosen by it */
         tr_fatal(TR_EXIT_SOFTWARE, "bug: precision %d, buffers laid out for %d", m->precision,
-                 g->hidden_format);
+                 g->stored_format);
 }
 
 void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int T)
@@ -542,8 +551,8 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
      * zero logits, which the cross-entropy ignores) */
     /* the logits are read as values of the format by the loss, the accuracy and
      * tr_gpt_stage_logits; the loss is fp32 math */
-    k->linear_forward(g->logits[slot], g->lnf_out[slot], P(m, g->head_wte, 0)->value, NULL, BT,
-                      C, g->Vl);
+    k->linear_forward_stored(g->logits[slot], g->lnf_out[slot], P(m, g->head_wte, 0)->value,
+                             NULL, BT, C, g->Vl, m->precision, g->dln);
 }
 
 /* Next-token accuracy: the argmax over the real vocabulary of each row (the kernel
@@ -638,7 +647,8 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
     k->linear_backward_stored(g->dfch, fcp[0].grad, fcp[1].grad, g->dres, b.fch_gelu,
                               fcp[0].value, BT, Fl, C, m->precision);
     k->gelu_backward(g->dfch, b.fch, g->dfch, (size_t)BT * Fl, m->precision);
-    k->linear_backward(g->dln, fc[0].grad, fc[1].grad, g->dfch, b.ln2, fc[0].value, BT, C, Fl);
+    k->linear_backward_stored(g->dln, fc[0].grad, fc[1].grad, g->dfch, b.ln2, fc[0].value, BT,
+                              C, Fl, m->precision);
     tp_sum(g, g->dln, n);
     k->layernorm_backward(g->dres, ln2[0].grad, ln2[1].grad, g->dln, b.res2, ln2[0].value,
                           b.ln2_mean, b.ln2_rstd, B, T, C, m->precision, 1);
@@ -647,8 +657,8 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
                        Cl, C);
     k->attention_backward(g->dqkv, g->datt, g->dln, b.atty, b.qkv, b.att, B, T, Cl, g->NHl,
                           m->precision);
-    k->linear_backward(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1, qkv[0].value, BT, C,
-                       3 * Cl);
+    k->linear_backward_stored(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1, qkv[0].value,
+                              BT, C, 3 * Cl, m->precision);
     tp_sum(g, g->dln, n);
     k->layernorm_backward(g->dres, ln1[0].grad, ln1[1].grad, g->dln, x_in, ln1[0].value,
                           b.ln1_mean, b.ln1_rstd, B, T, C, m->precision, 1);
@@ -786,7 +796,7 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
     g->blk = calloc((size_t)g->nl * g->slots + 1, sizeof *g->blk);
     size_t S = (size_t)g->slots;
     g->encoded = calloc(S, sizeof(float *));
-    g->lnf_out = calloc(S, sizeof(float *));
+    g->lnf_out = calloc(S, sizeof(void *));
     g->lnf_mean = calloc(S, sizeof(float *));
     g->lnf_rstd = calloc(S, sizeof(float *));
     g->logits = calloc(S, sizeof(float *));

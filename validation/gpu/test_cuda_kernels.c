@@ -318,8 +318,9 @@ static void test_linear(void)
     }
 }
 
-/* The GPT MLP's hidden activations stored in the format (transformer_kernels.h): c_fc
- * and GELU storing pre and out, c_proj's forward and backward on the stored out, and
+/* The GPT MLP's activations stored in the format (transformer_kernels.h): c_fc on the
+ * stored ln_2 output and GELU storing pre and out, c_proj's forward and backward on
+ * the stored out, and
  * GELU's backward on the stored pre, against the CPU's entries at each format; where
  * the products are of the format (c_proj multiplies the 16-bit out as it is) and, for
  * the 16-bit formats, where they are fp32 (the entries widen the input first). The
@@ -353,8 +354,12 @@ static void test_stored_hidden(void)
             float *zero = calloc(nh, sizeof(float));
             stored pre = stored_of(zero, nh, f), out = stored_of(zero, nh, f);
             free(zero);
-            tr_cpu_linear_gelu_forward(pre.h, out.h, x.h, wfc.h, bfc.h, BT, C, F, f, scratch.h);
-            gpu->linear_gelu_forward(pre.d, out.d, x.d, wfc.d, bfc.d, BT, C, F, f, scratch.d);
+            stored xs = stored_of(x.h, nx, f); /* ln_2's output, stored too */
+            tr_cpu_linear_gelu_forward(pre.h, out.h, xs.h, wfc.h, bfc.h, BT, C, F, f, scratch.h,
+                                       y.h);
+            gpu->linear_gelu_forward(pre.d, out.d, xs.d, wfc.d, bfc.d, BT, C, F, f, scratch.d,
+                                     y.d);
+            stored_free(&xs);
             double tol = f == TR_PREC_FP32 ? TOL_GEMM : TOL_BF16_STORE;
             compare_stored("linear_gelu_forward pre", &pre, tol);
             compare_stored("linear_gelu_forward out", &out, tol);
@@ -479,6 +484,8 @@ static void test_xent_linear(void)
                     tr_cpu_round_lowp(in[i]->h, in[i]->n, TR_PREC_BF16);
                     tr_cuda_upload(in[i]->d, in[i]->h, in[i]->n * sizeof(float));
                 }
+                /* inp, ln_f's output, is stored in the format (16 bits in bf16) */
+                stored inp_s = stored_of(inp.h, inp.n, f);
                 /* statistics of these columns alone stand in for the tp group's */
                 float rowmax[BT];
                 double sums[2 * BT];
@@ -488,9 +495,10 @@ static void test_xent_linear(void)
                 tr_cuda_upload(stats.d, stats.h, 2 * BT * sizeof(float));
                 tr_cuda_set_cast_limit(limits[l]);
                 tr_cpu_xent_linear_backward(dinp.h, dw.h, logits.h, stats.h, tgt.h, 0.3f, BT, W,
-                                            v0, nreal, inp.h, w.h, HC, f);
+                                            v0, nreal, inp_s.h, w.h, HC, f);
                 gpu->xent_linear_backward(dinp.d, dw.d, logits.d, stats.d, tgt.d, 0.3f, BT, W,
-                                          v0, nreal, inp.d, w.d, HC, f);
+                                          v0, nreal, inp_s.d, w.d, HC, f);
+                stored_free(&inp_s);
                 tr_cuda_set_cast_limit(0);
                 char name[96];
                 snprintf(name, sizeof name, "dinp (%s%s, limit %zu)", f ? "bf16" : "fp32",
@@ -588,9 +596,14 @@ static void test_layernorm(int nb, int nt, int nc)
     pair mean = pair_zero(nbt), rstd = pair_zero(nbt), dout = pair_rand(nbt * nc, -1, 1);
     pair dinp = pair_rand(nbt * nc, -1, 1), dw = pair_rand(nc, -1, 1);
     pair db = pair_rand(nc, -1, 1);
-    tr_cpu_layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, bias.h, nb, nt, nc, TR_PREC_BF16);
-    gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, bias.d, nb, nt, nc, TR_PREC_BF16);
-    compare_rounded("layernorm_forward out (bf16)", &out, TR_PREC_BF16);
+    /* bf16: the output stored in 16 bits, within a step of the format */
+    stored out16 = stored_of(out.h, nbt * nc, TR_PREC_BF16);
+    tr_cpu_layernorm_forward(out16.h, mean.h, rstd.h, inp.h, w.h, bias.h, nb, nt, nc,
+                             TR_PREC_BF16);
+    gpu->layernorm_forward(out16.d, mean.d, rstd.d, inp.d, w.d, bias.d, nb, nt, nc,
+                           TR_PREC_BF16);
+    compare_stored("layernorm_forward out (bf16, stored)", &out16, TOL_BF16_STORE);
+    stored_free(&out16);
     tr_cpu_layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, bias.h, nb, nt, nc, TR_PREC_FP32);
     gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, bias.d, nb, nt, nc, TR_PREC_FP32);
     compare("layernorm_forward out", &out, TOL_ELEM);

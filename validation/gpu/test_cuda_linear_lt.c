@@ -211,9 +211,9 @@ static void check_linear_gelu(const shape *s, int format, int shift, int with_bi
     pair out = pair_rand((size_t)B * OUT, -1, 1, TR_PREC_FP32, shift);
     path_start();
     tr_cpu_linear_gelu_forward(pre.h, out.h, inp.h, w.h, with_bias ? b.h : NULL, B, IN, OUT,
-                               format, NULL);
+                               format, NULL, NULL);
     gpu->linear_gelu_forward(pre.d, out.d, inp.d, w.d, with_bias ? b.d : NULL, B, IN, OUT,
-                             format, NULL);
+                             format, NULL, NULL);
     path_report(with_bias ? "linear_gelu_forward" : "linear_gelu_forward (no bias)", 1,
                 format == TR_PREC_FP32 && shift == 0 && OUT % 8 == 0);
     compare("linear_gelu_forward pre", &pre, fmax(TOL_GEMM, format_step(format)));
@@ -246,7 +246,8 @@ static void check_gelu_formula(void)
     tr_cuda_upload(w.d, w.h, w.n * sizeof(float));
     tr_cuda_upload(b.d, b.h, b.n * sizeof(float));
     path_start();
-    gpu->linear_gelu_forward(pre.d, out.d, inp.d, w.d, b.d, B, IN, OUT, TR_PREC_FP32, NULL);
+    gpu->linear_gelu_forward(pre.d, out.d, inp.d, w.d, b.d, B, IN, OUT, TR_PREC_FP32, NULL,
+                             NULL);
     path_report("GELU formula: linear_gelu_forward", 1, 1);
     float *gp = fetch(&pre), *go = fetch(&out);
     double worst_tanh = 0.0, worst_erf = 0.0, excess = -INFINITY;

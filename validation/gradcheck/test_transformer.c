@@ -684,9 +684,12 @@ static void test_fused_rounding(void)
     for (int f = TR_PREC_BF16; f <= TR_PREC_FP16; f++) {
         float *xr = rounded_copy(x, n, f), *yr = rounded_copy(y, n, f);
         float *qkvr = rounded_copy(qkv, n3, f), *lgr = rounded_copy(logits, nv, f);
-        tr_cpu_layernorm_forward(o1, mean, rstd, x, w, bias, B, T, C, f);
+        /* the output stored in the format: its 16-bit values, widened, are round_lowp's */
+        tr_cpu_layernorm_forward(tmp, mean, rstd, x, w, bias, B, T, C, f);
+        for (size_t i = 0; i < n; i++)
+            o1[i] = tr_stored_load(tmp, i, f);
         tr_cpu_layernorm_forward(o2, mean, rstd, x, w, bias, B, T, C, TR_PREC_FP32);
-        check_fused("layernorm_forward", f, o1, o2, n);
+        check_fused("layernorm_forward (stored)", f, o1, o2, n);
         /* backward, dout = y read as values of f, dinp overwritten and accumulated */
         memset(g1, 0, 2 * C * sizeof *g1);
         memset(g2, 0, 2 * C * sizeof *g2);
@@ -793,8 +796,9 @@ static void test_stored_hidden(void)
         float *xr = rounded_copy(x, nx, f), *dr = rounded_copy(dout, nx, f);
         void *pre_s = tr_alloc(nh * tr_stored_bytes(f), "pre"), *out_s = tr_alloc(
             nh * tr_stored_bytes(f), "out");
+        void *xs = stored_copy(x, nx, f); /* the input (ln_2's output) stored too */
         /* c_fc and GELU: pre rounded, GELU of it rounded (the four calls it stands for) */
-        tr_cpu_linear_gelu_forward(pre_s, out_s, xr, wfc, bfc, BT, C, F, f, scratch);
+        tr_cpu_linear_gelu_forward(pre_s, out_s, xs, wfc, bfc, BT, C, F, f, scratch, y1);
         tr_cpu_linear_forward(pre, xr, wfc, bfc, BT, C, F);
         tr_cpu_round_lowp(pre, nh, f);
         tr_cpu_gelu_forward(out, pre, nh);
@@ -820,6 +824,7 @@ static void test_stored_hidden(void)
         tr_cpu_gelu_backward(d2, pw, d2, nh, TR_PREC_FP32);
         check_fused("gelu_backward on the stored pre", f, d1, d2, nh);
         tr_free(xr), tr_free(dr), tr_free(pre_s), tr_free(out_s), tr_free(pw), tr_free(ow);
+        tr_free(xs);
     }
     /* the widths: 16 bits a value in the 16-bit formats */
     void *h = stored_copy(x, nx, TR_PREC_BF16);
