@@ -1,8 +1,10 @@
 /* kernels.h: the table of math kernels one device provides.
  *
- * Layers (src/nn) call only these; a backend (CPU now, CUDA later) fills the table.
- * The backend knows nothing of layers or models. All tensors are float32, row-major,
- * contiguous; pointers live in the backend's memory. Dimension letters:
+ * Layers (src/nn) and models call only these; a backend (CPU, CUDA) fills the table.
+ * The backend knows nothing of layers or models. Tensors are float32, row-major,
+ * contiguous, except those an entry says are "stored in format" (void pointers:
+ * 16-bit values in bf16/fp16-mixed, lowp_math.h); pointers live in the backend's
+ * memory. Dimension letters:
  *   B batch, C channels, H/W height/width, K kernel size, IN/OUT features, V classes.
  * Gradient rule: parameter gradients accumulate (+=) so micro-batches add up;
  * activation gradients overwrite (=). */
