@@ -7,7 +7,8 @@
  * Not part of CTest (timings are not pass/fail). Build and run from the repository
  * root, e.g.:
  *   gcc -std=c17 -O3 -march=x86-64-v3 -fno-math-errno -fno-trapping-math -fopenmp -Isrc \
- *       -I/usr/include/x86_64-linux-gnu/openblas-pthread validation/bench/kernels_bench.c \
+ *       -Ibuild/src -I/usr/include/x86_64-linux-gnu/openblas-pthread \
+ *       validation/bench/kernels_bench.c \
  *       src/backend/cpu_*.c src/core/error.c -lopenblas -lm -o /tmp/kernels_bench
  *   /tmp/kernels_bench 2                          # threads
  *   /tmp/kernels_bench 2 lenet                    # only the LeNet step, kernel by kernel
