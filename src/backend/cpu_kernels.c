@@ -419,6 +419,7 @@ const tr_kernels tr_cpu_kernels = {
     .linear_gelu_forward = tr_cpu_linear_gelu_forward,
     .linear_forward_stored = tr_cpu_linear_forward_stored,
     .linear_backward_stored = tr_cpu_linear_backward_stored,
+    .mlp_backward = tr_cpu_mlp_backward,
     .residual_forward = tr_cpu_residual_forward,
     .attention_state_floats = tr_cpu_attention_state_floats,
     .attention_forward = tr_cpu_attention_forward,

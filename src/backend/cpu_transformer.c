@@ -223,6 +223,18 @@ void tr_cpu_linear_gelu_forward(void *pre, void *out, const void *inp, const flo
     }
 }
 
+void tr_cpu_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_proj, float *db_proj,
+                         const float *dout, const void *inp, const void *pre, const void *hid,
+                         const float *w_fc, const float *w_proj, int B, int IN, int HID,
+                         int format, float *scratch)
+{
+    tr_cpu_linear_backward_stored(scratch, dw_proj, db_proj, dout, hid, w_proj, B, HID, IN,
+                                  format);
+    tr_cpu_gelu_backward(scratch, pre, scratch, (size_t)(B > 0 ? B : 0) * (HID > 0 ? HID : 0),
+                         format);
+    tr_cpu_linear_backward_stored(dinp, dw_fc, db_fc, scratch, inp, w_fc, B, IN, HID, format);
+}
+
 /* Backward of out = a + b is da = db = dout: nothing to compute. The residual
  * stream's gradient accumulates, so the model adds dout into (or hands on) the
  * stream's gradient buffer instead of calling a kernel. */

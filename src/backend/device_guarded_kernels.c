@@ -196,6 +196,13 @@ static void guarded_linear_backward_stored(float *dinp, float *dw, float *db, co
     tr_guarded_close();
 }
 
+static void guarded_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_proj, float *db_proj, const float *dout, const void *inp, const void *pre, const void *hid, const float *w_fc, const float *w_proj, int B, int IN, int HID, int format, float *scratch)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.mlp_backward(dinp, dw_fc, db_fc, dw_proj, db_proj, dout, inp, pre, hid, w_fc, w_proj, B, IN, HID, format, scratch);
+    tr_guarded_close();
+}
+
 static void guarded_residual_forward(float *out, const float *a, const float *b, size_t n, int format)
 {
     tr_guarded_open();
@@ -326,6 +333,7 @@ const tr_kernels tr_guarded_kernels = {
     .linear_gelu_forward = guarded_linear_gelu_forward,
     .linear_forward_stored = guarded_linear_forward_stored,
     .linear_backward_stored = guarded_linear_backward_stored,
+    .mlp_backward = guarded_mlp_backward,
     .residual_forward = guarded_residual_forward,
     .attention_state_floats = guarded_attention_state_floats,
     .attention_forward = guarded_attention_forward,

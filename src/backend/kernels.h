@@ -142,6 +142,16 @@ typedef struct tr_kernels {
     void (*linear_backward_stored)(float *dinp, float *dw, float *db, const float *dout,
                                    const void *inp, const float *w, int B, int IN, int OUT,
                                    int format);
+    /* The MLP's backward, from c_proj's output gradient dout [B,IN] to ln_2's output
+     * gradient dinp [B,IN] (=): linear_backward_stored of c_proj on hid, gelu_backward
+     * on pre, linear_backward_stored of c_fc on inp (all three stored in format), in
+     * one entry so that the hidden gradient [B,HID] between them lives in scratch
+     * (B*HID floats) in the backend's own form: fp32 on the CPU, the format's 16 bits
+     * on a GPU (transformer_kernels.h). Weight and bias gradients +=. */
+    void (*mlp_backward)(float *dinp, float *dw_fc, float *db_fc, float *dw_proj,
+                         float *db_proj, const float *dout, const void *inp, const void *pre,
+                         const void *hid, const float *w_fc, const float *w_proj, int B,
+                         int IN, int HID, int format, float *scratch);
     /* out = a + b (the residual stream; its gradients add up in layernorm_backward) */
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n, int format);
     /* att (and backward's datt) is the backend's own state for backward, of

@@ -96,6 +96,25 @@ void tr_cpu_linear_backward_stored(float *dinp, float *dw, float *db, const floa
                                    const void *inp, const float *w, int B, int IN, int OUT,
                                    int format);
 
+/* ---- the MLP's backward in one entry ------------------------------------------------
+ * dout [B,IN] is c_proj's output gradient (read as values of format); inp [B,IN]
+ * (ln_2's output), pre and hid [B,HID] (c_fc's output and GELU's) are stored in
+ * format; w_fc [HID,IN], w_proj [IN,HID]. Exactly
+ *   tr_cpu_linear_backward_stored(scratch, dw_proj, db_proj, dout, hid, w_proj, B, HID, IN)
+ *   tr_cpu_gelu_backward(scratch, pre, scratch, B*HID)
+ *   tr_cpu_linear_backward_stored(dinp, dw_fc, db_fc, scratch, inp, w_fc, B, IN, HID)
+ * (each with format; db_fc and db_proj may be NULL). scratch: B*HID floats, whose
+ * contents afterwards are unspecified. One entry because the hidden gradient is the
+ * largest tensor of a block's backward (4C per token) and never leaves it: a GPU keeps
+ * it in the format's 16 bits in scratch, written so by c_proj's product, GELU's
+ * backward in place on it, read as it is by c_fc's products and bias sum (half the
+ * bytes, and no 16-bit operand copy); the CPU, whose BLAS multiplies fp32, keeps it
+ * in fp32 there. */
+void tr_cpu_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_proj, float *db_proj,
+                         const float *dout, const void *inp, const void *pre, const void *hid,
+                         const float *w_fc, const float *w_proj, int B, int IN, int HID,
+                         int format, float *scratch);
+
 /* ---- residual add: out = a + b, elementwise over n ---------------------------------
  * a and b read as values of `format`, out rounded to it. out may alias a or b. No
  * backward kernel: d a = d b = dout, and on the residual stream the gradient

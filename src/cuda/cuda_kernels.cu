@@ -36,6 +36,7 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .linear_gelu_forward = tr_cuda_linear_gelu_forward,
     .linear_forward_stored = tr_cuda_linear_forward_stored,
     .linear_backward_stored = tr_cuda_linear_backward_stored,
+    .mlp_backward = tr_cuda_mlp_backward,
     .residual_forward = tr_cuda_residual_forward,
     .attention_state_floats = tr_cuda_attention_state_floats,
     .attention_forward = tr_cuda_attention_forward,

@@ -40,6 +40,10 @@ void tr_cuda_linear_forward_stored(float *out, const void *inp, const float *w, 
 void tr_cuda_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
                                     const void *inp, const float *w, int B, int IN, int OUT,
                                     int format);
+void tr_cuda_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_proj,
+                          float *db_proj, const float *dout, const void *inp, const void *pre,
+                          const void *hid, const float *w_fc, const float *w_proj, int B, int IN,
+                          int HID, int format, float *scratch);
 
 /* cuda_linear_lt.cu: out[B,OUT] = inp[B,IN] w[OUT,IN]^T (+ b[OUT] when b is not
  * NULL) as one cuBLASLt matmul in the precision of set_gemm_precision; with pre
@@ -95,6 +99,8 @@ void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const
 void tr_cuda_gelu_forward(float *out, const float *inp, size_t n);
 void tr_cuda_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n,
                            int format);
+/* gelu_backward in place on d, a gradient stored in format itself (mlp_backward's) */
+void tr_cuda_gelu_backward_stored(void *d, const void *inp, size_t n, int format);
 /* pre = lin rounded to format, out = gelu(pre) rounded to it, both stored in format;
  * and dst = src (stored in format) widened to fp32 */
 void tr_cuda_gelu_store(void *pre, void *out, const float *lin, size_t n, int format);

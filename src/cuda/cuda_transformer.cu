@@ -212,7 +212,16 @@ void tr_cuda_gelu_backward(float *dinp, const void *inp, const float *dout, size
     if (n == 0)
         return;
     gelu_backward_kernel<<<tr_cuda_grid((n + 3) / 4), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
-        dinp, inp, dout, n, format, tr_cuda_vec4(dinp, inp, dout));
+        dinp, inp, dout, n, format, TR_PREC_FP32, tr_cuda_vec4(dinp, inp, dout));
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_gelu_backward_stored(void *d, const void *inp, size_t n, int format)
+{
+    if (n == 0)
+        return;
+    gelu_backward_kernel<<<tr_cuda_grid((n + 3) / 4), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        d, inp, d, n, format, format, tr_cuda_vec4(d, inp, d));
     TR_CUDA_LAUNCHED();
 }
 

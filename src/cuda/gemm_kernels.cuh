@@ -51,7 +51,8 @@ __global__ static void cast_rows_kernel(H *dst, const float *src, int rows, int 
             dst[(size_t)r * cols + c] = to_16<H>(src[(size_t)r * ld + c]);
 }
 
-/* Column sums of src[R, C] (leading dimension ld), the first of the two kernels of
+/* Column sums of src[R, C] (leading dimension ld; stored in src_format, lowp_math.h:
+ * fp32, or 16-bit values in bf16/fp16), the first of the two kernels of
  * TR_CUDA_COL_PARTIAL_FLOATS: block (x, y) owns 32 adjacent columns (one coalesced
  * 128-byte row segment per warp) of row block y of RB; lane y' of its
  * TR_CUDA_COL_LANES adds the block's rows y', y' + LANES, ... in order, then the
@@ -60,8 +61,8 @@ __global__ static void cast_rows_kernel(H *dst, const float *src, int rows, int 
  * (packed, C wide) as they read it: the bias gradient and the copy of dout that the
  * weight products take, in one pass over dout instead of two. */
 template <typename H>
-__global__ static void colsum_partial_kernel(float *partial, H *copy, const float *src, size_t R,
-                                             int C, int ld, int RB)
+__global__ static void colsum_partial_kernel(float *partial, H *copy, const void *src,
+                                             int src_format, size_t R, int C, int ld, int RB)
 {
     __shared__ float part[TR_CUDA_COL_LANES][32];
     int c = blockIdx.x * 32 + threadIdx.x;
@@ -69,7 +70,7 @@ __global__ static void colsum_partial_kernel(float *partial, H *copy, const floa
     float acc = 0.0f;
     if (c < C)
         for (size_t r = r0 + threadIdx.y; r < r1; r += TR_CUDA_COL_LANES) {
-            float v = src[r * ld + c];
+            float v = tr_stored_load(src, r * ld + c, src_format);
             acc += v;
             if (copy)
                 copy[r * C + c] = to_16<H>(v);

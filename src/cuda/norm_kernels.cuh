@@ -253,26 +253,50 @@ __device__ static inline float4 load4_stored(const void *p, size_t i, int format
     return x;
 }
 
-/* inp stored in format (the MLP's pre-activation: transformer_kernels.h). dinp may be
- * dout: each element is read before it is written, by one thread. vec: every pointer
- * 16-byte aligned (tr_cuda_vec4). */
-__global__ static void gelu_backward_kernel(float *dinp, const void *inp, const float *dout,
-                                            size_t n, int format, int vec)
+/* Elements i .. i + 3 (i a multiple of 4) of v into a tensor stored in format whose
+ * start is 16-byte aligned: one 16-byte store of floats, or one 8-byte store of four
+ * 16-bit values (load4_stored's layout). The values are of the format already. */
+__device__ static inline void store4_stored(void *p, size_t i, float4 v, int format)
+{
+    if (tr_stored_bytes(format) == 4) {
+        *reinterpret_cast<float4 *>((float *)p + i) = v;
+        return;
+    }
+    uint16_t h[4];
+    tr_stored_store(h, 0, v.x, format);
+    tr_stored_store(h, 1, v.y, format);
+    tr_stored_store(h, 2, v.z, format);
+    tr_stored_store(h, 3, v.w, format);
+    uint2 u;
+    u.x = (unsigned)h[0] | (unsigned)h[1] << 16;
+    u.y = (unsigned)h[2] | (unsigned)h[3] << 16;
+    *reinterpret_cast<uint2 *>((uint16_t *)p + i) = u;
+}
+
+/* inp stored in format (the MLP's pre-activation: transformer_kernels.h); dout and
+ * dinp stored in gfmt: fp32 (gelu_backward: dout a product's output, read as values of
+ * format) or format itself (mlp_backward's hidden gradient, 16 bits a value in
+ * bf16/fp16-mixed). dinp may be dout: each element is read before it is written, by
+ * one thread. vec: every pointer 16-byte aligned (tr_cuda_vec4). */
+__global__ static void gelu_backward_kernel(void *dinp, const void *inp, const void *dout,
+                                            size_t n, int format, int gfmt, int vec)
 {
     TR_GRID_STRIDE(g, (n + 3) / 4)
     {
         size_t i = 4 * g;
         if (vec && i + 4 <= n) {
-            float4 x = load4_stored(inp, i, format);
-            float4 d = *reinterpret_cast<const float4 *>(dout + i), r;
+            float4 x = load4_stored(inp, i, format), d = load4_stored(dout, i, gfmt), r;
             r.x = gelu_backward_1(x.x, d.x, format);
             r.y = gelu_backward_1(x.y, d.y, format);
             r.z = gelu_backward_1(x.z, d.z, format);
             r.w = gelu_backward_1(x.w, d.w, format);
-            *reinterpret_cast<float4 *>(dinp + i) = r;
+            store4_stored(dinp, i, r, gfmt);
         } else {
             for (size_t j = i; j < i + 4 && j < n; j++)
-                dinp[j] = gelu_backward_1(tr_stored_load(inp, j, format), dout[j], format);
+                tr_stored_store(dinp, j,
+                                gelu_backward_1(tr_stored_load(inp, j, format),
+                                                tr_stored_load(dout, j, gfmt), format),
+                                gfmt);
         }
     }
 }

@@ -642,13 +642,12 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
     }
     /* MLP half: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
     /* mixed precision: activation gradients are of the format, rounded by the kernel
-     * that stores them, or a product's (dfch, dln) by the kernels that read them; the
-     * layernorms' input gradients add into dres (the residual's backward) */
-    k->linear_backward_stored(g->dfch, fcp[0].grad, fcp[1].grad, g->dres, b.fch_gelu,
-                              fcp[0].value, BT, Fl, C, m->precision);
-    k->gelu_backward(g->dfch, b.fch, g->dfch, (size_t)BT * Fl, m->precision);
-    k->linear_backward_stored(g->dln, fc[0].grad, fc[1].grad, g->dfch, b.ln2, fc[0].value, BT,
-                              C, Fl, m->precision);
+     * that stores them, or a product's (dln) by the kernels that read them; the
+     * layernorms' input gradients add into dres (the residual's backward). The hidden
+     * gradient lives in dfch, in the backend's form (transformer_kernels.h). */
+    k->mlp_backward(g->dln, fc[0].grad, fc[1].grad, fcp[0].grad, fcp[1].grad, g->dres, b.ln2,
+                    b.fch, b.fch_gelu, fc[0].value, fcp[0].value, BT, C, Fl, m->precision,
+                    g->dfch);
     tp_sum(g, g->dln, n);
     k->layernorm_backward(g->dres, ln2[0].grad, ln2[1].grad, g->dln, b.res2, ln2[0].value,
                           b.ln2_mean, b.ln2_rstd, B, T, C, m->precision, 1);

@@ -28,7 +28,9 @@
  *
  * The GPT MLP's activations stored in 16 bits (linear_gelu_forward and the _stored
  * entries): pre and out within a step of the format (TOL_BF16_STORE), the products
- * after them within TOL_GEMM. linear_gelu_forward's fp32 GELU epilogue, and the
+ * after them within TOL_GEMM; mlp_backward's results past its hidden gradient (which
+ * each side rounds from its own sums) within TOL_BF16_STORE, the rest within TOL_GEMM.
+ * linear_gelu_forward's fp32 GELU epilogue, and the
  * cuBLASLt epilogue paths of linear_forward in every precision, are checked in
  * test_cuda_linear_lt.c.
  *
@@ -359,7 +361,6 @@ static void test_stored_hidden(void)
                                        y.h);
             gpu->linear_gelu_forward(pre.d, out.d, xs.d, wfc.d, bfc.d, BT, C, F, f, scratch.d,
                                      y.d);
-            stored_free(&xs);
             double tol = f == TR_PREC_FP32 ? TOL_GEMM : TOL_BF16_STORE;
             compare_stored("linear_gelu_forward pre", &pre, tol);
             compare_stored("linear_gelu_forward out", &out, tol);
@@ -379,6 +380,26 @@ static void test_stored_hidden(void)
             tr_cpu_gelu_backward(dinp.h, pre.h, dinp.h, nh, f);
             gpu->gelu_backward(dinp.d, pre.d, dinp.d, nh, f);
             compare_format("gelu_backward on the stored pre", &dinp, f);
+            /* the MLP's backward in one entry on the CPU's stored activations: the
+             * hidden gradient in 16 bits where the products are of the format, each
+             * side rounding its own sums to the format, which may put a value one step
+             * apart (relative to the largest, far below TOL_BF16_STORE) */
+            pair dln = pair_zero(nx), dwf = pair_rand((size_t)F * C, -1, 1);
+            pair dbf = pair_rand(F, -1, 1), dwp = pair_rand((size_t)C * F, -1, 1);
+            pair dbp = pair_rand(C, -1, 1);
+            tr_cpu_mlp_backward(dln.h, dwf.h, dbf.h, dwp.h, dbp.h, dout.h, xs.h, pre.h, out.h,
+                                wfc.h, wpr.h, BT, C, F, f, scratch.h);
+            gpu->mlp_backward(dln.d, dwf.d, dbf.d, dwp.d, dbp.d, dout.d, xs.d, pre.d, out.d,
+                              wfc.d, wpr.d, BT, C, F, f, scratch.d);
+            compare("mlp_backward c_proj dw (+=)", &dwp, TOL_GEMM);
+            compare("mlp_backward c_proj db (+=)", &dbp, TOL_ELEM);
+            compare("mlp_backward dinp", &dln, tol);
+            compare("mlp_backward c_fc dw (+=)", &dwf, tol);
+            compare("mlp_backward c_fc db (+=)", &dbf, tol);
+            pair *mlp[] = {&dln, &dwf, &dbf, &dwp, &dbp};
+            for (size_t k = 0; k < sizeof mlp / sizeof *mlp; k++)
+                pair_free(mlp[k]);
+            stored_free(&xs);
             stored_free(&pre);
             stored_free(&out);
             pair *all[] = {&x, &dout, &wfc, &bfc, &wpr, &bpr, &scratch, &y, &dinp, &dw, &db};

@@ -784,6 +784,8 @@ static void test_stored_hidden(void)
     float *y1 = falloc(nx, "y"), *y2 = falloc(nx, "y");
     float *d1 = falloc(nh, "d"), *d2 = falloc(nh, "d");
     float *g1 = falloc((size_t)C * F + C, "grads"), *g2 = falloc((size_t)C * F + C, "grads");
+    float *m1 = falloc(2 * ((size_t)C * F) + C + F, "MLP grads");
+    float *m2 = falloc(2 * ((size_t)C * F) + C + F, "MLP grads");
     fill_wide(x, nx, 21);
     fill_wide(dout, nx, 22);
     for (size_t i = 0; i < (size_t)F * C; i++) {
@@ -823,6 +825,22 @@ static void test_stored_hidden(void)
         tr_cpu_round_lowp(d2, nh, f); /* (dout read as values of the format) */
         tr_cpu_gelu_backward(d2, pw, d2, nh, TR_PREC_FP32);
         check_fused("gelu_backward on the stored pre", f, d1, d2, nh);
+        /* the MLP's backward in one entry, against its three steps on the values in
+         * fp32 memory (dr, c_proj's output gradient; y, ln_2's output gradient) */
+        size_t ng = (size_t)F * C + F + (size_t)C * F + C; /* c_fc's w, b; c_proj's */
+        for (size_t i = 0; i < ng; i++)
+            m1[i] = m2[i] = 0.25f - tr_rng_uniform(28, 1, i);
+        float *fw1 = m1, *fb1 = fw1 + (size_t)F * C, *pw1 = fb1 + F, *pb1 = pw1 + (size_t)C * F;
+        float *fw2 = m2, *fb2 = fw2 + (size_t)F * C, *pw2 = fb2 + F, *pb2 = pw2 + (size_t)C * F;
+        tr_cpu_mlp_backward(y1, fw1, fb1, pw1, pb1, dr, xs, pre_s, out_s, wfc, wpr, BT, C, F, f,
+                            scratch);
+        tr_cpu_linear_backward(d2, pw2, pb2, dr, ow, wpr, BT, F, C);
+        tr_cpu_round_lowp(d2, nh, f); /* GELU's backward: dout read as values of f */
+        tr_cpu_gelu_backward(d2, pw, d2, nh, TR_PREC_FP32);
+        tr_cpu_round_lowp(d2, nh, f); /* and its output rounded to f */
+        tr_cpu_linear_backward(y2, fw2, fb2, d2, xr, wfc, BT, C, F);
+        CHECK(same_bits(y1, y2, nx), "mlp_backward dinp (%s) differs", fmt_name(f));
+        CHECK(same_bits(m1, m2, ng), "mlp_backward dw, db (%s) differ", fmt_name(f));
         tr_free(xr), tr_free(dr), tr_free(pre_s), tr_free(out_s), tr_free(pw), tr_free(ow);
         tr_free(xs);
     }
@@ -833,7 +851,8 @@ static void test_stored_hidden(void)
               tr_stored_bytes(TR_PREC_FP32) == 4 && same_bits(hw, xr, nx),
           "stored bf16 values are not the rounded ones");
     tr_free(h), tr_free(hw), tr_free(xr);
-    float *all[] = {x, wfc, bfc, wpr, bpr, dout, scratch, pre, out, y1, y2, d1, d2, g1, g2};
+    float *all[] = {x, wfc, bfc, wpr, bpr, dout, scratch, pre, out, y1, y2, d1, d2, g1, g2,
+                    m1, m2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         tr_free(all[i]);
 }

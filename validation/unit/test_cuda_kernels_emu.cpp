@@ -216,8 +216,9 @@ template <typename H> static void test_casts(int rows, int cols, int ld, int c0)
     }
 }
 
-/* colsum_partials + tr_cuda_add_partials: dout's column sums, and its 16-bit copy */
-template <typename H> static void test_colsum(int R, int C)
+/* colsum_partials + tr_cuda_add_partials: dout's column sums, and its 16-bit copy;
+ * and the sums of a dout stored in 16 bits (mlp_backward's hidden gradient, format) */
+template <typename H> static void test_colsum(int R, int C, int format)
 {
     printf("bias gradient's column sums with dout's 16-bit copy: %d x %d\n", R, C);
     vec src = rand_vec((size_t)R * C, -1.0f, 1.0f);
@@ -227,20 +228,35 @@ template <typename H> static void test_colsum(int R, int C)
     float *p = partial.data();
     H *cp = copy.data();
     const float *s = src.data();
-    emu::launch(dim3((unsigned)((C + 31) / 32), (unsigned)RB), dim3(32, TR_CUDA_COL_LANES), 0,
-                [&] { colsum_partial_kernel<H>(p, cp, s, (size_t)R, C, C, RB); });
-    std::vector<double> sum(C, 0.0), want(C, 0.0);
-    for (int c = 0; c < C; c++) {
-        for (int y = 0; y < RB; y++) /* tr_cuda_add_partials' order */
-            sum[c] += partial[(size_t)y * C + c];
-        for (int r = 0; r < R; r++)
-            want[c] += src[(size_t)r * C + c];
-    }
-    check_close("column sums (RB row blocks, in order)", sum, want, 1e-6);
+    dim3 grid((unsigned)((C + 31) / 32), (unsigned)RB), block(32, TR_CUDA_COL_LANES);
+    emu::launch(grid, block, 0,
+                [&] { colsum_partial_kernel<H>(p, cp, s, TR_PREC_FP32, (size_t)R, C, C, RB); });
+    /* sums of partials in tr_cuda_add_partials' order, against src's in double */
+    auto check_sums = [&](const char *what, const vec &x) {
+        std::vector<double> sum(C, 0.0), want(C, 0.0);
+        for (int c = 0; c < C; c++) {
+            for (int y = 0; y < RB; y++)
+                sum[c] += partial[(size_t)y * C + c];
+            for (int r = 0; r < R; r++)
+                want[c] += x[(size_t)r * C + c];
+        }
+        check_close(what, sum, want, 1e-6);
+    };
+    check_sums("column sums (RB row blocks, in order)", src);
     std::vector<uint16_t> wcopy((size_t)R * C);
     for (size_t i = 0; i < wcopy.size(); i++)
         wcopy[i] = bits16<H>(src[i]);
     same_bits("dout's 16-bit copy", raw(copy), wcopy);
+    /* the 16-bit copy as the source (no copy made): the sums of its values */
+    vec widened((size_t)R * C);
+    for (size_t i = 0; i < widened.size(); i++)
+        widened[i] = tr_stored_load(wcopy.data(), i, format);
+    std::fill(partial.begin(), partial.end(), NAN);
+    const uint16_t *s16 = wcopy.data();
+    emu::launch(grid, block, 0, [&] {
+        colsum_partial_kernel<H>(p, (H *)NULL, s16, format, (size_t)R, C, C, RB);
+    });
+    check_sums("column sums of a 16-bit dout", widened);
 }
 
 /* copy_dout_16 from the logits: the 16-bit copy of dlogits' columns [o0, o0 + n) of a
@@ -408,9 +424,22 @@ static void test_elementwise(size_t n, int format, int off)
         as = a16.data() + 4 * off; /* a16 is 16-byte aligned by the allocator */
     }
     emu::launch(grid, dim3(TR_CUDA_BLOCK), 0,
-                [&] { gelu_backward_kernel(g, as, bp, n, format, v4); });
+                [&] { gelu_backward_kernel(g, as, bp, n, format, TR_PREC_FP32, v4); });
     tr_cpu_gelu_backward(want.data() + off, as, bp, n, format);
     same_bits("gelu_backward (stored input)", got, want);
+    if (format != TR_PREC_FP32) {
+        /* in place on a gradient stored in the format (mlp_backward's): b rounded and
+         * stored, then GELU's backward over it, to the CPU's bits stored */
+        std::vector<uint16_t> d16(n + 8), w16(n + 8);
+        uint16_t *dp = d16.data() + 4 * off;
+        for (size_t i = 0; i < n; i++) {
+            tr_stored_store(dp, i, bp[i], format);
+            tr_stored_store(w16.data() + 4 * off, i, want[off + i], format);
+        }
+        emu::launch(grid, dim3(TR_CUDA_BLOCK), 0,
+                    [&] { gelu_backward_kernel(dp, as, dp, n, format, format, v4); });
+        same_bits("gelu_backward in place on a 16-bit gradient", d16, w16);
+    }
     std::fill(got.begin(), got.end(), NAN);
     emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { residual_kernel(g, ap, bp, n, format, v4); });
     tr_cpu_residual_forward(want.data() + off, ap, bp, n, format);
@@ -511,8 +540,8 @@ int main(void)
     test_optim(1001, 0, TR_PREC_FP32);
     test_casts<__nv_bfloat16>(7, 300, 300, 0);
     test_casts<__half>(5, 260, 700, 33);
-    test_colsum<__nv_bfloat16>(70, 100);
-    test_colsum<__half>(1100, 40);
+    test_colsum<__nv_bfloat16>(70, 100, TR_PREC_BF16);
+    test_colsum<__half>(1100, 40, TR_PREC_FP16);
     test_xent_grad_16<__nv_bfloat16>(9, 320, 0, 300, 17, 280, TR_PREC_BF16);
     test_xent_grad_16<__half>(9, 320, 320, 0, 0, 320, TR_PREC_FP16);    /* padding only */
     test_xent_grad_16<__nv_bfloat16>(9, 320, 320, 100, 60, 260, TR_PREC_BF16); /* target held */
