@@ -13,9 +13,9 @@
  * future rows of V (and K, Q) contribute 0 * v = +0 to past outputs and cannot
  * change them. Each head writes only its own slices of out, att and dqkv, so no two
  * threads write the same element and results are bit-identical run to run.
- * In bf16/fp16-mixed, Q, K, V and dO are read as values of the format: each thread
- * rounds its head's slices into a copy of its own (T x HS each) before the BLAS reads
- * them, as the GPU rounds them on load. */
+ * In bf16/fp16-mixed, qkv and out are stored as 16-bit values and dO is read as values
+ * of the format: each thread widens (or rounds) its head's slices into a copy of its
+ * own (T x HS each) before the BLAS reads them, and stores its out from one. */
 #include "backend/transformer_kernels.h"
 #include "backend/lowp_math.h" /* tr_round_lowp */
 #include "backend/scalar_math.h"
@@ -74,6 +74,21 @@ static const float *head_view(float *buf, const float *src, int *ld, int T, int 
     return buf;
 }
 
+/* One head's T rows of HS values at element off of src, a tensor stored in format
+ * (qkv: lowp_math.h), ld apart, as floats: src's own for fp32, else widened (exactly)
+ * into buf (T x HS, *ld set to HS). Serially, as head_view. */
+static const float *stored_head_view(float *buf, const void *src, size_t off, int *ld, int T,
+                                     int HS, int format)
+{
+    if (!tr_is_lowp(format))
+        return (const float *)src + off;
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < HS; d++)
+            buf[(size_t)t * HS + d] = tr_stored_load(src, off + (size_t)t * *ld + d, format);
+    *ld = HS;
+    return buf;
+}
+
 /* Per-thread room for n head views (NULL for fp32: no copies are made) */
 static float *views_alloc(int n, int T, int HS, int format)
 {
@@ -89,7 +104,7 @@ static void round_head_rows(float *x, int ld, int T, int HS, int format)
         tr_round_lowp_span(x + (size_t)t * ld, (size_t)HS, format);
 }
 
-void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                               int NH, int format)
 {
     int HS = head_size(C, NH, "attention_forward");
@@ -97,35 +112,43 @@ void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
     float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
     {
-        float *views = views_alloc(3, T, HS, format);
+        /* q, k, v, and the head's output before it is stored in the format */
+        float *views = views_alloc(4, T, HS, format);
         size_t vs = (size_t)T * HS;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < nbh; bh++) {
             int b = bh / NH, h = bh % NH, ldq = 3 * C, ldk = ldq, ldv = ldq;
-            const float *q0 = qkv + (size_t)b * T * ldq + (size_t)h * HS;
-            /* qkv read as values of format */
-            const float *q = head_view(views, q0, &ldq, T, HS, format);
-            const float *k = head_view(views + vs, q0 + C, &ldk, T, HS, format);
-            const float *v = head_view(views + 2 * vs, q0 + 2 * C, &ldv, T, HS, format);
+            size_t q0 = (size_t)b * T * ldq + (size_t)h * HS;
+            /* qkv stored in format */
+            const float *q = stored_head_view(views, qkv, q0, &ldq, T, HS, format);
+            const float *k = stored_head_view(views + vs, qkv, q0 + C, &ldk, T, HS, format);
+            const float *v = stored_head_view(views + 2 * vs, qkv, q0 + 2 * C, &ldv, T, HS,
+                                              format);
             float *A = att + (size_t)bh * T * T;
-            float *o = out + (size_t)b * T * C + (size_t)h * HS;
+            size_t o0 = (size_t)b * T * C + (size_t)h * HS; /* the head's first element */
+            int lowp = tr_is_lowp(format), ldo = lowp ? HS : C;
+            float *o = lowp ? views + 3 * vs : (float *)out + o0;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, ldq, k, ldk,
                         0.0f, A, T);
             causal_softmax(A, T);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, v, ldv,
-                        0.0f, o, C);
-            /* out and the probabilities stored for backward, as the model stores
-             * activations; serial spans, not tr_cpu_round_lowp, whose own parallel region
-             * would nest in this one */
-            round_head_rows(o, C, T, HS, format);
+                        0.0f, o, ldo);
+            /* out (stored in the format: rounded as it is stored) and the probabilities
+             * stored for backward, as the model stores activations; serial spans, not
+             * tr_cpu_round_lowp, whose own parallel region would nest in this one */
+            if (lowp)
+                for (int t = 0; t < T; t++)
+                    for (int d = 0; d < HS; d++)
+                        tr_stored_store(out, o0 + (size_t)t * C + d, o[(size_t)t * HS + d],
+                                        format);
             tr_round_lowp_span(A, (size_t)T * T, format);
         }
         tr_free(views);
     }
 }
 
-void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
-                               const float *qkv, const float *att, int B, int T, int C, int NH,
+void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const void *out,
+                               const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format)
 {
     (void)out; /* the saved probabilities already hold what the GPU recomputes from it */
@@ -134,16 +157,17 @@ void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, cons
     float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
     {
-    float *views = views_alloc(4    , T, HS, format);
+        float *views = views_alloc(4, T, HS, format);
         size_t vs = (size_t)T * HS;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < nbh; bh++) {
             int b = bh / NH, h = bh % NH, ldq = ld, ldk = ld, ldv = ld, ldo = C;
             size_t off = (size_t)b * T * ld + (size_t)h * HS;
-            /* qkv and dout read as values of format */
-            const float *q = head_view(views, qkv + off, &ldq, T, HS, format);
-            const float *k = head_view(views + vs, qkv + off + C, &ldk, T, HS, format);
-            const float *v = head_view(views + 2 * vs, qkv + off + 2 * C, &ldv, T, HS, format);
+            /* qkv stored in format, dout read as values of it */
+            const float *q = stored_head_view(views, qkv, off, &ldq, T, HS, format);
+            const float *k = stored_head_view(views + vs, qkv, off + C, &ldk, T, HS, format);
+            const float *v = stored_head_view(views + 2 * vs, qkv, off + 2 * C, &ldv, T, HS,
+                                              format);
             float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
             const float *A = att + (size_t)bh * T * T;
             float *dA = datt + (size_t)bh * T * T;

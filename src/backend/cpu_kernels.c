@@ -104,6 +104,21 @@ void tr_cpu_linear_forward_stored(float *out, const void *inp, const float *w, c
     tr_cpu_linear_forward(out, inp, w, b, B, IN, OUT);
 }
 
+void tr_cpu_linear_forward_stored_io(void *out, const void *inp, const float *w, const float *b,
+                                     int B, int IN, int OUT, int format, float *scratch,
+                                     float *scratch_in)
+{
+    if (!tr_is_lowp(format)) {
+        tr_cpu_linear_forward(out, inp, w, b, B, IN, OUT);
+        return;
+    }
+    tr_cpu_linear_forward_stored(scratch, inp, w, b, B, IN, OUT, format, scratch_in);
+    size_t n = (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0);
+#pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++)
+        tr_stored_store(out, i, scratch[i], format);
+}
+
 void tr_cpu_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
                                    const void *inp, const float *w, int B, int IN, int OUT,
                                    int format)
@@ -418,6 +433,7 @@ const tr_kernels tr_cpu_kernels = {
     .gelu_backward = tr_cpu_gelu_backward,
     .linear_gelu_forward = tr_cpu_linear_gelu_forward,
     .linear_forward_stored = tr_cpu_linear_forward_stored,
+    .linear_forward_stored_io = tr_cpu_linear_forward_stored_io,
     .linear_backward_stored = tr_cpu_linear_backward_stored,
     .mlp_backward = tr_cpu_mlp_backward,
     .residual_forward = tr_cpu_residual_forward,

@@ -189,6 +189,13 @@ static void guarded_linear_forward_stored(float *out, const void *inp, const flo
     tr_guarded_close();
 }
 
+static void guarded_linear_forward_stored_io(void *out, const void *inp, const float *w, const float *b, int B, int IN, int OUT, int format, float *scratch, float *scratch_in)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.linear_forward_stored_io(out, inp, w, b, B, IN, OUT, format, scratch, scratch_in);
+    tr_guarded_close();
+}
+
 static void guarded_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout, const void *inp, const float *w, int B, int IN, int OUT, int format)
 {
     tr_guarded_open();
@@ -218,14 +225,14 @@ static size_t guarded_attention_state_floats(int B, int T, int NH)
     return r;
 }
 
-static void guarded_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int format)
+static void guarded_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C, int NH, int format)
 {
     tr_guarded_open();
     tr_cpu_kernels.attention_forward(out, att, qkv, B, T, C, NH, format);
     tr_guarded_close();
 }
 
-static void guarded_attention_backward(float *dqkv, float *datt, const float *dout, const float *out, const float *qkv, const float *att, int B, int T, int C, int NH, int format)
+static void guarded_attention_backward(float *dqkv, float *datt, const float *dout, const void *out, const void *qkv, const float *att, int B, int T, int C, int NH, int format)
 {
     tr_guarded_open();
     tr_cpu_kernels.attention_backward(dqkv, datt, dout, out, qkv, att, B, T, C, NH, format);
@@ -332,6 +339,7 @@ const tr_kernels tr_guarded_kernels = {
     .gelu_backward = guarded_gelu_backward,
     .linear_gelu_forward = guarded_linear_gelu_forward,
     .linear_forward_stored = guarded_linear_forward_stored,
+    .linear_forward_stored_io = guarded_linear_forward_stored_io,
     .linear_backward_stored = guarded_linear_backward_stored,
     .mlp_backward = guarded_mlp_backward,
     .residual_forward = guarded_residual_forward,

@@ -120,10 +120,11 @@ typedef struct tr_kernels {
     /* inp stored in format (lowp_math.h: 16-bit values in a 16-bit format) */
     void (*gelu_backward)(float *dinp, const void *inp, const float *dout, size_t n,
                           int format);
-    /* The layernorms' outputs and the MLP's hidden activations are stored in format
-     * (lowp_math.h), 16 bits a value in bf16/fp16-mixed: 10 of the 18 values per
-     * feature of a token that a block keeps, which only layernorm_forward, these
-     * entries, gelu_backward and xent_linear_backward touch.
+    /* The layernorms' outputs, qkv, attention's output and the MLP's hidden
+     * activations are stored in format (lowp_math.h), 16 bits a value in
+     * bf16/fp16-mixed: 14 of the 16 values per feature of a token that a block keeps,
+     * which only layernorm_forward, attention_forward and _backward, these entries,
+     * gelu_backward and xent_linear_backward touch.
      * The MLP's first half: pre = linear_forward(inp, w, b) rounded to the format, as
      * gelu_backward reads it, and out = gelu(pre) rounded to it, as c_proj reads it,
      * inp (ln_2's output) stored too: one entry, so that a GPU can make it one matmul
@@ -133,12 +134,18 @@ typedef struct tr_kernels {
                                 const float *b, int B, int IN, int OUT, int format,
                                 float *scratch, float *scratch_in);
     /* linear_forward and linear_backward of an input stored in format (c_attn's and
-     * c_fc's, the layernorms' outputs; c_proj's, the GELU's output; the LM head's).
+     * c_fc's, the layernorms' outputs; the c_proj's, attention's and the GELU's
+     * outputs; the LM head's).
      * Forward's scratch: B*IN floats it may overwrite. Backward's dinp is required;
      * the entry may use it as scratch before it writes it. */
     void (*linear_forward_stored)(float *out, const void *inp, const float *w,
                                   const float *b, int B, int IN, int OUT, int format,
                                   float *scratch);
+    /* linear_forward_stored with its output stored in format as well (c_attn's, qkv):
+     * scratch B*OUT and scratch_in B*IN floats the entry may overwrite */
+    void (*linear_forward_stored_io)(void *out, const void *inp, const float *w,
+                                     const float *b, int B, int IN, int OUT, int format,
+                                     float *scratch, float *scratch_in);
     void (*linear_backward_stored)(float *dinp, float *dw, float *db, const float *dout,
                                    const void *inp, const float *w, int B, int IN, int OUT,
                                    int format);
@@ -158,13 +165,16 @@ typedef struct tr_kernels {
      * attention_state_floats(B, T, NH) floats each: the CPU saves the probabilities
      * there (B*NH*T*T), rounded to `format` (a tr_precision; they are stored
      * activations), the GPU's fused kernels the rows' log-sum-exps (B*NH*T;
-     * transformer_kernels.h). out is forward's own output, rounded to `format`, which
-     * backward reads; backward's dqkv is rounded to `format`. */
+     * transformer_kernels.h). qkv is stored in `format` (c_attn's output:
+     * linear_forward_stored_io). out is forward's own output, stored in `format`
+     * (lowp_math.h: 16 bits a value in bf16/fp16-mixed; c_proj's input, read by the
+     * _stored linear entries), which backward reads; backward's dqkv is rounded to
+     * `format`. */
     size_t (*attention_state_floats)(int B, int T, int NH);
-    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
+    void (*attention_forward)(void *out, float *att, const void *qkv, int B, int T, int C,
                               int NH, int format);
-    void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *out,
-                               const float *qkv, const float *att, int B, int T, int C, int NH,
+    void (*attention_backward)(float *dqkv, float *datt, const float *dout, const void *out,
+                               const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format);
     /* The cross-entropy keeps each row's (max, 1 / sum of exps) in stats [B*T,2] and
      * recomputes the softmax from the logits in backward (transformer_kernels.h). */

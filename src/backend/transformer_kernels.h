@@ -64,15 +64,15 @@ void tr_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void tr_cpu_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n,
                           int format);
 
-/* ---- activations stored in `format`: the layernorms' outputs and the MLP's ---------
- * A block keeps ln_1's and ln_2's outputs ([B,C] each), and the MLP's pre = c_fc(x)
- * and out = gelu(pre) ([B,OUT] each), for backward: 10 of the 18 values per feature
- * that it stores for each token; the head keeps ln_f's output. They are stored in the
- * format's own width (lowp_math.h), half the bytes in bf16/fp16-mixed, and only
- * layernorm_forward, the entries below, gelu_backward and xent_linear_backward read
- * or write them; their values are the ones the fp32-memory form held (round_lowp of
- * the same floats), so every result has the bits it had when they lived in fp32
- * memory.
+/* ---- activations stored in `format`: layernorm, qkv, attention and MLP outputs -----
+ * A block keeps ln_1's and ln_2's outputs ([B,C] each), qkv ([B,3C]), attention's
+ * output ([B,C]), and the MLP's pre = c_fc(x) and out = gelu(pre) ([B,OUT] each), for
+ * backward: 14 of the 16 values per feature that it stores for each token; the head
+ * keeps ln_f's output. They are stored in the format's own width (lowp_math.h), half
+ * the bytes in bf16/fp16-mixed, and only layernorm_forward, attention_forward and
+ * _backward, the entries below, gelu_backward and xent_linear_backward read or write
+ * them; their values are the ones the fp32-memory form held (round_lowp of the same
+ * floats), so every result has the bits it had when they lived in fp32 memory.
  *
  * linear_gelu_forward: inp [B,IN] stored in format; w [OUT,IN]; b [OUT] or NULL;
  * format a tr_precision. pre = tr_cpu_linear_forward(inp, w, b) rounded to format;
@@ -82,7 +82,8 @@ void tr_cpu_gelu_backward(float *dinp, const void *inp, const float *dout, size_
  *
  * linear_forward_stored / linear_backward_stored: tr_cpu_linear_forward and
  * tr_cpu_linear_backward on an input stored in format (c_attn's and c_fc's: the
- * layernorms' outputs; c_proj's: the GELU's output; the LM head's), the same bits as
+ * layernorms' outputs; the two c_proj's: attention's and the GELU's outputs; the LM
+ * head's), the same bits as
  * on its values in fp32 memory. Forward's scratch: B*IN floats it
  * overwrites. Backward's dinp [B,IN] is required: the CPU widens inp into it, takes
  * the weight and bias gradients from there, then writes the input gradient over it;
@@ -95,6 +96,12 @@ void tr_cpu_linear_forward_stored(float *out, const void *inp, const float *w, c
 void tr_cpu_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
                                    const void *inp, const float *w, int B, int IN, int OUT,
                                    int format);
+/* linear_forward_stored whose output [B,OUT] is stored in format too, rounded (c_attn's:
+ * qkv, which only the attention entries read). scratch: B*OUT floats (the fp32
+ * product), scratch_in: B*IN, both overwritten; a GPU's product stores 16 bits itself. */
+void tr_cpu_linear_forward_stored_io(void *out, const void *inp, const float *w, const float *b,
+                                     int B, int IN, int OUT, int format, float *scratch,
+                                     float *scratch_in);
 
 /* ---- the MLP's backward in one entry ------------------------------------------------
  * dout [B,IN] is c_proj's output gradient (read as values of format); inp [B,IN]
@@ -124,9 +131,11 @@ void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t 
 
 /* ---- causal multi-head self-attention core ----------------------------------------
  * qkv [B,T,3C]: q, k, v concatenated on the last dim, each split into NH heads of HS,
- * read as values of `format` (in backward too, and dout).
+ * stored in `format` (lowp_math.h: 16-bit values in bf16/fp16; c_attn's output,
+ * linear_forward_stored_io); dout read as values of `format`.
  * out [B,T,C] = per head softmax(q k^T / sqrt(HS), causal) v, heads concatenated,
- * rounded to `format`.
+ * rounded to `format` and stored in it (lowp_math.h: 16-bit values in bf16/fp16; its
+ * reader, c_proj, takes it through the linear layers' _stored entries above).
  * att [B,NH,T,T] holds what backward needs and belongs to the backend: here the
  * probabilities (row t: columns > t are 0), rounded to `format` (a tr_precision; fp32
  * leaves them) after out is formed from the unrounded ones, as the model stores any
@@ -137,10 +146,10 @@ void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t 
  * [B,NH,T,T] is scratch the caller provides (contents on return unspecified).
  * C % NH must be 0. */
 size_t tr_cpu_attention_state_floats(int B, int T, int NH); /* B*NH*T*T */
-void tr_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                               int NH, int format);
-void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
-                               const float *qkv, const float *att, int B, int T, int C, int NH,
+void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const void *out,
+                               const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format);
 
 /* ---- softmax cross-entropy over a padded vocabulary -------------------------------

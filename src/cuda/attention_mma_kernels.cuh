@@ -63,35 +63,59 @@ template <int D> struct mma_layout {
     static const unsigned DQ_BYTES = 2 * ROWS + COLS;               /* K, V, K^T */
 };
 
-/* Rows row0.. of src (fp32, stride lds; `vec`: 16-byte loads allowed) as bf16 into
- * `rows` (row-major [64][LD]) and/or `cols` (transposed, [D][MMA_LK]), either may be
- * null: one global read for both layouts. Rows >= T and columns >= HS are zero. The
+/* Values d .. d + 3 of a row starting at s (columns >= HS zero) as two packed bf16
+ * pairs, lo holding d and d + 1: from fp32 (dO), rounded to nearest even, one 16-byte
+ * load where vec; or from bf16 (qkv, stored in it) as they are, one 8-byte load. */
+__device__ static inline void mma_fetch4(const float *s, int d, int HS, bool vec, uint32_t *lo,
+                                         uint32_t *hi)
+{
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (vec && d + 4 <= HS) {
+        float4 v = *reinterpret_cast<const float4 *>(s + d);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    } else {
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            x[u] = d + u < HS ? s[d + u] : 0.0f;
+    }
+    *lo = tr_pack_bf16x2(x[0], x[1]);
+    *hi = tr_pack_bf16x2(x[2], x[3]);
+}
+__device__ static inline void mma_fetch4(const uint16_t *s, int d, int HS, bool vec,
+                                         uint32_t *lo, uint32_t *hi)
+{
+    if (vec && d + 4 <= HS) {
+        uint2 v = *reinterpret_cast<const uint2 *>(s + d);
+        *lo = v.x, *hi = v.y;
+        return;
+    }
+    uint32_t x[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+        x[u] = d + u < HS ? s[d + u] : 0u;
+    *lo = x[0] | x[1] << 16;
+    *hi = x[2] | x[3] << 16;
+}
+
+/* Rows row0.. of src (fp32 or bf16: mma_fetch4; stride lds; `vec`: 16-byte (8-byte)
+ * loads allowed) as bf16 into `rows` (row-major [64][LD]) and/or `cols` (transposed,
+ * [D][MMA_LK]), either may be null: one global read for both layouts. Rows >= T and columns >= HS are zero. The
  * whole block takes part: each thread converts 4 consecutive columns of one row;
  * consecutive threads take the same 4 columns of the next row where a transposed tile
  * is stored (its 16-bit stores then fall in consecutive halves of a bank row; the
  * other order would put a warp's 32 stores in 2 banks), else the next 4 columns of
  * the same row. */
-template <int D>
-__device__ static void mma_load(uint16_t *rows, uint16_t *cols, const float *src, size_t lds,
+template <int D, typename S>
+__device__ static void mma_load(uint16_t *rows, uint16_t *cols, const S *src, size_t lds,
                                 int row0, int T, int HS, bool vec)
 {
     const int LD = mma_layout<D>::LD;
     for (int e = threadIdx.x; e < MMA_TILE * D / 4; e += MMA_THREADS) {
         int r = cols ? e % MMA_TILE : e / (D / 4);
         int d = cols ? e / MMA_TILE * 4 : e % (D / 4) * 4, i = row0 + r;
-        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (i < T) {
-            const float *s = src + (size_t)i * lds + d;
-            if (vec && d + 4 <= HS) {
-                float4 v = *reinterpret_cast<const float4 *>(s);
-                x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-            } else {
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    x[u] = d + u < HS ? s[u] : 0.0f;
-            }
-        }
-        uint32_t lo = tr_pack_bf16x2(x[0], x[1]), hi = tr_pack_bf16x2(x[2], x[3]);
+        uint32_t lo = 0, hi = 0; /* (bf16 zeros) */
+        if (i < T)
+            mma_fetch4(src + (size_t)i * lds, d, HS, vec, &lo, &hi);
         if (rows) {
             TR_STS32(rows + r * LD + d, lo);
             TR_STS32(rows + r * LD + d + 2, hi);
@@ -163,11 +187,13 @@ __device__ static void mma_accumulate(float acc[D / 8][4], const float x[8][4],
 }
 
 /* A warp's 16 x D accumulators times `scale` (and row h's by rscale[h], h = 0 for row
- * g, 1 for g + 8), rounded to format, to rows row0.. (< T) and columns < HS of dst. */
+ * g, 1 for g + 8), rounded to format, to rows row0.. (< T) and columns < HS of the
+ * matrix at element o0 of dst (row stride ldd), a tensor stored in dst_format
+ * (lowp_math.h): fp32 for dqkv, the format itself for forward's out. */
 template <int D>
-__device__ static void mma_store(float *dst, size_t ldd, int row0, int T, int HS,
-                                 const float acc[D / 8][4], float scale, const float rscale[2],
-                                 int format, int lane)
+__device__ static void mma_store(void *dst, size_t o0, int dst_format, size_t ldd, int row0,
+                                 int T, int HS, const float acc[D / 8][4], float scale,
+                                 const float rscale[2], int format, int lane)
 {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -181,7 +207,8 @@ __device__ static void mma_store(float *dst, size_t ldd, int row0, int T, int HS
             for (int e = 0; e < 2; e++) {
                 int d = 8 * n + 2 * (lane % 4) + e;
                 if (d < HS)
-                    dst[(size_t)i * ldd + d] = tr_round_lowp(f * acc[n][2 * h + e], format);
+                    tr_stored_store(dst, o0 + (size_t)i * ldd + d,
+                                    tr_round_lowp(f * acc[n][2 * h + e], format), dst_format);
             }
     }
 }
@@ -203,7 +230,7 @@ __device__ static inline float mma_row_sum(float x)
  * the last (longest) tiles first. */
 template <int D>
 __global__ static void __launch_bounds__(MMA_THREADS)
-    mma_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int HS,
+    mma_forward_kernel(void *out, float *lse, const uint16_t *qkv, int T, int C, int NH, int HS,
                        float scale, int vec, int format)
 {
     typedef mma_layout<D> L;
@@ -214,7 +241,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     int bh = blockIdx.x / ntile, tile = ntile - 1 - (int)(blockIdx.x % ntile);
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
-    const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+    const uint16_t *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
     int i0 = tile * MMA_TILE, last = (i0 + MMA_TILE < T ? i0 + MMA_TILE : T) - 1;
     mma_load<D>(Qs, nullptr, q, ld, i0, T, HS, vec);
     __syncthreads();
@@ -276,8 +303,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         l[hh] = mma_row_sum(l[hh]);
         inv[hh] = 1.0f / l[hh];
     }
-    mma_store<D>(out + (size_t)b * T * C + (size_t)h * HS, C, i0 + 16 * warp, T, HS, o, 1.0f, inv,
-                 format, lane);
+    mma_store<D>(out, (size_t)b * T * C + (size_t)h * HS, format, C, i0 + 16 * warp, T, HS, o,
+                 1.0f, inv, format, lane);
 #pragma unroll
     for (int hh = 0; hh < 2; hh++)
         if (lane % 4 == 0 && row[hh] < T)
@@ -289,7 +316,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
  * (V dO^T - dvec); dV = P^T dO, dK = scale dS^T Q. */
 template <int D>
 __global__ static void __launch_bounds__(MMA_THREADS)
-    mma_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+    mma_dkv_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                    const float *dvec, int T, int C, int NH, int HS, float scale, int vec, int format)
 {
     typedef mma_layout<D> L;
@@ -302,7 +329,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
-    const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+    const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int j0 = tile * MMA_TILE;
     /* the warp's keys' K and V fragments, staged through the Q and dO tiles */
@@ -345,16 +372,17 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         mma_accumulate<D>(dk, ds, Qt, lane); /* dK += dS^T Q (scale at the end) */
     }
     const float one[2] = {1.0f, 1.0f};
-    float *dk_rows = dqkv + qoff + C, *dv_rows = dk_rows + C;
-    mma_store<D>(dk_rows, ld, j0 + 16 * warp, T, HS, dk, scale, one, format, lane);
-    mma_store<D>(dv_rows, ld, j0 + 16 * warp, T, HS, dv, 1.0f, one, format, lane);
+    mma_store<D>(dqkv, qoff + C, TR_PREC_FP32, ld, j0 + 16 * warp, T, HS, dk, scale, one, format,
+                 lane);
+    mma_store<D>(dqkv, qoff + 2 * (size_t)C, TR_PREC_FP32, ld, j0 + 16 * warp, T, HS, dv, 1.0f,
+                 one, format, lane);
 }
 
 /* dQ of 64 queries (16 per warp), over the key tiles up to them: dS = P * (dO V^T -
  * dvec), dQ = scale dS K. */
 template <int D>
 __global__ static void __launch_bounds__(MMA_THREADS)
-    mma_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+    mma_dq_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                   const float *dvec, int T, int C, int NH, int HS, float scale, int vec, int format)
 {
     typedef mma_layout<D> L;
@@ -366,7 +394,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
-    const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+    const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int i0 = tile * MMA_TILE, last = (i0 + MMA_TILE < T ? i0 + MMA_TILE : T) - 1;
     /* the warp's queries' Q and dO fragments, staged through the K and V tiles */
@@ -408,7 +436,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         mma_accumulate<D>(dq, ds, Kt, lane); /* dQ += dS K (scale at the end) */
     }
     const float one[2] = {1.0f, 1.0f};
-    mma_store<D>(dqkv + qoff, ld, i0 + 16 * warp, T, HS, dq, scale, one, format, lane);
+    mma_store<D>(dqkv, qoff, TR_PREC_FP32, ld, i0 + 16 * warp, T, HS, dq, scale, one, format,
+                 lane);
 }
 
 #endif

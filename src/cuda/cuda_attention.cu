@@ -72,6 +72,20 @@ __device__ static void load_tile(float *dst, int ldd, const float *src, size_t l
     }
 }
 
+/* The same from qkv, a tensor stored in format (lowp_math.h) whose element off is
+ * the tile's row 0, column 0: the values as they are (every one is of the format). */
+template <int D>
+__device__ static void load_stored_tile(float *dst, int ldd, const void *src, size_t off,
+                                        size_t lds, int row0, int rows, int T, int HS,
+                                        int format)
+{
+    for (int e = threadIdx.x; e < rows * D; e += FA_THREADS) {
+        int r = e / D, d = e % D, i = row0 + r;
+        dst[r * ldd + d] =
+            (i < T && d < HS) ? tr_stored_load(src, off + (size_t)i * lds + d, format) : 0.0f;
+    }
+}
+
 /* dot of a D-vector read by all lanes alike (broadcast, 16-byte aligned) with one
  * read per lane from a padded row */
 template <int D> __device__ static inline float dot_bcast(const float *a, const float *b)
@@ -87,7 +101,7 @@ template <int D> __device__ static inline float dot_bcast(const float *a, const 
 
 template <int D>
 __global__ static void __launch_bounds__(FA_THREADS)
-    flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int HS,
+    flash_forward_kernel(void *out, float *lse, const void *qkv, int T, int C, int NH, int HS,
                          float scale, int format)
 {
     const int R = fa_rows<D>::R, BR = FA_WARPS * R, LDK = D + 1;
@@ -99,9 +113,10 @@ __global__ static void __launch_bounds__(FA_THREADS)
     int tile = ntile - 1 - (int)(blockIdx.x % ntile); /* longest rows first */
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
-    const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+    /* q, k and v of the head: elements qo, qo + C and qo + 2C of qkv */
+    size_t qo = (size_t)b * T * ld + (size_t)h * HS;
     int i0 = tile * BR;
-    load_tile<D>(Qs, D, q, ld, i0, BR, T, HS, format);
+    load_stored_tile<D>(Qs, D, qkv, qo, ld, i0, BR, T, HS, format);
 
     float m[R], l[R], acc[R][D / 32];
 #pragma unroll
@@ -115,7 +130,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
     int last = min(i0 + BR, T) - 1; /* the tile's last row sees keys 0..last */
     for (int j0 = 0; j0 <= last; j0 += 32) {
         __syncthreads(); /* the previous V tile is read (and Qs written) */
-        load_tile<D>(KV, LDK, k, ld, j0, 32, T, HS, format);
+        load_stored_tile<D>(KV, LDK, qkv, qo + C, ld, j0, 32, T, HS, format);
         __syncthreads();
         int j = j0 + lane;
         float p[R];
@@ -135,7 +150,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
                 acc[r][c] *= corr;
         }
         __syncthreads();
-        load_tile<D>(KV, LDK, v, ld, j0, 32, T, HS, format);
+        load_stored_tile<D>(KV, LDK, qkv, qo + 2 * (size_t)C, ld, j0, 32, T, HS, format);
         __syncthreads();
         for (int jj = 0; jj < 32; jj++) {
             const float *vr = KV + jj * LDK;
@@ -154,18 +169,19 @@ __global__ static void __launch_bounds__(FA_THREADS)
         if (i >= T)
             continue;
         float inv = 1.0f / l[r];
-        float *o = out + ((size_t)b * T + i) * C + (size_t)h * HS;
+        size_t o = ((size_t)b * T + i) * C + (size_t)h * HS; /* out stored in format */
 #pragma unroll
         for (int c = 0; c < D / 32; c++)
             if (lane + 32 * c < HS)
-                o[lane + 32 * c] = tr_round_lowp(acc[r][c] * inv, format);
+                tr_stored_store(out, o + lane + 32 * c, acc[r][c] * inv, format);
         if (lane == 0)
             lse[(size_t)bh * T + i] = m[r] + logf(l[r]);
     }
 }
 
-/* dvec[bh T + i] = sum_d dO[b, i, h HS + d] O[b, i, h HS + d]: one warp per (b, i, h) */
-__global__ static void flash_dvec_kernel(float *dvec, const float *dout, const float *out,
+/* dvec[bh T + i] = sum_d dO[b, i, h HS + d] O[b, i, h HS + d]: one warp per (b, i, h);
+ * O, forward's output, stored in format */
+__global__ static void flash_dvec_kernel(float *dvec, const float *dout, const void *out,
                                          int B, int T, int C, int NH, int HS, int format)
 {
     size_t row = (size_t)blockIdx.x * (TR_CUDA_BLOCK / 32) + threadIdx.x / 32;
@@ -174,10 +190,11 @@ __global__ static void flash_dvec_kernel(float *dvec, const float *dout, const f
         return;
     int h = (int)(row % NH);
     size_t bi = row / NH; /* b T + i */
-    const float *a = dout + bi * C + (size_t)h * HS, *o = out + bi * C + (size_t)h * HS;
+    const float *a = dout + bi * C + (size_t)h * HS;
+    size_t o = bi * C + (size_t)h * HS;
     float s = 0.0f;
-    for (int d = lane; d < HS; d += 32)
-        s += tr_round_lowp(a[d], format) * o[d]; /* dO read as values of format */
+    for (int d = lane; d < HS; d += 32) /* dO read as values of format */
+        s += tr_round_lowp(a[d], format) * tr_stored_load(out, o + d, format);
     s = tr_warp_sum(s);
     if (lane == 0) {
         size_t b = bi / T, i = bi % T;
@@ -188,7 +205,7 @@ __global__ static void flash_dvec_kernel(float *dvec, const float *dout, const f
 /* dK, dV of one tile of BK = 8 R keys: warps over keys, lanes over 32-query tiles. */
 template <int D>
 __global__ static void __launch_bounds__(FA_THREADS)
-    flash_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+    flash_dkv_kernel(float *dqkv, const float *dout, const void *qkv, const float *lse,
                      const float *dvec, int T, int C, int NH, int HS, float scale, int format)
 {
     const int R = fa_rows<D>::R, BK = FA_WARPS * R, LDQ = D + 1;
@@ -200,12 +217,12 @@ __global__ static void __launch_bounds__(FA_THREADS)
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
-    const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+    size_t koff = qoff + C, voff = qoff + 2 * (size_t)C; /* of qkv, stored in format */
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     const float *L = lse + (size_t)bh * T, *Dv = dvec + (size_t)bh * T;
     int j0 = tile * BK;
-    load_tile<D>(Ks, D, k, ld, j0, BK, T, HS, format);
-    load_tile<D>(Vs, D, v, ld, j0, BK, T, HS, format);
+    load_stored_tile<D>(Ks, D, qkv, koff, ld, j0, BK, T, HS, format);
+    load_stored_tile<D>(Vs, D, qkv, voff, ld, j0, BK, T, HS, format);
 
     float dk[R][D / 32], dv[R][D / 32];
 #pragma unroll
@@ -215,7 +232,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
             dk[r][c] = dv[r][c] = 0.0f;
     for (int i0 = j0 / 32 * 32; i0 < T; i0 += 32) { /* queries i >= j only */
         __syncthreads();
-        load_tile<D>(Qt, LDQ, q, ld, i0, 32, T, HS, format);
+        load_stored_tile<D>(Qt, LDQ, qkv, qoff, ld, i0, 32, T, HS, format);
         load_tile<D>(dOt, LDQ, dO, C, i0, 32, T, HS, format);
         __syncthreads();
         int i = i0 + lane;
@@ -262,7 +279,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
 /* dQ of one tile of BQ = 8 R queries: warps over queries, lanes over 32-key tiles. */
 template <int D>
 __global__ static void __launch_bounds__(FA_THREADS)
-    flash_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+    flash_dq_kernel(float *dqkv, const float *dout, const void *qkv, const float *lse,
                     const float *dvec, int T, int C, int NH, int HS, float scale, int format)
 {
     const int R = fa_rows<D>::R, BQ = FA_WARPS * R, LDK = D + 1;
@@ -275,10 +292,10 @@ __global__ static void __launch_bounds__(FA_THREADS)
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
-    const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+    size_t koff = qoff + C, voff = qoff + 2 * (size_t)C; /* of qkv, stored in format */
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int i0 = tile * BQ;
-    load_tile<D>(Qs, D, q, ld, i0, BQ, T, HS, format);
+    load_stored_tile<D>(Qs, D, qkv, qoff, ld, i0, BQ, T, HS, format);
     load_tile<D>(dOs, D, dO, C, i0, BQ, T, HS, format);
     float li[R], di[R], dq[R][D / 32];
 #pragma unroll
@@ -293,8 +310,8 @@ __global__ static void __launch_bounds__(FA_THREADS)
     int last = min(i0 + BQ, T) - 1;
     for (int j0 = 0; j0 <= last; j0 += 32) {
         __syncthreads();
-        load_tile<D>(Kt, LDK, k, ld, j0, 32, T, HS, format);
-        load_tile<D>(Vt, LDK, v, ld, j0, 32, T, HS, format);
+        load_stored_tile<D>(Kt, LDK, qkv, koff, ld, j0, 32, T, HS, format);
+        load_stored_tile<D>(Vt, LDK, qkv, voff, ld, j0, 32, T, HS, format);
         __syncthreads();
         int j = j0 + lane;
         float ds[R];
@@ -342,7 +359,7 @@ template <int D> static size_t bwd_smem(void)
 }
 
 template <int D>
-static void forward_d(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+static void forward_d(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
                       int HS, float scale, int format)
 {
     static int opted;
@@ -355,7 +372,7 @@ static void forward_d(float *out, float *lse, const float *qkv, int B, int T, in
 }
 
 template <int D>
-static void backward_d(float *dqkv, const float *dout, const float *qkv, const float *lse,
+static void backward_d(float *dqkv, const float *dout, const void *qkv, const float *lse,
                        const float *dvec, int B, int T, int C, int NH, int HS, float scale,
                        int format)
 {
@@ -386,9 +403,10 @@ size_t tr_cuda_attention_state_floats(int B, int T, int NH) { return (size_t)B *
 
 /* bf16-mixed runs multiply on the tensor cores (the run's format, set before the first
  * kernel, is the same in forward and backward) */
-static int tensor_cores(int HS)
+static int tensor_cores(int HS, int format)
 {
-    return tr_cuda_gemm_precision() == TR_PREC_BF16 && tr_cuda_attention_tc_fits(HS);
+    return tr_cuda_gemm_precision() == TR_PREC_BF16 && format == TR_PREC_BF16 &&
+           tr_cuda_attention_tc_fits(HS);
 }
 
 /* and of the two tensor-core forms, the mma.sync one where chosen and it fits
@@ -398,7 +416,7 @@ static int mma_sync(int HS)
     return tr_cuda_attention_mma_chosen() && tr_cuda_attention_mma_fits(HS);
 }
 
-void tr_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+void tr_cuda_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                                int NH, int format)
 {
     /* out is rounded to format as it is stored; the saved log-sum-exps stay fp32:
@@ -407,7 +425,7 @@ void tr_cuda_attention_forward(float *out, float *att, const float *qkv, int B, 
     if (B <= 0 || T <= 0)
         return;
     float scale = 1.0f / sqrtf((float)HS);
-    if (tensor_cores(HS)) {
+    if (tensor_cores(HS, format)) {
         if (mma_sync(HS))
             tr_cuda_attention_mma_forward(out, att, qkv, B, T, C, NH, HS, scale, format);
         else
@@ -422,8 +440,8 @@ void tr_cuda_attention_forward(float *out, float *att, const float *qkv, int B, 
     }
 }
 
-void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
-                                const float *qkv, const float *att, int B, int T, int C, int NH,
+void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const void *out,
+                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                 int format)
 {
     int HS = head_size(C, NH, "attention_backward");
@@ -436,7 +454,7 @@ void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, con
     flash_dvec_kernel<<<(unsigned)((rows + per_block - 1) / per_block), TR_CUDA_BLOCK, 0,
                         tr_cuda_stream()>>>(dvec, dout, out, B, T, C, NH, HS, format);
     TR_CUDA_LAUNCHED();
-    if (tensor_cores(HS)) {
+    if (tensor_cores(HS, format)) {
         if (mma_sync(HS))
             tr_cuda_attention_mma_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,
                                            format);

@@ -34,7 +34,7 @@ int tr_cuda_attention_mma_chosen(void)
 int tr_cuda_attention_mma_fits(int HS) { return HS >= 1 && HS <= 64; }
 
 template <int D>
-static void forward_d(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+static void forward_d(void *out, float *lse, const uint16_t *qkv, int B, int T, int C, int NH,
                       int HS, float scale, int format)
 {
     static int opted;
@@ -47,7 +47,7 @@ static void forward_d(float *out, float *lse, const float *qkv, int B, int T, in
 }
 
 template <int D>
-static void backward_d(float *dqkv, const float *dout, const float *qkv, const float *lse,
+static void backward_d(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                        const float *dvec, int B, int T, int C, int NH, int HS, float scale,
                        int format)
 {
@@ -64,19 +64,21 @@ static void backward_d(float *dqkv, const float *dout, const float *qkv, const f
     TR_CUDA_LAUNCHED();
 }
 
-void tr_cuda_attention_mma_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                   int NH, int HS, float scale, int format)
+void tr_cuda_attention_mma_forward(void *out, float *lse, const void *qkv16, int B, int T,
+                                   int C, int NH, int HS, float scale, int format)
 {
+    const uint16_t *qkv = (const uint16_t *)qkv16; /* stored in bf16 */
     if (HS <= 32)
         forward_d<32>(out, lse, qkv, B, T, C, NH, HS, scale, format);
     else
         forward_d<64>(out, lse, qkv, B, T, C, NH, HS, scale, format);
 }
 
-void tr_cuda_attention_mma_backward(float *dqkv, const float *dout, const float *qkv,
+void tr_cuda_attention_mma_backward(float *dqkv, const float *dout, const void *qkv16,
                                     const float *lse, const float *dvec, int B, int T, int C,
                                     int NH, int HS, float scale, int format)
 {
+    const uint16_t *qkv = (const uint16_t *)qkv16; /* stored in bf16 */
     if (HS <= 32)
         backward_d<32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
     else

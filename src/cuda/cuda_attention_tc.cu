@@ -3,9 +3,10 @@
  * same saved state (each row's log-sum-exp), with every product a bf16 WMMA
  * (16 x 16 x 16, fp32 accumulation).
  *
- * Why only bf16-mixed: there Q, K, V and dO are read as bf16 values (the kernel
- * table's contract; load_bf16's round-to-nearest-even conversion is that rounding),
- * so their products on the tensor cores are exact, as on the CPU. What is rounded here
+ * Why only bf16-mixed: there qkv is stored in bf16 (its values are loaded as they are)
+ * and dO is read as bf16 values (the kernel table's contract; load_bf16's
+ * round-to-nearest-even conversion is that rounding), so their products on the tensor
+ * cores are exact, as on the CPU. What is rounded here
  * and not on the CPU is the probabilities P (of O = P V and dV = P^T dO) and the
  * score gradient dS (of dQ and dK): one bf16 rounding each. fp32 and fp16-mixed runs
  * take the fp32 kernels of cuda_attention.cu.
@@ -90,6 +91,29 @@ __device__ static void load_bf16(bf16 *dst, int ld, const float *src, size_t lds
     }
 }
 
+/* The same from qkv, stored in bf16 (lowp_math.h): the values' bits as they are, four
+ * (8 bytes) a thread where vec. */
+template <int D>
+__device__ static void load_bf16(bf16 *dst, int ld, const uint16_t *src, size_t lds, int row0,
+                                 int T, int HS, bool vec)
+{
+    uint16_t *o = reinterpret_cast<uint16_t *>(dst);
+    if (vec) {
+        for (int e = threadIdx.x; e < TC_TILE * D / 4; e += TC_THREADS) {
+            int r = e / (D / 4), d = e % (D / 4) * 4, i = row0 + r;
+            uint2 x = make_uint2(0u, 0u);
+            if (i < T && d < HS)
+                x = *reinterpret_cast<const uint2 *>(src + (size_t)i * lds + d);
+            *reinterpret_cast<uint2 *>(o + r * ld + d) = x;
+        }
+        return;
+    }
+    for (int e = threadIdx.x; e < TC_TILE * D; e += TC_THREADS) {
+        int r = e / D, d = e % D, i = row0 + r;
+        o[r * ld + d] = (i < T && d < HS) ? src[(size_t)i * lds + d] : (uint16_t)0;
+    }
+}
+
 /* S[16][64] (fp32, stride LS) = A[16][D] B[64][D]^T: A's 16 rows and B's 64 rows are
  * bf16 tiles with stride LH. One warp. */
 template <int D>
@@ -131,11 +155,14 @@ __device__ static void accumulate_16xD(frag_acc *acc, const bf16 *P, const bf16 
 }
 
 /* The warp's 16 x D accumulators, row r times rscale (the calling lane pair's row) and
- * all times `scale`, rounded to `format`, to rows row0.. of dst (stride ldd; rows < T,
- * columns < HS), through the warp's fp32 scratch rows W (stride LS). */
+ * all times `scale`, rounded to `format`, to rows row0.. of the matrix at element o0 of
+ * dst (stride ldd; rows < T, columns < HS), a tensor stored in dst_format
+ * (lowp_math.h: fp32 for dqkv, the format for forward's out), through the warp's fp32
+ * scratch rows W (stride LS). */
 template <int D>
-__device__ static void store_rows(float *dst, size_t ldd, int row0, int T, int HS, float scale,
-                                  frag_acc *acc, float *W, float rscale, int format)
+__device__ static void store_rows(void *dst, size_t o0, int dst_format, size_t ldd, int row0,
+                                  int T, int HS, float scale, frag_acc *acc, float *W,
+                                  float rscale, int format)
 {
     const int LS = tc_layout<D>::LS;
     __syncwarp();
@@ -147,7 +174,8 @@ __device__ static void store_rows(float *dst, size_t ldd, int row0, int T, int H
     float f = scale * rscale;
     if (i < T)
         for (int d = lane % 2; d < HS; d += 2)
-            dst[(size_t)i * ldd + d] = tr_round_lowp(f * W[r * LS + d], format);
+            tr_stored_store(dst, o0 + (size_t)i * ldd + d, tr_round_lowp(f * W[r * LS + d], format),
+                            dst_format);
     __syncwarp();
 }
 
@@ -158,7 +186,7 @@ __device__ static void store_rows(float *dst, size_t ldd, int row0, int T, int H
 
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
-    tc_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int HS,
+    tc_forward_kernel(void *out, float *lse, const uint16_t *qkv, int T, int C, int NH, int HS,
                       float scale, int vec, int format)
 {
     typedef tc_layout<D> L;
@@ -169,7 +197,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
     int bh = blockIdx.x / ntile, tile = ntile - 1 - (int)(blockIdx.x % ntile);
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
-    const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+    const uint16_t *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
     int i0 = tile * TC_TILE, last = min(i0 + TC_TILE, T) - 1;
     float *S = (float *)(tc_sm + 3 * L::TILE_H) + warp * 16 * L::LS;
     bf16 *P = (bf16 *)S;
@@ -233,8 +261,8 @@ __global__ static void __launch_bounds__(TC_THREADS)
         __syncwarp();
         accumulate_16xD<D>(acc, P, Vs);
     }
-    store_rows<D>(out + (size_t)b * T * C + (size_t)h * HS, C, i0 + warp * 16, T, HS, 1.0f, acc,
-                  S, 1.0f / l, format);
+    store_rows<D>(out, (size_t)b * T * C + (size_t)h * HS, format, C, i0 + warp * 16, T, HS,
+                  1.0f, acc, S, 1.0f / l, format);
     int row = i0 + warp * 16 + r;
     if (half == 0 && row < T)
         lse[(size_t)bh * T + row] = m + logf(l);
@@ -243,7 +271,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
 /* dK, dV of 64 keys (16 per warp), over the query tiles at and after them. */
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
-    tc_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+    tc_dkv_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                   const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
                   int format)
 {
@@ -258,7 +286,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
-    const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+    const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int j0 = tile * TC_TILE;
     S += warp * 16 * L::LS;
@@ -310,15 +338,16 @@ __global__ static void __launch_bounds__(TC_THREADS)
         accumulate_16xD<D>(dv, P, dOt); /* dV += P^T dO */
         accumulate_16xD<D>(dk, dS, Qt); /* dK += dS^T Q (scale at the end) */
     }
-    float *dk_rows = dqkv + qoff + C, *dv_rows = dk_rows + C;
-    store_rows<D>(dk_rows, ld, j0 + warp * 16, T, HS, scale, dk, S, 1.0f, format);
-    store_rows<D>(dv_rows, ld, j0 + warp * 16, T, HS, 1.0f, dv, S, 1.0f, format);
+    store_rows<D>(dqkv, qoff + C, TR_PREC_FP32, ld, j0 + warp * 16, T, HS, scale, dk, S, 1.0f,
+                  format);
+    store_rows<D>(dqkv, qoff + 2 * (size_t)C, TR_PREC_FP32, ld, j0 + warp * 16, T, HS, 1.0f, dv,
+                  S, 1.0f, format);
 }
 
 /* dQ of 64 queries (16 per warp), over the key tiles up to them. */
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
-    tc_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+    tc_dq_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                  const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
                  int format)
 {
@@ -332,7 +361,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
-    const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+    const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int i0 = tile * TC_TILE, last = min(i0 + TC_TILE, T) - 1;
     S += warp * 16 * L::LS;
@@ -374,11 +403,12 @@ __global__ static void __launch_bounds__(TC_THREADS)
         __syncwarp();
         accumulate_16xD<D>(dq, dS, Kt); /* dQ += dS K (scale at the end) */
     }
-    store_rows<D>(dqkv + qoff, ld, i0 + warp * 16, T, HS, scale, dq, S, 1.0f, format);
+    store_rows<D>(dqkv, qoff, TR_PREC_FP32, ld, i0 + warp * 16, T, HS, scale, dq, S, 1.0f,
+                  format);
 }
 
 template <int D>
-static void tc_forward_d(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+static void tc_forward_d(void *out, float *lse, const uint16_t *qkv, int B, int T, int C, int NH,
                          int HS, float scale, int format)
 {
     static int opted;
@@ -391,7 +421,7 @@ static void tc_forward_d(float *out, float *lse, const float *qkv, int B, int T,
 }
 
 template <int D>
-static void tc_backward_d(float *dqkv, const float *dout, const float *qkv, const float *lse,
+static void tc_backward_d(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                           const float *dvec, int B, int T, int C, int NH, int HS, float scale,
                           int format)
 {
@@ -430,9 +460,10 @@ int tr_cuda_attention_tc_fits(int HS)
     return need <= (size_t)optin;
 }
 
-void tr_cuda_attention_tc_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                  int NH, int HS, float scale, int format)
+void tr_cuda_attention_tc_forward(void *out, float *lse, const void *qkv16, int B, int T,
+                                  int C, int NH, int HS, float scale, int format)
 {
+    const uint16_t *qkv = (const uint16_t *)qkv16;
     if (HS <= 32)
         tc_forward_d<32>(out, lse, qkv, B, T, C, NH, HS, scale, format);
     else if (HS <= 64)
@@ -441,10 +472,11 @@ void tr_cuda_attention_tc_forward(float *out, float *lse, const float *qkv, int 
         tc_forward_d<128>(out, lse, qkv, B, T, C, NH, HS, scale, format);
 }
 
-void tr_cuda_attention_tc_backward(float *dqkv, const float *dout, const float *qkv,
+void tr_cuda_attention_tc_backward(float *dqkv, const float *dout, const void *qkv16,
                                    const float *lse, const float *dvec, int B, int T, int C,
                                    int NH, int HS, float scale, int format)
 {
+    const uint16_t *qkv = (const uint16_t *)qkv16;
     if (HS <= 32)
         tc_backward_d<32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
     else if (HS <= 64)

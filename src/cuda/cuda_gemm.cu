@@ -445,6 +445,34 @@ void tr_cuda_linear_forward_stored(float *out, const void *inp, const float *w, 
     tr_cuda_linear_forward(out, scratch, w, b, B, IN, OUT);
 }
 
+/* Output stored in the format too (c_attn's qkv): where the input is taken as stored,
+ * the product writes 16 bits itself (cuBLASLt's bias epilogue, the bias's 16-bit copy;
+ * without a bias, cublasGemmEx with a 16-bit C), the fp32 sums plus the bias rounded
+ * once as the CPU rounds them: no fp32 output and no pass over it. Elsewhere the fp32
+ * product in scratch, then one pass storing it. */
+void tr_cuda_linear_forward_stored_io(void *out, const void *inp, const float *w,
+                                      const float *b, int B, int IN, int OUT, int format,
+                                      float *scratch, float *scratch_in)
+{
+    if (!tr_is_lowp(format)) {
+        tr_cuda_linear_forward((float *)out, (const float *)inp, w, b, B, IN, OUT);
+        return;
+    }
+    if (takes_stored(format) && B > 0 && IN > 0 && OUT > 0 && casts((size_t)OUT * IN, 0)) {
+        if (b && tr_cuda_linear_lt_16(out, inp, w, b, B, IN, OUT))
+            return;
+        if (!b) {
+            const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
+            tr_cuda_cast_16(ctx->d_cast[0], w, OUT, IN, IN);
+            gemm_16_to(ctx, 0, 1, B, OUT, IN, 1.0f, inp, IN, ctx->d_cast[0], IN, 0.0f, out,
+                       tr_cuda_type_16(), OUT);
+            return;
+        }
+    }
+    tr_cuda_linear_forward_stored(scratch, inp, w, b, B, IN, OUT, format, scratch_in);
+    tr_cuda_narrow_stored(out, scratch, (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0), format);
+}
+
 void tr_cuda_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
                                     const void *inp, const float *w, int B, int IN, int OUT,
                                     int format)

@@ -35,6 +35,7 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .gelu_backward = tr_cuda_gelu_backward,
     .linear_gelu_forward = tr_cuda_linear_gelu_forward,
     .linear_forward_stored = tr_cuda_linear_forward_stored,
+    .linear_forward_stored_io = tr_cuda_linear_forward_stored_io,
     .linear_backward_stored = tr_cuda_linear_backward_stored,
     .mlp_backward = tr_cuda_mlp_backward,
     .residual_forward = tr_cuda_residual_forward,

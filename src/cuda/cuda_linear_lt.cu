@@ -18,6 +18,10 @@
  * stored in the 16-bit format (inp16: c_proj's, the MLP's GELU output) is read as it
  * is, with w's copy. D, the bias and the
  * aux matrix are fp32 (the bias's and aux's types default to D's); scale type fp32.
+ * tr_cuda_linear_lt_16 stores D in the 16-bit format instead (c_attn's qkv: the fp32
+ * sums plus the bias, rounded once as they are stored), with the bias's 16-bit copy,
+ * made in the cast buffer that a stored input leaves free: exact, the bias being a
+ * parameter, which the model keeps rounded to the format.
  * cuBLASLt's GELU is the tanh approximation (see tr_cuda_linear_gelu_forward in
  * cuda_gemm.cu for the evidence and the one difference from the CPU).
  *
@@ -68,7 +72,7 @@ static uint32_t alignment_of(const void *p)
 /* Everything the heuristic's choice depends on (the leading dimensions follow from
  * the sizes). Only ints: compared with memcmp, no padding. */
 typedef struct lt_key {
-    int format, cast, stored, epilogue, m, n, k;
+    int format, cast, stored, out16, epilogue, m, n, k;
     uint32_t align_w, align_inp, align_out, align_bias, align_aux;
 } lt_key;
 
@@ -118,8 +122,8 @@ static void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr
     TR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, value, size));
 }
 
-static lt_problem make_problem(int format, int cast, uint32_t epilogue, float *pre,
-                               const float *bias, int B, int IN, int OUT)
+static lt_problem make_problem(int format, int cast, int out16, uint32_t epilogue, float *pre,
+                               const void *bias, int B, int IN, int OUT)
 {
     lt_problem p;
     cublasComputeType_t ct = cast ? CUBLAS_COMPUTE_32F : compute_type(format);
@@ -131,6 +135,10 @@ static lt_problem make_problem(int format, int cast, uint32_t epilogue, float *p
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
     if (bias)
         set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (bias && out16) { /* D's type, which is also the default: said, not assumed */
+        int32_t bt = (int32_t)tr_cuda_type_16();
+        set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+    }
     if (pre) {
         int64_t ld = OUT;
         set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
@@ -138,7 +146,8 @@ static lt_problem make_problem(int format, int cast, uint32_t epilogue, float *p
     }
     TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, in_type, IN, OUT, IN));
     TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, in_type, IN, B, IN));
-    TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, OUT, B, OUT));
+    TR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, out16 ? tr_cuda_type_16() : CUDA_R_32F, OUT,
+                                               B, OUT));
     return p;
 }
 
@@ -193,8 +202,10 @@ extern "C" void tr_cuda_linear_lt_counts(long *fused, long *refused)
     *refused = g_refused;
 }
 
-int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const void *inp16,
-                      const float *w, const float *b, int B, int IN, int OUT)
+/* tr_cuda_linear_lt, and tr_cuda_linear_lt_16 where out16 is set (then inp16 is given
+ * and pre is NULL) */
+static int linear_lt(void *out, int out16, float *pre, const float *inp, const void *inp16,
+                     const float *w, const float *b, int B, int IN, int OUT)
 {
     if (B <= 0 || IN <= 0 || OUT <= 0 || (pre && OUT % 8)) { /* aux ld: a multiple of 8 */
         g_refused++;
@@ -214,6 +225,9 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const void *inp1
         g_refused++;
         return 0;
     }
+    key.out16 = out16;
+    if (out16 && (!key.stored || pre)) /* (its bias's copy goes where inp's would) */
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: a 16-bit linear output needs a 16-bit input");
     if (key.cast) /* the operands the matmul reads: the copies, 256-byte aligned */
         c = tr_cuda_ctx_with_scratch();
     const void *wa = key.cast ? c->d_cast[0] : (const void *)w;
@@ -225,7 +239,8 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const void *inp1
     key.align_w = alignment_of(wa);
     key.align_inp = alignment_of(ia);
     key.align_out = alignment_of(out);
-    key.align_bias = b ? alignment_of(b) : 0;
+    const void *bias = out16 && b ? c->d_cast[1] : (const void *)b; /* the copy: below */
+    key.align_bias = b ? alignment_of(bias) : 0;
     key.align_aux = pre ? alignment_of(pre) : 0;
     /* The heuristic is documented to read the bias and aux alignments from the
      * pointers, but kernels it picked have faulted on a bias short of 16 bytes
@@ -240,7 +255,8 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const void *inp1
         g_refused++;
         return 0;
     }
-    lt_problem p = make_problem(key.format, key.cast, epilogue, pre, b, B, IN, OUT);
+    lt_problem p = make_problem(key.format, key.cast, out16, epilogue, pre, b ? bias : NULL, B,
+                                IN, OUT);
     cublasLtMatmulAlgo_t algo;
     memset(&algo, 0, sizeof algo);
     int found = known ? 1 : ask_heuristic(c->lt, &p, &key, &algo);
@@ -253,6 +269,8 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const void *inp1
             tr_cuda_cast_16(c->d_cast[0], w, OUT, IN, IN);
             if (!key.stored)
                 tr_cuda_cast_16(c->d_cast[1], inp, B, IN, IN);
+            else if (out16 && b)
+                tr_cuda_cast_16(c->d_cast[1], b, 1, OUT, OUT);
         }
         const float alpha = 1.0f, beta = 0.0f; /* C is not read: D = op(A) B' + bias */
         cublasStatus_t st = cublasLtMatmul(c->lt, p.desc, &alpha, wa, p.a, ia, p.b, &beta, out,
@@ -276,4 +294,16 @@ int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const void *inp1
     }
     free_problem(&p); /* host descriptors: the queued matmul no longer needs them */
     return found;
+}
+
+int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const void *inp16,
+                      const float *w, const float *b, int B, int IN, int OUT)
+{
+    return linear_lt(out, 0, pre, inp, inp16, w, b, B, IN, OUT);
+}
+
+int tr_cuda_linear_lt_16(void *out, const void *inp16, const float *w, const float *b, int B,
+                         int IN, int OUT)
+{
+    return linear_lt(out, 1, NULL, NULL, inp16, w, b, B, IN, OUT);
 }

@@ -37,6 +37,9 @@ void tr_cuda_linear_gelu_forward(void *pre, void *out, const void *inp, const fl
                                  float *scratch, float *scratch_in);
 void tr_cuda_linear_forward_stored(float *out, const void *inp, const float *w, const float *b,
                                    int B, int IN, int OUT, int format, float *scratch);
+void tr_cuda_linear_forward_stored_io(void *out, const void *inp, const float *w,
+                                      const float *b, int B, int IN, int OUT, int format,
+                                      float *scratch, float *scratch_in);
 void tr_cuda_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
                                     const void *inp, const float *w, int B, int IN, int OUT,
                                     int format);
@@ -53,6 +56,10 @@ void tr_cuda_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_pro
  * without cuBLASLt. inp16, where not NULL, is the input already in the run's 16-bit
  * format (a tensor stored in it, lowp_math.h), multiplied as it is; inp is then not
  * read, and only a 16-bit run whose w fits a cast buffer takes it. */
+/* The same with inp16 given and out stored in the 16-bit format (tr_cuda_type_16);
+ * the bias, where given, must be of that format (a parameter: the model rounds them) */
+int tr_cuda_linear_lt_16(void *out, const void *inp16, const float *w, const float *b, int B,
+                         int IN, int OUT);
 int tr_cuda_linear_lt(float *out, float *pre, const float *inp, const void *inp16,
                       const float *w, const float *b, int B, int IN, int OUT);
 
@@ -105,14 +112,16 @@ void tr_cuda_gelu_backward_stored(void *d, const void *inp, size_t n, int format
  * and dst = src (stored in format) widened to fp32 */
 void tr_cuda_gelu_store(void *pre, void *out, const float *lin, size_t n, int format);
 void tr_cuda_widen_stored(float *dst, const void *src, size_t n, int format);
+/* dst, stored in format, = src rounded to it */
+void tr_cuda_narrow_stored(void *dst, const float *src, size_t n, int format);
 void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n, int format);
 
 /* cuda_attention.cu */
 size_t tr_cuda_attention_state_floats(int B, int T, int NH); /* B*NH*T */
-void tr_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+void tr_cuda_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                                int NH, int format);
-void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *out,
-                                const float *qkv, const float *att, int B, int T, int C, int NH,
+void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const void *out,
+                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                 int format);
 
 /* cuda_xent.cu */

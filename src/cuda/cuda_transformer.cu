@@ -243,6 +243,15 @@ void tr_cuda_widen_stored(float *dst, const void *src, size_t n, int format)
     TR_CUDA_LAUNCHED();
 }
 
+void tr_cuda_narrow_stored(void *dst, const float *src, size_t n, int format)
+{
+    if (n == 0)
+        return;
+    narrow_stored_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(dst, src, n,
+                                                                                  format);
+    TR_CUDA_LAUNCHED();
+}
+
 void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n, int format)
 {
     if (n == 0)

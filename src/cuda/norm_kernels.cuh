@@ -321,6 +321,13 @@ __global__ static void widen_stored_kernel(float *dst, const void *src, size_t n
     TR_GRID_STRIDE(i, n) dst[i] = tr_stored_load(src, i, format);
 }
 
+/* dst, a tensor stored in format, = src rounded to it (the store of a product's fp32
+ * output where the product could not store 16 bits itself) */
+__global__ static void narrow_stored_kernel(void *dst, const float *src, size_t n, int format)
+{
+    TR_GRID_STRIDE(i, n) tr_stored_store(dst, i, src[i], format);
+}
+
 __device__ static inline float residual_1(float a, float b, int format)
 {
     return tr_round_lowp(tr_round_lowp(a, format) + tr_round_lowp(b, format), format);

@@ -45,8 +45,8 @@ enum { LN1, QKV, PROJ, LN2, FC, FCPROJ, PER_BLOCK };
 typedef struct block_acts {
     void *ln1;                        /* [B,T,C] stored in stored_format */
     float *ln1_mean, *ln1_rstd;       /* [B,T], [B,T] */
-    float *qkv;                       /* [B,T,3Cl]: this rank's heads of q, k, v */
-    float *atty;                      /* [B,T,Cl] attention output before c_proj */
+    void *qkv;                        /* [B,T,3Cl]: this rank's heads of q, k, v, as ln1 */
+    void *atty;                       /* [B,T,Cl] attention output before c_proj, as ln1 */
     float *att;                       /* [B,NHl,T,T] probabilities */
     float *res2;                      /* [B,T,C] stream after the attention half */
     void *ln2;                        /* as ln1 */
@@ -357,8 +357,8 @@ static void block_buffers(const tr_model *m, block_acts *b, size_t BT, size_t at
     b->ln1 = buf(m, alloc, lnc, a, "activations");
     b->ln1_mean = buf(m, alloc, BT, a, "activations");
     b->ln1_rstd = buf(m, alloc, BT, a, "activations");
-    b->qkv = buf(m, alloc, BT * 3 * (size_t)g->Cl, a, "activations");
-    b->atty = buf(m, alloc, BT * (size_t)g->Cl, a, "activations");
+    b->qkv = buf(m, alloc, (BT * 3 * (size_t)g->Cl * es + 3) / sizeof(float), a, "activations");
+    b->atty = buf(m, alloc, (BT * (size_t)g->Cl * es + 3) / sizeof(float), a, "activations");
     b->att = buf(m, alloc, att, a, "attention state");
     b->res2 = buf(m, alloc, BT * C, a, "activations");
     b->ln2 = buf(m, alloc, lnc, a, "activations");
@@ -469,18 +469,19 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
     int bias_here = g->tp_rank == 0;
     /* mixed precision: every stored output is of the storage format (the layernorm
      * statistics stay fp32): rounded by the kernel that stores it where it takes a
-     * format; a product's output (qkv, proj_out) by every kernel that reads it
+     * format; a product's output (proj_out) by every kernel that reads it
      * ("read as values of format", transformer_kernels.h); else by tr_model_round */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, ln1[0].value, ln1[1].value, B, T,
                          C, m->precision);
-    /* ln_1's and ln_2's outputs and the MLP's activations are stored in the format's
-     * width; dln and dfch, free until backward, are the fp32 scratch of their readers */
-    k->linear_forward_stored(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * Cl,
-                             m->precision, g->dln);
+    /* ln_1's and ln_2's outputs, qkv, attention's and the MLP's activations are stored
+     * in the format's width; dln, dqkv and dfch, free until backward, are the fp32
+     * scratch of their readers and writers */
+    k->linear_forward_stored_io(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * Cl,
+                                m->precision, g->dqkv, g->dln);
     /* att is the backend's state for backward, stored (rounded) by the kernel itself */
     k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, g->NHl, m->precision);
-    k->linear_forward(g->proj_out, b->atty, proj[0].value, bias_here ? proj[1].value : NULL, BT,
-                      Cl, C);
+    k->linear_forward_stored(g->proj_out, b->atty, proj[0].value,
+                             bias_here ? proj[1].value : NULL, BT, Cl, C, m->precision, g->dln);
     tp_sum(g, g->proj_out, n);
     k->residual_forward(b->res2, x, g->proj_out, n, m->precision);
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value, ln2[1].value,
@@ -652,8 +653,8 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
     k->layernorm_backward(g->dres, ln2[0].grad, ln2[1].grad, g->dln, b.res2, ln2[0].value,
                           b.ln2_mean, b.ln2_rstd, B, T, C, m->precision, 1);
     /* attention half: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))) */
-    k->linear_backward(g->dln, proj[0].grad, proj[1].grad, g->dres, b.atty, proj[0].value, BT,
-                       Cl, C);
+    k->linear_backward_stored(g->dln, proj[0].grad, proj[1].grad, g->dres, b.atty,
+                              proj[0].value, BT, Cl, C, m->precision);
     k->attention_backward(g->dqkv, g->datt, g->dln, b.atty, b.qkv, b.att, B, T, Cl, g->NHl,
                           m->precision);
     k->linear_backward_stored(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1, qkv[0].value,

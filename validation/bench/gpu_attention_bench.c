@@ -22,13 +22,15 @@
 #include "cuda/cuda_probe.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 typedef struct shapes {
     int B, T, C, NH;
-    float *qkv, *out, *lse, *dout, *dqkv, *scratch;
+    float *lse, *dout, *dqkv, *scratch;
+    void *qkv, *out; /* stored in bf16 (out: room for fp32) */
 } shapes;
 
 static double now(void)
@@ -84,6 +86,18 @@ static float *random_device(size_t n, uint64_t stream)
     return d;
 }
 
+/* the same values stored in bf16, 16 bits each (qkv: lowp_math.h) */
+static void *random_device_bf16(size_t n, uint64_t stream)
+{
+    uint16_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        tr_stored_store(h, i, -1.0f + 2.0f * (float)tr_rng_uniform(5, stream, i), TR_PREC_BF16);
+    void *d = tr_cuda_alloc(n * sizeof *h, "attention bench input");
+    tr_cuda_upload(d, h, n * sizeof *h);
+    free(h);
+    return d;
+}
+
 static double max_abs(const float *x, size_t n)
 {
     double m = 0.0;
@@ -130,7 +144,7 @@ int main(int argc, char **argv)
     tr_cpu_backend_init(1);
     tr_cuda_kernels.set_gemm_precision(TR_PREC_BF16);
     size_t bt = (size_t)s.B * s.T, nqkv = bt * 3 * s.C, nout = bt * s.C;
-    s.qkv = random_device(nqkv, 1);
+    s.qkv = random_device_bf16(nqkv, 1); /* stored in bf16, as c_attn stores it */
     s.dout = random_device(nout, 2);
     s.out = tr_cuda_alloc(nout * sizeof(float), "attention bench out");
     s.dqkv = tr_cuda_alloc(nqkv * sizeof(float), "attention bench dqkv");
@@ -155,7 +169,11 @@ int main(int argc, char **argv)
         backward(&s);
         res[mma][0] = malloc(nout * sizeof(float));
         res[mma][1] = malloc(nqkv * sizeof(float));
-        tr_cuda_download(res[mma][0], s.out, nout * sizeof(float));
+        uint16_t *o16 = malloc(nout * sizeof *o16); /* out, stored in bf16, widened */
+        tr_cuda_download(o16, s.out, nout * sizeof *o16);
+        for (size_t i = 0; i < nout; i++)
+            res[mma][0][i] = tr_stored_load(o16, i, TR_PREC_BF16);
+        free(o16);
         tr_cuda_download(res[mma][1], s.dqkv, nqkv * sizeof(float));
     }
     printf("mma against wmma, largest difference over the largest value: out %.2e, dqkv %.2e\n",

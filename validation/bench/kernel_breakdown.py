@@ -20,8 +20,10 @@ PARTS = [
     ("rounding passes", r"round_lowp"),
     ("LM head gradient copies", r"xent_grad_16"),
     ("16-bit operand copies", r"cast_packed4|cast_rows"),
-    # a stored 16-bit input widened to fp32: a fallback a bf16 GPT step should not take
+    # a stored 16-bit input widened to fp32, or a product's fp32 output stored where
+    # it could not store 16 bits itself (qkv): fallbacks a bf16 GPT step should not take
     ("stored inputs widened (fallback)", r"widen_stored"),
+    ("products stored after them (fallback)", r"narrow_stored"),
     ("cross-entropy", r"xent|rows_argmax|sum_in_order"),
     ("layernorm", r"layernorm"),
     ("GELU", r"gelu"),

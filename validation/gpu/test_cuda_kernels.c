@@ -367,6 +367,16 @@ static void test_stored_hidden(void)
             size_t bytes = nh * tr_stored_bytes(f);
             tr_cuda_upload(pre.d, pre.h, bytes);
             tr_cuda_upload(out.d, out.h, bytes);
+            /* c_fc again with its output stored in the format (c_attn's form, qkv) */
+            float *zeros = calloc(nh, sizeof(float));
+            stored io = stored_of(zeros, nh, f);
+            free(zeros);
+            tr_cpu_linear_forward_stored_io(io.h, xs.h, wfc.h, bfc.h, BT, C, F, f, scratch.h,
+                                            y.h);
+            gpu->linear_forward_stored_io(io.d, xs.d, wfc.d, bfc.d, BT, C, F, f, scratch.d,
+                                          y.d);
+            compare_stored("linear_forward_stored_io out", &io, tol);
+            stored_free(&io);
             tr_cpu_linear_forward_stored(y.h, out.h, wpr.h, bpr.h, BT, F, C, f, scratch.h);
             gpu->linear_forward_stored(y.d, out.d, wpr.d, bpr.d, BT, F, C, f, scratch.d);
             compare("linear_forward_stored out", &y, TOL_GEMM);
@@ -695,9 +705,10 @@ static void test_elementwise(void)
 /* One shape: each side runs its own forward, whose saved state (att) is the
  * backend's own (the CPU's probabilities, the GPU's log-sum-exps), then backward
  * from it; out and dqkv must agree. The datt scratch starts as NaN on the GPU, so
- * a read of scratch the kernels did not write first would show. qkv and dout are not
- * rounded here: both sides read them as values of the format (the tensor cores by
- * converting them to bf16, the fp32 kernels by rounding as they load). */
+ * a read of scratch the kernels did not write first would show. qkv is stored in the
+ * format, as c_attn stores it; dout is not rounded here: both sides read it as values
+ * of the format (the tensor cores by converting it to bf16, the fp32 kernels by
+ * rounding as they load). */
 static void test_attention_shape(int b, int t, int c, int nh, int format)
 {
     printf("attention%s: B=%d T=%d C=%d NH=%d (head size %d)\n",
@@ -709,14 +720,19 @@ static void test_attention_shape(int b, int t, int c, int nh, int format)
     double tol = format == TR_PREC_BF16 ? TOL_ATT_BF16 : TOL_GEMM;
     gpu->set_gemm_precision(format);
     size_t natt = (size_t)b * nh * t * t, bt = (size_t)b * t;
-    pair qkv = pair_rand(bt * 3 * c, -1, 1), out = pair_zero(bt * c);
+    float *x = malloc(bt * 3 * c * sizeof(float));
+    for (size_t i = 0; i < bt * 3 * c; i++)
+        x[i] = -1.0f + 2.0f * (float)tr_rng_uniform(81, (uint64_t)format, i);
+    stored qkv = stored_of(x, bt * 3 * c, format); /* qkv is stored in the format */
+    free(x);
     pair att = pair_rand(natt, -1, 1), dout = pair_rand(bt * c, -1, 1);
     pair dqkv = pair_rand(bt * 3 * c, -1, 1), datt = pair_rand(natt, NAN, NAN);
+    float *zero = calloc(bt * c, sizeof(float));
+    stored out = stored_of(zero, bt * c, format); /* out is stored in the format */
+    free(zero);
     tr_cpu_attention_forward(out.h, att.h, qkv.h, b, t, c, nh, format);
     gpu->attention_forward(out.d, att.d, qkv.d, b, t, c, nh, format);
-    compare("attention_forward out", &out, tol);
-    if (format != TR_PREC_FP32)
-        check_rounded("attention_forward out", &out, format);
+    compare_stored("attention_forward out (stored)", &out, tol);
     tr_cpu_attention_backward(dqkv.h, datt.h, dout.h, out.h, qkv.h, att.h, b, t, c, nh, format);
     gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh, format);
     compare("attention_backward dqkv", &dqkv, tol);
@@ -732,7 +748,9 @@ static void test_attention_shape(int b, int t, int c, int nh, int format)
     free(first);
     free(again);
     gpu->set_gemm_precision(TR_PREC_FP32);
-    pair *all[] = {&qkv, &out, &att, &dout, &dqkv, &datt};
+    stored_free(&out);
+    stored_free(&qkv);
+    pair *all[] = {&att, &dout, &dqkv, &datt};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);
 }

@@ -3,6 +3,7 @@
  * bias epilogue, linear_gelu_forward with the GELU_AUX_BIAS epilogue (fp32; in 16-bit
  * formats it stores the MLP's activations in 16 bits without that epilogue, checked in
  * test_cuda_kernels.c), and
+ * linear_forward_stored_io with a 16-bit output (bf16/fp16), and
  * linear_backward accumulating over two calls (two micro-batches), in fp32 and in
  * bf16- and fp16-mixed, at a GPT-like shape and at odd sizes, with tensors at
  * 256-byte aligned addresses and at addresses one float past that (the trainer's
@@ -277,6 +278,61 @@ static void check_gelu_formula(void)
         pair_free(all[i]);
 }
 
+/* a pair's values stored in format (16 bits each) on the device, `shift` floats (as
+ * the trainer's views are) past an aligned address; *base gets the allocation */
+static void *stored_device(const pair *p, int format, int shift, void **base)
+{
+    size_t bytes = p->n * tr_stored_bytes(format);
+    uint16_t *h = malloc(bytes);
+    for (size_t i = 0; i < p->n; i++)
+        tr_stored_store(h, i, p->h[i], format);
+    *base = tr_cuda_alloc(bytes + 16, "test stored tensor");
+    void *d = (float *)*base + shift;
+    tr_cuda_upload(d, h, bytes);
+    free(h);
+    return d;
+}
+
+/* c_attn's form in the 16-bit formats: input and output stored in the format, the
+ * product through cuBLASLt's bias epilogue with a 16-bit output and the bias's 16-bit
+ * copy where it has a kernel for that (the path is printed: the fallback is an fp32
+ * product and a pass storing it), against the CPU's product rounded, within a step
+ * of the format (two fp32 sums a rounding apart may round to neighbours) */
+static void check_linear_stored_io(const shape *s, int format, int shift)
+{
+    int B = s->B, IN = s->IN, OUT = s->OUT;
+    size_t nout = (size_t)B * OUT;
+    pair inp = pair_rand((size_t)B * IN, -1, 1, format, 0);
+    pair w = pair_rand((size_t)OUT * IN, -0.5, 0.5, format, shift);
+    pair b = pair_rand(OUT, -1, 1, format, shift);
+    pair want = pair_rand(nout, 0, 0, TR_PREC_FP32, 0);
+    pair scratch = pair_rand(nout, 0, 0, TR_PREC_FP32, 0);
+    pair scratch_in = pair_rand((size_t)B * IN, 0, 0, TR_PREC_FP32, 0);
+    void *in_base, *out_base;
+    const void *in16 = stored_device(&inp, format, shift, &in_base);
+    void *out16 = stored_device(&want, format, shift, &out_base);
+    tr_cpu_linear_forward(want.h, inp.h, w.h, b.h, B, IN, OUT);
+    tr_cpu_round_lowp(want.h, nout, format);
+    path_start();
+    gpu->linear_forward_stored_io(out16, in16, w.d, b.d, B, IN, OUT, format, scratch.d,
+                                  scratch_in.d);
+    path_report("linear_forward_stored_io (16-bit output)", 1, 0);
+    uint16_t *g = malloc(nout * sizeof *g);
+    tr_cuda_download(g, out16, nout * sizeof *g);
+    double worst = 0.0, scale = max_abs(want.h, nout);
+    for (size_t i = 0; i < nout; i++)
+        worst = fmax(worst, fabs((double)tr_stored_load(g, i, format) - want.h[i]));
+    free(g);
+    double e = scale > 0.0 ? worst / scale : worst, tol = fmax(TOL_GEMM, format_step(format));
+    printf("    %-46s rel err %.2e (tol %.1e)\n", "linear_forward_stored_io out", e, tol);
+    CHECK(e <= tol, "linear_forward_stored_io: relative error %.3e above %.1e", e, tol);
+    tr_cuda_free(in_base);
+    tr_cuda_free(out_base);
+    pair *all[] = {&inp, &w, &b, &want, &scratch, &scratch_in};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+}
+
 static const shape shapes[] = {
     {"GPT-like B*T 64, C 64 -> 4C 256", 64, 64, 256},
     {"odd 37 x 45 -> 29", 37, 45, 29},
@@ -291,8 +347,10 @@ static void check_format(int format)
             printf("  %s, %s, %s\n", format_name(format), shapes[i].name,
                    shift ? "tensors one float past 256-byte alignment" : "aligned tensors");
             check_linear(&shapes[i], format, shift);
-            if (format != TR_PREC_FP32) /* 16-bit: no GELU epilogue (test_cuda_kernels.c) */
+            if (format != TR_PREC_FP32) { /* 16-bit: no GELU epilogue (test_cuda_kernels.c) */
+                check_linear_stored_io(&shapes[i], format, shift);
                 continue;
+            }
             check_linear_gelu(&shapes[i], format, shift, 1);
             if (shift == 0)
                 check_linear_gelu(&shapes[i], format, shift, 0);

@@ -652,6 +652,23 @@ static float *rounded_copy(const float *x, size_t n, int format)
     return r;
 }
 
+/* x's values rounded to format and stored in its width (lowp_math.h) */
+static void *stored_copy(const float *x, size_t n, int format)
+{
+    void *p = tr_alloc(n * tr_stored_bytes(format), "stored copy");
+    for (size_t i = 0; i < n; i++)
+        tr_stored_store(p, i, x[i], format);
+    return p;
+}
+
+static float *widened(const void *p, size_t n, int format)
+{
+    float *x = falloc(n, "widened");
+    for (size_t i = 0; i < n; i++)
+        x[i] = tr_stored_load(p, i, format);
+    return x;
+}
+
 static void test_fused_rounding(void)
 {
     enum { B = 2, T = 33, C = 64, NH = 4, V = 50, VP = 64 };
@@ -710,9 +727,13 @@ static void test_fused_rounding(void)
         /* out from unrounded probabilities, which are stored rounded: the fp32 call
          * leaves them unrounded, so backward gets the fused call's state on both sides */
         tr_cpu_attention_forward(o2, att, qkvr, B, T, C, NH, TR_PREC_FP32);
-        tr_cpu_attention_forward(o1, att, qkv, B, T, C, NH, f);
-        check_fused("attention_forward", f, o1, o2, n);
-        tr_cpu_attention_backward(o1, datt, y, x, qkv, att, B, T, C, NH, f);
+        void *os = tr_alloc(n * tr_stored_bytes(f), "attention out"); /* stored in f */
+        void *qs = stored_copy(qkv, n3, f); /* qkv is stored in f */
+        tr_cpu_attention_forward(os, att, qs, B, T, C, NH, f);
+        float *ow = widened(os, n, f);
+        check_fused("attention_forward (out stored)", f, ow, o2, n);
+        tr_cpu_attention_backward(o1, datt, y, os, qs, att, B, T, C, NH, f);
+        tr_free(os), tr_free(ow), tr_free(qs);
         tr_cpu_attention_backward(o2, datt, yr, x, qkvr, att, B, T, C, NH, TR_PREC_FP32);
         check_fused("attention_backward", f, o1, o2, n3);
         /* the cross-entropy: logits read as values of f, dlogits rounded to f */
@@ -753,23 +774,6 @@ static void test_fused_rounding(void)
     tr_free(s1), tr_free(s2), tr_free(tgt), tr_free(i1), tr_free(i2);
 }
 
-/* x's values rounded to format and stored in its width (lowp_math.h) */
-static void *stored_copy(const float *x, size_t n, int format)
-{
-    void *p = tr_alloc(n * tr_stored_bytes(format), "stored copy");
-    for (size_t i = 0; i < n; i++)
-        tr_stored_store(p, i, x[i], format);
-    return p;
-}
-
-static float *widened(const void *p, size_t n, int format)
-{
-    float *x = falloc(n, "widened");
-    for (size_t i = 0; i < n; i++)
-        x[i] = tr_stored_load(p, i, format);
-    return x;
-}
-
 /* The MLP's hidden activations stored in the format's width (transformer_kernels.h):
  * each entry gives the bits the same math gives on their values held in fp32 memory,
  * at every format, on shapes whose products the two threads split unevenly. */
@@ -808,6 +812,14 @@ static void test_stored_hidden(void)
         float *pw = widened(pre_s, nh, f), *ow = widened(out_s, nh, f);
         CHECK(same_bits(pw, pre, nh), "linear_gelu_forward pre (%s) differs", fmt_name(f));
         CHECK(same_bits(ow, out, nh), "linear_gelu_forward out (%s) differs", fmt_name(f));
+        /* c_fc again with its output stored (c_attn's form): the product rounded */
+        void *io_s = tr_alloc(nh * tr_stored_bytes(f), "stored product");
+        tr_cpu_linear_forward_stored_io(io_s, xs, wfc, bfc, BT, C, F, f, scratch, y1);
+        float *iow = widened(io_s, nh, f);
+        tr_cpu_linear_forward(pre, xr, wfc, bfc, BT, C, F);
+        tr_cpu_round_lowp(pre, nh, f);
+        CHECK(same_bits(iow, pre, nh), "linear_forward_stored_io (%s) differs", fmt_name(f));
+        tr_free(io_s), tr_free(iow);
         /* c_proj forward and backward on the stored GELU output */
         tr_cpu_linear_forward_stored(y1, out_s, wpr, bpr, BT, F, C, f, scratch);
         tr_cpu_linear_forward(y2, ow, wpr, bpr, BT, F, C);

@@ -17,8 +17,8 @@
  *  - out, the log-sum-exps and dqkv against an fp64 reference with the inputs rounded
  *    to bf16, within 4e-3: P and dS are rounded to bf16 once (2^-9 relative) before
  *    their products, which is the error this leaves;
- *  - every stored value is a bf16 value, and nothing outside the head's columns of
- *    out and dqkv is written;
+ *  - every stored value is a bf16 value (out stored in 16 bits), and nothing outside
+ *    the head's columns of out and dqkv is written;
  *  - two runs with different thread schedules give the same bits (no read of shared
  *    memory races its write). */
 #include "warp_emulator.h" /* first: the primitives the kernels use */
@@ -58,11 +58,21 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     r.lse.assign((size_t)B * NH * T, SENTINEL);
     r.dqkv.assign((size_t)B * T * 3 * C, SENTINEL);
     emu::M.rng.seed(seed);
+    /* out is stored in bf16, 16 bits a value: 0xffff (a NaN no kernel stores) marks
+     * the unwritten ones, which come back as SENTINEL */
+    std::vector<uint16_t> out16(r.out.size(), 0xffffu);
+    uint16_t *o16 = out16.data();
     float *out = r.out.data(), *lse = r.lse.data(), *dqkv = r.dqkv.data();
-    const float *x = qkv.data(), *dO = dout.data();
+    const float *dO = dout.data();
+    std::vector<uint16_t> qkv16(qkv.size()); /* qkv is stored in bf16 */
+    for (size_t i = 0; i < qkv.size(); i++)
+        tr_stored_store(qkv16.data(), i, qkv[i], fmt);
+    const uint16_t *x = qkv16.data();
     emu::launch(grid, MMA_THREADS, L::FWD_BYTES, [&] {
-        mma_forward_kernel<D>(out, lse, x, T, C, NH, HS, scale, vec4, fmt);
+        mma_forward_kernel<D>(o16, lse, x, T, C, NH, HS, scale, vec4, fmt);
     });
+    for (size_t i = 0; i < out16.size(); i++)
+        out[i] = out16[i] == 0xffffu ? SENTINEL : tr_stored_load(o16, i, fmt);
     vec dvec((size_t)B * NH * T);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -210,9 +220,16 @@ template <int D> static void test_shape(int B, int T, int C, int NH)
     /* the CPU kernels, as gpu.test_cuda_kernels compares them */
     size_t natt = (size_t)B * NH * T * T;
     vec out_cpu((size_t)B * T * C), att(natt), datt(natt), dqkv_cpu(qkv.size());
-    tr_cpu_attention_forward(out_cpu.data(), att.data(), qkv.data(), B, T, C, NH, TR_PREC_BF16);
-    tr_cpu_attention_backward(dqkv_cpu.data(), datt.data(), dout.data(), out_cpu.data(),
-                              qkv.data(), att.data(), B, T, C, NH, TR_PREC_BF16);
+    std::vector<uint16_t> out_cpu16(out_cpu.size()); /* stored in bf16, as the GPU's */
+    std::vector<uint16_t> qkv16(qkv.size()); /* qkv stored in bf16, as the GPU's */
+    for (size_t i = 0; i < qkv.size(); i++)
+        tr_stored_store(qkv16.data(), i, qkv[i], TR_PREC_BF16);
+    tr_cpu_attention_forward(out_cpu16.data(), att.data(), qkv16.data(), B, T, C, NH,
+                             TR_PREC_BF16);
+    for (size_t i = 0; i < out_cpu.size(); i++)
+        out_cpu[i] = tr_stored_load(out_cpu16.data(), i, TR_PREC_BF16);
+    tr_cpu_attention_backward(dqkv_cpu.data(), datt.data(), dout.data(), out_cpu16.data(),
+                              qkv16.data(), att.data(), B, T, C, NH, TR_PREC_BF16);
     compare("out vs CPU kernel", r.out, out_cpu, 2e-2);
     compare("dqkv vs CPU kernel", r.dqkv, dqkv_cpu, 2e-2);
 

@@ -447,7 +447,7 @@ static void test_elementwise(size_t n, int format, int off)
 }
 
 /* c_fc's fp32 product to the MLP's stored hidden activations (pre rounded, GELU of
- * it), and a stored tensor widened back, against the arithmetic of the CPU's
+ * it), a stored tensor widened back, and an fp32 one stored, against the arithmetic of the CPU's
  * linear_gelu_forward after its product (tr_round_lowp, then tr_gelu, each stored) */
 static void test_gelu_store(size_t n, int format)
 {
@@ -474,6 +474,13 @@ static void test_gelu_store(size_t n, int format)
     emu::launch(grid, dim3(TR_CUDA_BLOCK), 0,
                 [&] { widen_stored_kernel(got.data(), out.data(), n, format); });
     same_bits("stored gelu(pre), widened", got, want);
+    /* and the other way: a product's fp32 output stored (narrowed), as tr_stored_store */
+    std::fill(pre.begin(), pre.end(), 0xff);
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0,
+                [&] { narrow_stored_kernel(pre.data(), lin.data(), n, format); });
+    for (size_t i = 0; i < n; i++)
+        tr_stored_store(cpre.data(), i, lin[i], format);
+    same_bits("fp32 product stored (narrowed)", pre, cpre);
 }
 
 /* ---- the optimizers ---------------------------------------------------------------- */
