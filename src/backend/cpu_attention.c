@@ -13,9 +13,10 @@
  * future rows of V (and K, Q) contribute 0 * v = +0 to past outputs and cannot
  * change them. Each head writes only its own slices of out, att and dqkv, so no two
  * threads write the same element and results are bit-identical run to run.
- * In bf16/fp16-mixed, qkv and out are stored as 16-bit values and dO is read as values
- * of the format: each thread widens (or rounds) its head's slices into a copy of its
- * own (T x HS each) before the BLAS reads them, and stores its out from one. */
+ * In bf16/fp16-mixed, qkv, out and dqkv are stored as 16-bit values and dO is read as
+ * values of the format: each thread widens (or rounds) its head's slices into copies
+ * of its own (T x HS each) before the BLAS reads them, and stores its out, dq, dk and
+ * dv from such copies. */
 #include "backend/transformer_kernels.h"
 #include "backend/lowp_math.h" /* tr_round_lowp */
 #include "backend/scalar_math.h"
@@ -96,12 +97,15 @@ static float *views_alloc(int n, int T, int HS, int format)
                               : NULL;
 }
 
-/* One head's T rows of HS floats, ld apart, rounded to format (serially: the caller
- * runs inside its parallel loop over heads). */
-static void round_head_rows(float *x, int ld, int T, int HS, int format)
+/* One head's T rows of HS floats (src, packed) stored in format at element off of
+ * dst, rows ld apart: rounded as they are stored (serially: the caller runs inside its
+ * parallel loop over heads). */
+static void store_head_rows(void *dst, size_t off, int ld, const float *src, int T, int HS,
+                            int format)
 {
     for (int t = 0; t < T; t++)
-        tr_round_lowp_span(x + (size_t)t * ld, (size_t)HS, format);
+        for (int d = 0; d < HS; d++)
+            tr_stored_store(dst, off + (size_t)t * ld + d, src[(size_t)t * HS + d], format);
 }
 
 void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
@@ -137,17 +141,14 @@ void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int
              * stored for backward, as the model stores activations; serial spans, not
              * tr_cpu_round_lowp, whose own parallel region would nest in this one */
             if (lowp)
-                for (int t = 0; t < T; t++)
-                    for (int d = 0; d < HS; d++)
-                        tr_stored_store(out, o0 + (size_t)t * C + d, o[(size_t)t * HS + d],
-                                        format);
+                store_head_rows(out, o0, C, o, T, HS, format);
             tr_round_lowp_span(A, (size_t)T * T, format);
         }
         tr_free(views);
     }
 }
 
-void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const void *out,
+void tr_cpu_attention_backward(void *dqkv, float *datt, const float *dout, const void *out,
                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format)
 {
@@ -157,18 +158,21 @@ void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, cons
     float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
     {
-        float *views = views_alloc(4, T, HS, format);
+        /* q, k, v, dO, and dq, dk, dv before they are stored in the format */
+        float *views = views_alloc(7, T, HS, format);
         size_t vs = (size_t)T * HS;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < nbh; bh++) {
             int b = bh / NH, h = bh % NH, ldq = ld, ldk = ld, ldv = ld, ldo = C;
+            int lowp = tr_is_lowp(format), ldg = lowp ? HS : ld; /* dq, dk, dv's stride */
             size_t off = (size_t)b * T * ld + (size_t)h * HS;
             /* qkv stored in format, dout read as values of it */
             const float *q = stored_head_view(views, qkv, off, &ldq, T, HS, format);
             const float *k = stored_head_view(views + vs, qkv, off + C, &ldk, T, HS, format);
             const float *v = stored_head_view(views + 2 * vs, qkv, off + 2 * C, &ldv, T, HS,
                                               format);
-            float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+            float *dq = lowp ? views + 4 * vs : (float *)dqkv + off;
+            float *dk = lowp ? views + 5 * vs : dq + C, *dv = lowp ? views + 6 * vs : dq + 2 * C;
             const float *A = att + (size_t)bh * T * T;
             float *dA = datt + (size_t)bh * T * T;
             const float *dO = head_view(views + 3 * vs, dout + (size_t)b * T * C + (size_t)h * HS,
@@ -177,7 +181,7 @@ void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, cons
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, ldo, v, ldv,
                         0.0f, dA, T);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, dO, ldo,
-                        0.0f, dv, ld);
+                        0.0f, dv, ldg);
             /* softmax backward, in place: dA becomes dS, the gradient of the scaled scores */
             for (int t = 0; t < T; t++) {
                 const float *a = A + (size_t)t * T;
@@ -191,12 +195,14 @@ void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, cons
                     d[j] = 0.0f;
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, dA, T, k, ldk,
-                        0.0f, dq, ld);
+                        0.0f, dq, ldg);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, dA, T, q, ldq,
-                        0.0f, dk, ld);
-            round_head_rows(dq, ld, T, HS, format);
-            round_head_rows(dk, ld, T, HS, format);
-            round_head_rows(dv, ld, T, HS, format);
+                        0.0f, dk, ldg);
+            if (lowp) { /* dqkv stored in the format: rounded as stored */
+                store_head_rows(dqkv, off, ld, dq, T, HS, format);
+                store_head_rows(dqkv, off + C, ld, dk, T, HS, format);
+                store_head_rows(dqkv, off + 2 * (size_t)C, ld, dv, T, HS, format);
+            }
         }
         tr_free(views);
     }

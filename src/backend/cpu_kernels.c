@@ -119,6 +119,17 @@ void tr_cpu_linear_forward_stored_io(void *out, const void *inp, const float *w,
         tr_stored_store(out, i, scratch[i], format);
 }
 
+void tr_cpu_linear_backward_stored_dout(float *dinp, float *dw, float *db, const void *dout,
+                                        const void *inp, const float *w, int B, int IN,
+                                        int OUT, int format, float *scratch)
+{
+    if (tr_is_lowp(format)) {
+        widen_stored(scratch, dout, (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0), format);
+        dout = scratch;
+    }
+    tr_cpu_linear_backward_stored(dinp, dw, db, dout, inp, w, B, IN, OUT, format);
+}
+
 void tr_cpu_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
                                    const void *inp, const float *w, int B, int IN, int OUT,
                                    int format)
@@ -435,6 +446,7 @@ const tr_kernels tr_cpu_kernels = {
     .linear_forward_stored = tr_cpu_linear_forward_stored,
     .linear_forward_stored_io = tr_cpu_linear_forward_stored_io,
     .linear_backward_stored = tr_cpu_linear_backward_stored,
+    .linear_backward_stored_dout = tr_cpu_linear_backward_stored_dout,
     .mlp_backward = tr_cpu_mlp_backward,
     .residual_forward = tr_cpu_residual_forward,
     .attention_state_floats = tr_cpu_attention_state_floats,

@@ -102,6 +102,12 @@ void tr_cpu_linear_backward_stored(float *dinp, float *dw, float *db, const floa
 void tr_cpu_linear_forward_stored_io(void *out, const void *inp, const float *w, const float *b,
                                      int B, int IN, int OUT, int format, float *scratch,
                                      float *scratch_in);
+/* linear_backward_stored whose dout [B,OUT] is stored in format too (c_attn's: dqkv,
+ * attention_backward's output). scratch: B*OUT floats, overwritten: the CPU widens dout
+ * there; a GPU multiplies its 16 bits as they are. */
+void tr_cpu_linear_backward_stored_dout(float *dinp, float *dw, float *db, const void *dout,
+                                        const void *inp, const float *w, int B, int IN,
+                                        int OUT, int format, float *scratch);
 
 /* ---- the MLP's backward in one entry ------------------------------------------------
  * dout [B,IN] is c_proj's output gradient (read as values of format); inp [B,IN]
@@ -141,14 +147,14 @@ void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t 
  * leaves them) after out is formed from the unrounded ones, as the model stores any
  * activation; the GPU keeps each row's log-sum-exp there instead and recomputes the
  * probabilities in backward (src/cuda/cuda_attention.cu).
- * Backward: dqkv [B,T,3C] (=), rounded to `format`; out is forward's output (unused
- * here); datt
+ * Backward: dqkv [B,T,3C] (=), rounded to `format` and stored in it (as qkv; its
+ * reader is linear_backward_stored_dout); out is forward's output (unused here); datt
  * [B,NH,T,T] is scratch the caller provides (contents on return unspecified).
  * C % NH must be 0. */
 size_t tr_cpu_attention_state_floats(int B, int T, int NH); /* B*NH*T*T */
 void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                               int NH, int format);
-void tr_cpu_attention_backward(float *dqkv, float *datt, const float *dout, const void *out,
+void tr_cpu_attention_backward(void *dqkv, float *datt, const float *dout, const void *out,
                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format);
 

@@ -99,8 +99,9 @@ __device__ static inline void mma_fetch4(const uint16_t *s, int d, int HS, bool 
 
 /* Rows row0.. of src (fp32 or bf16: mma_fetch4; stride lds; `vec`: 16-byte (8-byte)
  * loads allowed) as bf16 into `rows` (row-major [64][LD]) and/or `cols` (transposed,
- * [D][MMA_LK]), either may be null: one global read for both layouts. Rows >= T and columns >= HS are zero. The
- * whole block takes part: each thread converts 4 consecutive columns of one row;
+ * [D][MMA_LK]), either may be null: one global read for both layouts. Rows >= T and
+ * columns >= HS are zero. The whole block takes part: each thread converts 4
+ * consecutive columns of one row;
  * consecutive threads take the same 4 columns of the next row where a transposed tile
  * is stored (its 16-bit stores then fall in consecutive halves of a bank row; the
  * other order would put a warp's 32 stores in 2 banks), else the next 4 columns of
@@ -187,13 +188,13 @@ __device__ static void mma_accumulate(float acc[D / 8][4], const float x[8][4],
 }
 
 /* A warp's 16 x D accumulators times `scale` (and row h's by rscale[h], h = 0 for row
- * g, 1 for g + 8), rounded to format, to rows row0.. (< T) and columns < HS of the
- * matrix at element o0 of dst (row stride ldd), a tensor stored in dst_format
- * (lowp_math.h): fp32 for dqkv, the format itself for forward's out. */
+ * g, 1 for g + 8) to rows row0.. (< T) and columns < HS of the matrix at element o0 of
+ * dst (row stride ldd), a tensor stored in format (lowp_math.h: dqkv and forward's
+ * out; rounded as stored). */
 template <int D>
-__device__ static void mma_store(void *dst, size_t o0, int dst_format, size_t ldd, int row0,
-                                 int T, int HS, const float acc[D / 8][4], float scale,
-                                 const float rscale[2], int format, int lane)
+__device__ static void mma_store(void *dst, size_t o0, size_t ldd, int row0, int T, int HS,
+                                 const float acc[D / 8][4], float scale, const float rscale[2],
+                                 int format, int lane)
 {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -207,8 +208,8 @@ __device__ static void mma_store(void *dst, size_t o0, int dst_format, size_t ld
             for (int e = 0; e < 2; e++) {
                 int d = 8 * n + 2 * (lane % 4) + e;
                 if (d < HS)
-                    tr_stored_store(dst, o0 + (size_t)i * ldd + d,
-                                    tr_round_lowp(f * acc[n][2 * h + e], format), dst_format);
+                    tr_stored_store(dst, o0 + (size_t)i * ldd + d, f * acc[n][2 * h + e],
+                                    format);
             }
     }
 }
@@ -303,7 +304,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         l[hh] = mma_row_sum(l[hh]);
         inv[hh] = 1.0f / l[hh];
     }
-    mma_store<D>(out, (size_t)b * T * C + (size_t)h * HS, format, C, i0 + 16 * warp, T, HS, o,
+    mma_store<D>(out, (size_t)b * T * C + (size_t)h * HS, C, i0 + 16 * warp, T, HS, o,
                  1.0f, inv, format, lane);
 #pragma unroll
     for (int hh = 0; hh < 2; hh++)
@@ -316,8 +317,9 @@ __global__ static void __launch_bounds__(MMA_THREADS)
  * (V dO^T - dvec); dV = P^T dO, dK = scale dS^T Q. */
 template <int D>
 __global__ static void __launch_bounds__(MMA_THREADS)
-    mma_dkv_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
-                   const float *dvec, int T, int C, int NH, int HS, float scale, int vec, int format)
+    mma_dkv_kernel(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+                   const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
+                   int format)
 {
     typedef mma_layout<D> L;
     TR_DYNAMIC_SMEM(sm);
@@ -372,9 +374,9 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         mma_accumulate<D>(dk, ds, Qt, lane); /* dK += dS^T Q (scale at the end) */
     }
     const float one[2] = {1.0f, 1.0f};
-    mma_store<D>(dqkv, qoff + C, TR_PREC_FP32, ld, j0 + 16 * warp, T, HS, dk, scale, one, format,
+    mma_store<D>(dqkv, qoff + C, ld, j0 + 16 * warp, T, HS, dk, scale, one, format,
                  lane);
-    mma_store<D>(dqkv, qoff + 2 * (size_t)C, TR_PREC_FP32, ld, j0 + 16 * warp, T, HS, dv, 1.0f,
+    mma_store<D>(dqkv, qoff + 2 * (size_t)C, ld, j0 + 16 * warp, T, HS, dv, 1.0f,
                  one, format, lane);
 }
 
@@ -382,7 +384,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
  * dvec), dQ = scale dS K. */
 template <int D>
 __global__ static void __launch_bounds__(MMA_THREADS)
-    mma_dq_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+    mma_dq_kernel(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                   const float *dvec, int T, int C, int NH, int HS, float scale, int vec, int format)
 {
     typedef mma_layout<D> L;
@@ -436,7 +438,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         mma_accumulate<D>(dq, ds, Kt, lane); /* dQ += dS K (scale at the end) */
     }
     const float one[2] = {1.0f, 1.0f};
-    mma_store<D>(dqkv, qoff, TR_PREC_FP32, ld, i0 + 16 * warp, T, HS, dq, scale, one, format,
+    mma_store<D>(dqkv, qoff, ld, i0 + 16 * warp, T, HS, dq, scale, one, format,
                  lane);
 }
 

@@ -205,7 +205,7 @@ __global__ static void flash_dvec_kernel(float *dvec, const float *dout, const v
 /* dK, dV of one tile of BK = 8 R keys: warps over keys, lanes over 32-query tiles. */
 template <int D>
 __global__ static void __launch_bounds__(FA_THREADS)
-    flash_dkv_kernel(float *dqkv, const float *dout, const void *qkv, const float *lse,
+    flash_dkv_kernel(void *dqkv, const float *dout, const void *qkv, const float *lse,
                      const float *dvec, int T, int C, int NH, int HS, float scale, int format)
 {
     const int R = fa_rows<D>::R, BK = FA_WARPS * R, LDQ = D + 1;
@@ -266,12 +266,12 @@ __global__ static void __launch_bounds__(FA_THREADS)
         int j = j0 + warp * R + r;
         if (j >= T)
             continue;
-        float *dkr = dqkv + qoff + (size_t)j * ld + C, *dvr = dkr + C;
+        size_t dkr = koff + (size_t)j * ld, dvr = voff + (size_t)j * ld; /* dqkv stored */
 #pragma unroll
         for (int c = 0; c < D / 32; c++)
             if (lane + 32 * c < HS) {
-                dkr[lane + 32 * c] = tr_round_lowp(scale * dk[r][c], format);
-                dvr[lane + 32 * c] = tr_round_lowp(dv[r][c], format);
+                tr_stored_store(dqkv, dkr + lane + 32 * c, scale * dk[r][c], format);
+                tr_stored_store(dqkv, dvr + lane + 32 * c, dv[r][c], format);
             }
     }
 }
@@ -279,7 +279,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
 /* dQ of one tile of BQ = 8 R queries: warps over queries, lanes over 32-key tiles. */
 template <int D>
 __global__ static void __launch_bounds__(FA_THREADS)
-    flash_dq_kernel(float *dqkv, const float *dout, const void *qkv, const float *lse,
+    flash_dq_kernel(void *dqkv, const float *dout, const void *qkv, const float *lse,
                     const float *dvec, int T, int C, int NH, int HS, float scale, int format)
 {
     const int R = fa_rows<D>::R, BQ = FA_WARPS * R, LDK = D + 1;
@@ -340,11 +340,11 @@ __global__ static void __launch_bounds__(FA_THREADS)
         int i = i0 + warp * R + r;
         if (i >= T)
             continue;
-        float *dqr = dqkv + qoff + (size_t)i * ld;
+        size_t dqr = qoff + (size_t)i * ld; /* dqkv stored in format */
 #pragma unroll
         for (int c = 0; c < D / 32; c++)
             if (lane + 32 * c < HS)
-                dqr[lane + 32 * c] = tr_round_lowp(scale * dq[r][c], format);
+                tr_stored_store(dqkv, dqr + lane + 32 * c, scale * dq[r][c], format);
     }
 }
 
@@ -372,7 +372,7 @@ static void forward_d(void *out, float *lse, const void *qkv, int B, int T, int 
 }
 
 template <int D>
-static void backward_d(float *dqkv, const float *dout, const void *qkv, const float *lse,
+static void backward_d(void *dqkv, const float *dout, const void *qkv, const float *lse,
                        const float *dvec, int B, int T, int C, int NH, int HS, float scale,
                        int format)
 {
@@ -440,7 +440,7 @@ void tr_cuda_attention_forward(void *out, float *att, const void *qkv, int B, in
     }
 }
 
-void tr_cuda_attention_backward(float *dqkv, float *datt, const float *dout, const void *out,
+void tr_cuda_attention_backward(void *dqkv, float *datt, const float *dout, const void *out,
                                 const void *qkv, const float *att, int B, int T, int C, int NH,
                                 int format)
 {

@@ -47,7 +47,7 @@ static void forward_d(void *out, float *lse, const uint16_t *qkv, int B, int T, 
 }
 
 template <int D>
-static void backward_d(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+static void backward_d(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                        const float *dvec, int B, int T, int C, int NH, int HS, float scale,
                        int format)
 {
@@ -74,7 +74,7 @@ void tr_cuda_attention_mma_forward(void *out, float *lse, const void *qkv16, int
         forward_d<64>(out, lse, qkv, B, T, C, NH, HS, scale, format);
 }
 
-void tr_cuda_attention_mma_backward(float *dqkv, const float *dout, const void *qkv16,
+void tr_cuda_attention_mma_backward(void *dqkv, const float *dout, const void *qkv16,
                                     const float *lse, const float *dvec, int B, int T, int C,
                                     int NH, int HS, float scale, int format)
 {

@@ -155,14 +155,13 @@ __device__ static void accumulate_16xD(frag_acc *acc, const bf16 *P, const bf16 
 }
 
 /* The warp's 16 x D accumulators, row r times rscale (the calling lane pair's row) and
- * all times `scale`, rounded to `format`, to rows row0.. of the matrix at element o0 of
- * dst (stride ldd; rows < T, columns < HS), a tensor stored in dst_format
- * (lowp_math.h: fp32 for dqkv, the format for forward's out), through the warp's fp32
- * scratch rows W (stride LS). */
+ * all times `scale`, to rows row0.. of the matrix at element o0 of dst (stride ldd;
+ * rows < T, columns < HS), a tensor stored in `format` (lowp_math.h: dqkv and forward's
+ * out; rounded as stored), through the warp's fp32 scratch rows W (stride LS). */
 template <int D>
-__device__ static void store_rows(void *dst, size_t o0, int dst_format, size_t ldd, int row0,
-                                  int T, int HS, float scale, frag_acc *acc, float *W,
-                                  float rscale, int format)
+__device__ static void store_rows(void *dst, size_t o0, size_t ldd, int row0, int T, int HS,
+                                  float scale, frag_acc *acc, float *W, float rscale,
+                                  int format)
 {
     const int LS = tc_layout<D>::LS;
     __syncwarp();
@@ -174,8 +173,7 @@ __device__ static void store_rows(void *dst, size_t o0, int dst_format, size_t l
     float f = scale * rscale;
     if (i < T)
         for (int d = lane % 2; d < HS; d += 2)
-            tr_stored_store(dst, o0 + (size_t)i * ldd + d, tr_round_lowp(f * W[r * LS + d], format),
-                            dst_format);
+            tr_stored_store(dst, o0 + (size_t)i * ldd + d, f * W[r * LS + d], format);
     __syncwarp();
 }
 
@@ -261,7 +259,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
         __syncwarp();
         accumulate_16xD<D>(acc, P, Vs);
     }
-    store_rows<D>(out, (size_t)b * T * C + (size_t)h * HS, format, C, i0 + warp * 16, T, HS,
+    store_rows<D>(out, (size_t)b * T * C + (size_t)h * HS, C, i0 + warp * 16, T, HS,
                   1.0f, acc, S, 1.0f / l, format);
     int row = i0 + warp * 16 + r;
     if (half == 0 && row < T)
@@ -271,7 +269,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
 /* dK, dV of 64 keys (16 per warp), over the query tiles at and after them. */
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
-    tc_dkv_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+    tc_dkv_kernel(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                   const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
                   int format)
 {
@@ -338,16 +336,16 @@ __global__ static void __launch_bounds__(TC_THREADS)
         accumulate_16xD<D>(dv, P, dOt); /* dV += P^T dO */
         accumulate_16xD<D>(dk, dS, Qt); /* dK += dS^T Q (scale at the end) */
     }
-    store_rows<D>(dqkv, qoff + C, TR_PREC_FP32, ld, j0 + warp * 16, T, HS, scale, dk, S, 1.0f,
+    store_rows<D>(dqkv, qoff + C, ld, j0 + warp * 16, T, HS, scale, dk, S, 1.0f,
                   format);
-    store_rows<D>(dqkv, qoff + 2 * (size_t)C, TR_PREC_FP32, ld, j0 + warp * 16, T, HS, 1.0f, dv,
+    store_rows<D>(dqkv, qoff + 2 * (size_t)C, ld, j0 + warp * 16, T, HS, 1.0f, dv,
                   S, 1.0f, format);
 }
 
 /* dQ of 64 queries (16 per warp), over the key tiles up to them. */
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
-    tc_dq_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+    tc_dq_kernel(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                  const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
                  int format)
 {
@@ -403,7 +401,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
         __syncwarp();
         accumulate_16xD<D>(dq, dS, Kt); /* dQ += dS K (scale at the end) */
     }
-    store_rows<D>(dqkv, qoff, TR_PREC_FP32, ld, i0 + warp * 16, T, HS, scale, dq, S, 1.0f,
+    store_rows<D>(dqkv, qoff, ld, i0 + warp * 16, T, HS, scale, dq, S, 1.0f,
                   format);
 }
 
@@ -421,7 +419,7 @@ static void tc_forward_d(void *out, float *lse, const uint16_t *qkv, int B, int 
 }
 
 template <int D>
-static void tc_backward_d(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+static void tc_backward_d(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                           const float *dvec, int B, int T, int C, int NH, int HS, float scale,
                           int format)
 {
@@ -472,7 +470,7 @@ void tr_cuda_attention_tc_forward(void *out, float *lse, const void *qkv16, int 
         tc_forward_d<128>(out, lse, qkv, B, T, C, NH, HS, scale, format);
 }
 
-void tr_cuda_attention_tc_backward(float *dqkv, const float *dout, const void *qkv16,
+void tr_cuda_attention_tc_backward(void *dqkv, const float *dout, const void *qkv16,
                                    const float *lse, const float *dvec, int B, int T, int C,
                                    int NH, int HS, float scale, int format)
 {

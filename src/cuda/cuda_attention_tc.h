@@ -13,7 +13,7 @@
 int tr_cuda_attention_tc_fits(int HS);
 void tr_cuda_attention_tc_forward(void *out, float *lse, const void *qkv, int B, int T, int C,
                                   int NH, int HS, float scale, int format);
-void tr_cuda_attention_tc_backward(float *dqkv, const float *dout, const void *qkv,
+void tr_cuda_attention_tc_backward(void *dqkv, const float *dout, const void *qkv,
                                    const float *lse, const float *dvec, int B, int T, int C,
                                    int NH, int HS, float scale, int format);
 
@@ -25,7 +25,7 @@ int tr_cuda_attention_mma_fits(int HS);
 int tr_cuda_attention_mma_chosen(void);
 void tr_cuda_attention_mma_forward(void *out, float *lse, const void *qkv, int B, int T, int C,
                                    int NH, int HS, float scale, int format);
-void tr_cuda_attention_mma_backward(float *dqkv, const float *dout, const void *qkv,
+void tr_cuda_attention_mma_backward(void *dqkv, const float *dout, const void *qkv,
                                     const float *lse, const float *dvec, int B, int T, int C,
                                     int NH, int HS, float scale, int format);
 

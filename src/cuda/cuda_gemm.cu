@@ -491,6 +491,32 @@ void tr_cuda_linear_backward_stored(float *dinp, float *dw, float *db, const flo
     tr_cuda_gemm(0, 0, B, IN, OUT, 1.0f, dout, OUT, w, IN, 0.0f, dinp, IN);
 }
 
+/* dout stored in the format too (c_attn's: attention's dqkv): where the products take
+ * both stored operands as they are, the bias's column sums read dout's 16 bits and the
+ * products multiply them, with no 16-bit copy of dout; elsewhere dout is widened into
+ * scratch and the entry above takes it. */
+void tr_cuda_linear_backward_stored_dout(float *dinp, float *dw, float *db, const void *dout,
+                                         const void *inp, const float *w, int B, int IN,
+                                         int OUT, int format, float *scratch)
+{
+    if (!tr_is_lowp(format)) {
+        tr_cuda_linear_backward_stored(dinp, dw, db, (const float *)dout, inp, w, B, IN, OUT,
+                                       format);
+        return;
+    }
+    if (takes_stored(format) && whole_16(B, IN, OUT) &&
+        (!db || (size_t)OUT <= TR_CUDA_COL_PARTIAL_FLOATS)) {
+        const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
+        int RB = db ? colsum_partials(ctx, dout, format, B, OUT, NULL) : 0;
+        backward_products_16(ctx, dinp, CUDA_R_32F, dw, dout, NULL, inp, w, B, IN, OUT);
+        if (db)
+            tr_cuda_add_partials(db, ctx->d_col_partial, OUT, RB);
+        return;
+    }
+    tr_cuda_widen_stored(scratch, dout, (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0), format);
+    tr_cuda_linear_backward_stored(dinp, dw, db, scratch, inp, w, B, IN, OUT, format);
+}
+
 /* ---- the MLP's backward ----------------------------------------------------------- */
 
 /* bf16/fp16-mixed, where the products are of the format and fit the cast buffers: the

@@ -79,7 +79,7 @@ typedef struct gpt {
     double *xsums;     /* [B,T,2] */
     /* backward scratch */
     float *dres, *dln;        /* [B,T,C] */
-    float *dqkv;              /* [B,T,3Cl] */
+    float *dqkv; /* [B,T,3Cl]: fp32 scratch in forward; in backward stored in the format */
     float *datt;              /* [B,NHl,T,T] */
     float *dfch;              /* [B,T,Fl] */
     float *proj_out;          /* [B,T,C]: c_proj outputs before the residual add */
@@ -657,8 +657,9 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
                               proj[0].value, BT, Cl, C, m->precision);
     k->attention_backward(g->dqkv, g->datt, g->dln, b.atty, b.qkv, b.att, B, T, Cl, g->NHl,
                           m->precision);
-    k->linear_backward_stored(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1, qkv[0].value,
-                              BT, C, 3 * Cl, m->precision);
+    /* dqkv is stored in the format, as qkv; dfch, free now, is the CPU's fp32 scratch */
+    k->linear_backward_stored_dout(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1,
+                                   qkv[0].value, BT, C, 3 * Cl, m->precision, g->dfch);
     tp_sum(g, g->dln, n);
     k->layernorm_backward(g->dres, ln1[0].grad, ln1[1].grad, g->dln, x_in, ln1[0].value,
                           b.ln1_mean, b.ln1_rstd, B, T, C, m->precision, 1);

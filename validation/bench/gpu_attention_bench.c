@@ -29,8 +29,8 @@
 
 typedef struct shapes {
     int B, T, C, NH;
-    float *lse, *dout, *dqkv, *scratch;
-    void *qkv, *out; /* stored in bf16 (out: room for fp32) */
+    float *lse, *dout, *scratch;
+    void *qkv, *out, *dqkv; /* stored in bf16 (out, dqkv: room for fp32) */
 } shapes;
 
 static double now(void)
@@ -96,6 +96,16 @@ static void *random_device_bf16(size_t n, uint64_t stream)
     tr_cuda_upload(d, h, n * sizeof *h);
     free(h);
     return d;
+}
+
+/* dst = n bf16 values on the device, widened */
+static void widen_bf16(float *dst, const void *d, size_t n)
+{
+    uint16_t *h = malloc(n * sizeof *h);
+    tr_cuda_download(h, d, n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = tr_stored_load(h, i, TR_PREC_BF16);
+    free(h);
 }
 
 static double max_abs(const float *x, size_t n)
@@ -169,12 +179,8 @@ int main(int argc, char **argv)
         backward(&s);
         res[mma][0] = malloc(nout * sizeof(float));
         res[mma][1] = malloc(nqkv * sizeof(float));
-        uint16_t *o16 = malloc(nout * sizeof *o16); /* out, stored in bf16, widened */
-        tr_cuda_download(o16, s.out, nout * sizeof *o16);
-        for (size_t i = 0; i < nout; i++)
-            res[mma][0][i] = tr_stored_load(o16, i, TR_PREC_BF16);
-        free(o16);
-        tr_cuda_download(res[mma][1], s.dqkv, nqkv * sizeof(float));
+        widen_bf16(res[mma][0], s.out, nout);
+        widen_bf16(res[mma][1], s.dqkv, nqkv);
     }
     printf("mma against wmma, largest difference over the largest value: out %.2e, dqkv %.2e\n",
            max_diff(res[1][0], res[0][0], nout) / max_abs(res[0][0], nout),

@@ -385,6 +385,16 @@ static void test_stored_hidden(void)
             compare("linear_backward_stored dinp", &dinp, TOL_GEMM);
             compare("linear_backward_stored dw (+=)", &dw, TOL_GEMM);
             compare("linear_backward_stored db (+=)", &db, TOL_ELEM);
+            /* with dout stored too (c_attn's form: dqkv), from the same values */
+            stored dos = stored_of(dout.h, nx, f);
+            tr_cpu_linear_backward_stored_dout(dinp.h, dw.h, db.h, dos.h, out.h, wpr.h, BT, F, C,
+                                               f, scratch.h);
+            gpu->linear_backward_stored_dout(dinp.d, dw.d, db.d, dos.d, out.d, wpr.d, BT, F, C, f,
+                                             scratch.d);
+            stored_free(&dos);
+            compare("linear_backward_stored_dout dinp", &dinp, TOL_GEMM);
+            compare("linear_backward_stored_dout dw (+=)", &dw, TOL_GEMM);
+            compare("linear_backward_stored_dout db (+=)", &db, TOL_ELEM);
             /* GELU's backward in place on the CPU's dinp, reading the stored pre */
             tr_cuda_upload(dinp.d, dinp.h, nh * sizeof(float));
             tr_cpu_gelu_backward(dinp.h, pre.h, dinp.h, nh, f);
@@ -726,31 +736,36 @@ static void test_attention_shape(int b, int t, int c, int nh, int format)
     stored qkv = stored_of(x, bt * 3 * c, format); /* qkv is stored in the format */
     free(x);
     pair att = pair_rand(natt, -1, 1), dout = pair_rand(bt * c, -1, 1);
-    pair dqkv = pair_rand(bt * 3 * c, -1, 1), datt = pair_rand(natt, NAN, NAN);
+    pair datt = pair_rand(natt, NAN, NAN);
     float *zero = calloc(bt * c, sizeof(float));
     stored out = stored_of(zero, bt * c, format); /* out is stored in the format */
     free(zero);
+    /* dqkv too, starting as other values on each side (it is overwritten: =) */
+    float *init = malloc(bt * 3 * c * sizeof(float));
+    for (size_t i = 0; i < bt * 3 * c; i++)
+        init[i] = (float)tr_rng_uniform(82, (uint64_t)format, i);
+    stored dqkv = stored_of(init, bt * 3 * c, format);
+    free(init);
     tr_cpu_attention_forward(out.h, att.h, qkv.h, b, t, c, nh, format);
     gpu->attention_forward(out.d, att.d, qkv.d, b, t, c, nh, format);
     compare_stored("attention_forward out (stored)", &out, tol);
     tr_cpu_attention_backward(dqkv.h, datt.h, dout.h, out.h, qkv.h, att.h, b, t, c, nh, format);
     gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh, format);
-    compare("attention_backward dqkv", &dqkv, tol);
-    if (format != TR_PREC_FP32)
-        check_rounded("attention_backward dqkv", &dqkv, format);
+    compare_stored("attention_backward dqkv (stored)", &dqkv, tol);
     /* twice: the same bits (no atomics, dqkv overwritten) */
-    float *first = malloc(bt * 3 * c * sizeof(float)), *again = malloc(bt * 3 * c * sizeof(float));
-    tr_cuda_download(first, dqkv.d, bt * 3 * c * sizeof(float));
+    size_t dbytes = bt * 3 * c * tr_stored_bytes(format);
+    void *first = malloc(dbytes), *again = malloc(dbytes);
+    tr_cuda_download(first, dqkv.d, dbytes);
     gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh, format);
-    tr_cuda_download(again, dqkv.d, bt * 3 * c * sizeof(float));
-    CHECK(memcmp(first, again, bt * 3 * c * sizeof(float)) == 0,
-          "attention_backward: two runs differ");
+    tr_cuda_download(again, dqkv.d, dbytes);
+    CHECK(memcmp(first, again, dbytes) == 0, "attention_backward: two runs differ");
     free(first);
     free(again);
     gpu->set_gemm_precision(TR_PREC_FP32);
     stored_free(&out);
     stored_free(&qkv);
-    pair *all[] = {&att, &dout, &dqkv, &datt};
+    stored_free(&dqkv);
+    pair *all[] = {&att, &dout, &datt};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);
 }

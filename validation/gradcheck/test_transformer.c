@@ -732,10 +732,12 @@ static void test_fused_rounding(void)
         tr_cpu_attention_forward(os, att, qs, B, T, C, NH, f);
         float *ow = widened(os, n, f);
         check_fused("attention_forward (out stored)", f, ow, o2, n);
-        tr_cpu_attention_backward(o1, datt, y, os, qs, att, B, T, C, NH, f);
-        tr_free(os), tr_free(ow), tr_free(qs);
+        void *ds = tr_alloc(n3 * tr_stored_bytes(f), "dqkv"); /* stored in f too */
+        tr_cpu_attention_backward(ds, datt, y, os, qs, att, B, T, C, NH, f);
+        float *dw3 = widened(ds, n3, f);
         tr_cpu_attention_backward(o2, datt, yr, x, qkvr, att, B, T, C, NH, TR_PREC_FP32);
-        check_fused("attention_backward", f, o1, o2, n3);
+        check_fused("attention_backward (dqkv stored)", f, dw3, o2, n3);
+        tr_free(os), tr_free(ow), tr_free(qs), tr_free(ds), tr_free(dw3);
         /* the cross-entropy: logits read as values of f, dlogits rounded to f */
         double L1 = tr_cpu_xent_padded_forward(st1, l1, logits, tgt, B, T, V, VP, f);
         double L2 = tr_cpu_xent_padded_forward(st2, l2, lgr, tgt, B, T, V, VP, TR_PREC_FP32);
@@ -831,6 +833,16 @@ static void test_stored_hidden(void)
         CHECK(same_bits(d1, d2, nh), "linear_backward_stored dinp (%s) differs", fmt_name(f));
         CHECK(same_bits(g1, g2, (size_t)C * F + C),
               "linear_backward_stored dw, db (%s) differ", fmt_name(f));
+        /* and with dout stored too (c_attn's: dqkv), widened into scratch */
+        void *dos = stored_copy(dout, nx, f);
+        tr_cpu_linear_backward_stored_dout(d1, g1, g1 + (size_t)C * F, dos, out_s, wpr, BT, F,
+                                           C, f, scratch);
+        tr_cpu_linear_backward(d2, g2, g2 + (size_t)C * F, dr, ow, wpr, BT, F, C);
+        CHECK(same_bits(d1, d2, nh), "linear_backward_stored_dout dinp (%s) differs",
+              fmt_name(f));
+        CHECK(same_bits(g1, g2, (size_t)C * F + C),
+              "linear_backward_stored_dout dw, db (%s) differ", fmt_name(f));
+        tr_free(dos);
         /* GELU's backward reading the stored pre, in place on the gradient as the
          * model calls it */
         tr_cpu_gelu_backward(d1, pre_s, d1, nh, f);

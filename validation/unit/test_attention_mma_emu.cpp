@@ -17,8 +17,8 @@
  *  - out, the log-sum-exps and dqkv against an fp64 reference with the inputs rounded
  *    to bf16, within 4e-3: P and dS are rounded to bf16 once (2^-9 relative) before
  *    their products, which is the error this leaves;
- *  - every stored value is a bf16 value (out stored in 16 bits), and nothing outside
- *    the head's columns of out and dqkv is written;
+ *  - every stored value is a bf16 value (out and dqkv stored in 16 bits), and nothing
+ *    outside the head's columns of out and dqkv is written;
  *  - two runs with different thread schedules give the same bits (no read of shared
  *    memory races its write). */
 #include "warp_emulator.h" /* first: the primitives the kernels use */
@@ -58,10 +58,10 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     r.lse.assign((size_t)B * NH * T, SENTINEL);
     r.dqkv.assign((size_t)B * T * 3 * C, SENTINEL);
     emu::M.rng.seed(seed);
-    /* out is stored in bf16, 16 bits a value: 0xffff (a NaN no kernel stores) marks
-     * the unwritten ones, which come back as SENTINEL */
-    std::vector<uint16_t> out16(r.out.size(), 0xffffu);
-    uint16_t *o16 = out16.data();
+    /* out and dqkv are stored in bf16, 16 bits a value: 0xffff (a NaN no kernel
+     * stores) marks the unwritten ones, which come back as SENTINEL */
+    std::vector<uint16_t> out16(r.out.size(), 0xffffu), dqkv16(r.dqkv.size(), 0xffffu);
+    uint16_t *o16 = out16.data(), *d16 = dqkv16.data();
     float *out = r.out.data(), *lse = r.lse.data(), *dqkv = r.dqkv.data();
     const float *dO = dout.data();
     std::vector<uint16_t> qkv16(qkv.size()); /* qkv is stored in bf16 */
@@ -86,11 +86,13 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
             }
     const float *dv = dvec.data();
     emu::launch(grid, MMA_THREADS, L::DKV_BYTES, [&] {
-        mma_dkv_kernel<D>(dqkv, dO, x, lse, dv, T, C, NH, HS, scale, vec4, fmt);
+        mma_dkv_kernel<D>(d16, dO, x, lse, dv, T, C, NH, HS, scale, vec4, fmt);
     });
     emu::launch(grid, MMA_THREADS, L::DQ_BYTES, [&] {
-        mma_dq_kernel<D>(dqkv, dO, x, lse, dv, T, C, NH, HS, scale, vec4, fmt);
+        mma_dq_kernel<D>(d16, dO, x, lse, dv, T, C, NH, HS, scale, vec4, fmt);
     });
+    for (size_t i = 0; i < dqkv16.size(); i++)
+        dqkv[i] = dqkv16[i] == 0xffffu ? SENTINEL : tr_stored_load(d16, i, fmt);
     return r;
 }
 
@@ -228,8 +230,11 @@ template <int D> static void test_shape(int B, int T, int C, int NH)
                              TR_PREC_BF16);
     for (size_t i = 0; i < out_cpu.size(); i++)
         out_cpu[i] = tr_stored_load(out_cpu16.data(), i, TR_PREC_BF16);
-    tr_cpu_attention_backward(dqkv_cpu.data(), datt.data(), dout.data(), out_cpu16.data(),
+    std::vector<uint16_t> dqkv_cpu16(qkv.size()); /* stored in bf16, as the GPU's */
+    tr_cpu_attention_backward(dqkv_cpu16.data(), datt.data(), dout.data(), out_cpu16.data(),
                               qkv16.data(), att.data(), B, T, C, NH, TR_PREC_BF16);
+    for (size_t i = 0; i < dqkv_cpu.size(); i++)
+        dqkv_cpu[i] = tr_stored_load(dqkv_cpu16.data(), i, TR_PREC_BF16);
     compare("out vs CPU kernel", r.out, out_cpu, 2e-2);
     compare("dqkv vs CPU kernel", r.dqkv, dqkv_cpu, 2e-2);
 
