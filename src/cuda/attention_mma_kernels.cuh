@@ -9,7 +9,12 @@
  * Device code only, written against a few primitives that the includer defines first:
  *   tr_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])  d += a b
  *   tr_pack_bf16x2(lo, hi)  two floats rounded to bf16 (to nearest even), lo in bits 0-15
- *   TR_LDS32(p) / TR_STS32(p, v)  a 32-bit shared-memory load / store at a uint16_t *
+ *   tr_ldmatrix_x4_trans(r, row)  four 8 x 8 bf16 matrices from shared memory,
+ *       transposed, lane 8 i + j naming row j of matrix i
+ *   tr_cp_async16(dst, src, full)  a 16-byte global-to-shared copy (zeros where !full),
+ *       tr_cp_async_commit(), tr_cp_async_wait<N>()  its commit groups
+ *   TR_LDS32(p) / TR_STS32(p, v) / TR_STG32(p, v)  32-bit loads and stores at a uint16_t *
+ *       (shared, shared, global)
  *   TR_DYNAMIC_SMEM(name)  declares `unsigned char *name`, the block's dynamic shared memory
  * plus CUDA's threadIdx, blockIdx, __syncthreads and __shfl_xor_sync. On the GPU they
  * are mma_ops.cuh's (PTX); validation/unit/warp_emulator.h runs the same source on the
@@ -24,16 +29,20 @@
  *   C 16 x 8:   c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
  * So the accumulators of two adjacent 8-column tiles of scores are, packed to bf16,
  * exactly the A fragment of the next product over those 16 columns: P never leaves
- * the registers. A B fragment is two 32-bit loads from a tile stored with its k index
- * contiguous: K for Q K^T, and transposed tiles (V^T, Q^T, dO^T, K^T) where the
- * product runs over rows.
+ * the registers. B fragments come from row-major [64][D] tiles: two 32-bit loads
+ * where the product's k runs along a tile's rows (K for Q K^T, Q and dO for the
+ * scores of backward), ldmatrix.trans where it runs down them (V for P V; dO, Q and K
+ * for the gradients), so no transposed copy of a tile is stored.
  *
  * Shape of the work: as in the WMMA kernels, a block of 4 warps owns 64 rows (queries
  * in forward and dQ, keys in dK/dV), 16 per warp, and walks the other side in tiles
- * of 64. Tiles in shared memory are bf16 with rows padded by 16 bytes: the 8 lanes
- * of a fragment load (g = 0..7, same t) then hit 8 different bank quads. Head sizes
- * up to 64 (D = 32 or 64): the fragments of the warp's own rows stay in registers
- * for the whole loop, which at D = 128 would spill.
+ * of 64. Tiles in shared memory are bf16 with rows padded by 16 bytes: the 8 rows
+ * of an ldmatrix matrix (and the 8 lanes of an A-fragment load) then hit 8 different
+ * bank quads. Two stages of tiles: while one is multiplied, the next tile's rows of
+ * qkv (bf16 in memory) arrive by cp.async into the other, so the loads overlap the
+ * products; dO, fp32 in memory, is converted as it is read. Head sizes up to 64
+ * (D = 32 or 64): the fragments of the warp's own rows stay in registers for the
+ * whole loop, which at D = 128 would spill.
  *
  * Arithmetic, against the WMMA kernels: the same products on the same bf16 values,
  * the same one rounding of P and dS to bf16, and the same masking; forward's running
@@ -52,16 +61,31 @@
 #define MMA_WARPS 4
 #define MMA_THREADS (MMA_WARPS * 32)
 #define MMA_TILE 64 /* rows a block owns, and the other side's tile */
-#define MMA_LK (MMA_TILE + 8) /* row stride (bf16) of a transposed tile, [D][64] */
 
+/* How a kernel may read a tensor's rows into a tile (mma_load): */
+#define MMA_LOAD_ELEMS 0 /* value by value */
+#define MMA_LOAD_VEC 1   /* 4 values a load: 16 bytes of fp32, 8 of bf16 */
+#define MMA_LOAD_ASYNC 2 /* cp.async, 8 bf16 values (16 bytes) a copy */
+
+/* Two stages of two [64][LD] bf16 tiles (K and V in forward and dQ, Q and dO in
+ * dK/dV): one stage is multiplied while the next tile's copies land in the other. */
 template <int D> struct mma_layout {
-    static const int LD = D + 8;                                    /* [64][D] tiles */
-    static const unsigned ROWS = MMA_TILE * LD * 2;                 /* bytes of one */
-    static const unsigned COLS = D * MMA_LK * 2;                    /* of a transposed one */
-    static const unsigned FWD_BYTES = 2 * ROWS + COLS;              /* Q, K, V^T */
-    static const unsigned DKV_BYTES = 2 * ROWS + 2 * COLS + 2 * MMA_TILE * 4; /* + lse, D */
-    static const unsigned DQ_BYTES = 2 * ROWS + COLS;               /* K, V, K^T */
+    static const int LD = D + 8;                    /* row stride in bf16: +16 bytes */
+    static const unsigned ROWS = MMA_TILE * LD * 2; /* bytes of one tile */
+    static const unsigned FWD_BYTES = 4 * ROWS;
+    static const unsigned DQ_BYTES = 4 * ROWS;
+    static const unsigned DKV_BYTES = 4 * ROWS + 2 * 2 * MMA_TILE * 4; /* + lse, D a stage */
 };
+
+/* The load mode for qkv (stored in bf16) at `qkv`: cp.async where every head's row
+ * starts 16-byte aligned and holds whole 8-value chunks, else 8-byte loads where rows
+ * start 8-byte aligned, else values one by one. */
+static inline int mma_qkv_mode(const void *qkv, int C, int HS)
+{
+    if (HS % 8 == 0 && C % 8 == 0 && (uintptr_t)qkv % 16 == 0)
+        return MMA_LOAD_ASYNC;
+    return HS % 4 == 0 && C % 4 == 0 && (uintptr_t)qkv % 8 == 0 ? MMA_LOAD_VEC : MMA_LOAD_ELEMS;
+}
 
 /* Values d .. d + 3 of a row starting at s (columns >= HS zero) as two packed bf16
  * pairs, lo holding d and d + 1: from fp32 (dO), rounded to nearest even, one 16-byte
@@ -97,37 +121,48 @@ __device__ static inline void mma_fetch4(const uint16_t *s, int d, int HS, bool 
     *hi = x[2] | x[3] << 16;
 }
 
-/* Rows row0.. of src (fp32 or bf16: mma_fetch4; stride lds; `vec`: 16-byte (8-byte)
- * loads allowed) as bf16 into `rows` (row-major [64][LD]) and/or `cols` (transposed,
- * [D][MMA_LK]), either may be null: one global read for both layouts. Rows >= T and
- * columns >= HS are zero. The whole block takes part: each thread converts 4
- * consecutive columns of one row;
- * consecutive threads take the same 4 columns of the next row where a transposed tile
- * is stored (its 16-bit stores then fall in consecutive halves of a bank row; the
- * other order would put a warp's 32 stores in 2 banks), else the next 4 columns of
- * the same row. */
+/* Rows row0.. of src (stride lds) as bf16 into `tile` ([64][LD]) by the whole block,
+ * now: each thread converts 4 consecutive columns of a row, consecutive threads the
+ * next 4. Rows >= T and columns >= HS are zero. */
 template <int D, typename S>
-__device__ static void mma_load(uint16_t *rows, uint16_t *cols, const S *src, size_t lds,
-                                int row0, int T, int HS, bool vec)
+__device__ static void mma_load_now(uint16_t *tile, const S *src, size_t lds, int row0, int T,
+                                    int HS, bool vec)
 {
     const int LD = mma_layout<D>::LD;
     for (int e = threadIdx.x; e < MMA_TILE * D / 4; e += MMA_THREADS) {
-        int r = cols ? e % MMA_TILE : e / (D / 4);
-        int d = cols ? e / MMA_TILE * 4 : e % (D / 4) * 4, i = row0 + r;
+        int r = e / (D / 4), d = e % (D / 4) * 4, i = row0 + r;
         uint32_t lo = 0, hi = 0; /* (bf16 zeros) */
         if (i < T)
             mma_fetch4(src + (size_t)i * lds, d, HS, vec, &lo, &hi);
-        if (rows) {
-            TR_STS32(rows + r * LD + d, lo);
-            TR_STS32(rows + r * LD + d + 2, hi);
-        }
-        if (cols) {
-            cols[(d + 0) * MMA_LK + r] = (uint16_t)(lo & 0xffffu);
-            cols[(d + 1) * MMA_LK + r] = (uint16_t)(lo >> 16);
-            cols[(d + 2) * MMA_LK + r] = (uint16_t)(hi & 0xffffu);
-            cols[(d + 3) * MMA_LK + r] = (uint16_t)(hi >> 16);
-        }
+        TR_STS32(tile + r * LD + d, lo);
+        TR_STS32(tile + r * LD + d + 2, hi);
     }
+}
+
+/* The same tile from bf16 rows (qkv) in `mode`: with MMA_LOAD_ASYNC the block issues
+ * cp.async copies of 16 bytes (zero-filled past T and HS) that land at the caller's
+ * tr_cp_async_wait, so the next tile's loads overlap this tile's products; else now. */
+template <int D>
+__device__ static void mma_load(uint16_t *tile, const uint16_t *src, size_t lds, int row0,
+                                int T, int HS, int mode)
+{
+    const int LD = mma_layout<D>::LD;
+    if (mode != MMA_LOAD_ASYNC) {
+        mma_load_now<D>(tile, src, lds, row0, T, HS, mode == MMA_LOAD_VEC);
+        return;
+    }
+    for (int e = threadIdx.x; e < MMA_TILE * D / 8; e += MMA_THREADS) {
+        int r = e / (D / 8), d = e % (D / 8) * 8, i = row0 + r;
+        bool live = i < T && d < HS; /* HS % 8 == 0: the chunk is whole */
+        tr_cp_async16(tile + r * LD + d, live ? src + (size_t)i * lds + d : src, live);
+    }
+}
+/* dO (fp32) is converted as it is read: always now */
+template <int D>
+__device__ static void mma_load(uint16_t *tile, const float *src, size_t lds, int row0, int T,
+                                int HS, int mode)
+{
+    mma_load_now<D>(tile, src, lds, row0, T, HS, mode != MMA_LOAD_ELEMS);
 }
 
 /* The A fragments of a warp's 16 rows (from row 16 w of a [64][LD] tile), all of D. */
@@ -146,7 +181,9 @@ __device__ static void mma_a_frags(uint32_t a[D / 16][4], const uint16_t *tile, 
 }
 
 /* s[n] (n < 8) = the 16 x 64 product of a warp's rows (A fragments a, over D) with the
- * 64 rows of `tile` ([64][LD], read as B^T: s = A tile^T). */
+ * 64 rows of `tile` ([64][LD], read as B^T: s = A tile^T). A B fragment is two 32-bit
+ * loads here, k running along the tile's rows. (One ldmatrix.x4 would fetch two of
+ * them, but ptxas then keeps more registers live: dK/dV at D = 64 spilled.) */
 template <int D>
 __device__ static void mma_scores(float s[8][4], const uint32_t a[D / 16][4],
                                   const uint16_t *tile, int lane)
@@ -166,12 +203,15 @@ __device__ static void mma_scores(float s[8][4], const uint32_t a[D / 16][4],
 }
 
 /* acc[n] (n < D/8) += X (16 x 64, as 8 score-shaped accumulators, rounded to bf16 here)
- * times the 64 x D matrix whose transpose is `cols` ([D][MMA_LK]). */
+ * times the 64 x D matrix in `rows` ([64][LD], row-major). Its B fragments (k down the
+ * rows) come transposed by ldmatrix.trans: matrices rows 16 kk.. and 16 kk + 8.. at
+ * columns 8 n.. and 8 (n + 1).., so no transposed copy of the tile is ever stored. */
 template <int D>
 __device__ static void mma_accumulate(float acc[D / 8][4], const float x[8][4],
-                                      const uint16_t *cols, int lane)
+                                      const uint16_t *rows, int lane)
 {
-    const uint16_t *p = cols + (lane / 4) * MMA_LK + 2 * (lane % 4);
+    const int LD = mma_layout<D>::LD;
+    const uint16_t *p = rows + (lane % 8 + 8 * (lane / 8 % 2)) * LD + 8 * (lane / 16);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
         uint32_t a[4] = {tr_pack_bf16x2(x[2 * kk][0], x[2 * kk][1]),
@@ -179,10 +219,11 @@ __device__ static void mma_accumulate(float acc[D / 8][4], const float x[8][4],
                          tr_pack_bf16x2(x[2 * kk + 1][0], x[2 * kk + 1][1]),
                          tr_pack_bf16x2(x[2 * kk + 1][2], x[2 * kk + 1][3])};
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            uint32_t b[2] = {TR_LDS32(p + 8 * n * MMA_LK + 16 * kk),
-                             TR_LDS32(p + 8 * n * MMA_LK + 16 * kk + 8)};
+        for (int n = 0; n < D / 8; n += 2) {
+            uint32_t b[4];
+            tr_ldmatrix_x4_trans(b, p + 16 * kk * LD + 8 * n);
             tr_mma_16816(acc[n], a, b);
+            tr_mma_16816(acc[n + 1], a, b + 2);
         }
     }
 }
@@ -190,7 +231,8 @@ __device__ static void mma_accumulate(float acc[D / 8][4], const float x[8][4],
 /* A warp's 16 x D accumulators times `scale` (and row h's by rscale[h], h = 0 for row
  * g, 1 for g + 8) to rows row0.. (< T) and columns < HS of the matrix at element o0 of
  * dst (row stride ldd), a tensor stored in format (lowp_math.h: dqkv and forward's
- * out; rounded as stored). */
+ * out; rounded as stored). A lane's two adjacent bf16 values go out as one 4-byte
+ * store where their offset is even. */
 template <int D>
 __device__ static void mma_store(void *dst, size_t o0, size_t ldd, int row0, int T, int HS,
                                  const float acc[D / 8][4], float scale, const float rscale[2],
@@ -203,14 +245,19 @@ __device__ static void mma_store(void *dst, size_t o0, size_t ldd, int row0, int
             continue;
         float f = scale * rscale[h];
 #pragma unroll
-        for (int n = 0; n < D / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int d = 8 * n + 2 * (lane % 4) + e;
-                if (d < HS)
-                    tr_stored_store(dst, o0 + (size_t)i * ldd + d, f * acc[n][2 * h + e],
-                                    format);
+        for (int n = 0; n < D / 8; n++) {
+            int d = 8 * n + 2 * (lane % 4);
+            size_t o = o0 + (size_t)i * ldd + d;
+            float lo = f * acc[n][2 * h], hi = f * acc[n][2 * h + 1];
+            if (format == TR_PREC_BF16 && d + 1 < HS && o % 2 == 0) {
+                TR_STG32((uint16_t *)dst + o, tr_pack_bf16x2(lo, hi));
+                continue;
             }
+            if (d < HS)
+                tr_stored_store(dst, o, lo, format);
+            if (d + 1 < HS)
+                tr_stored_store(dst, o + 1, hi, format);
+        }
     }
 }
 
@@ -226,28 +273,37 @@ __device__ static inline float mma_row_sum(float x)
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+/* Stage st's two tiles: [0] K, Q (dK/dV); [1] V, dO */
+__device__ static inline uint16_t *mma_stage(unsigned char *sm, unsigned rows, int st, int t)
+{
+    return (uint16_t *)(sm + (2 * st + t) * rows);
+}
+
 /* Forward of 64 queries: out = softmax(scale q k^T, causal) v and each row's
  * log-sum-exp (lse [B*NH, T]), as tc_forward_kernel. Blocks: B*NH x query tiles,
- * the last (longest) tiles first. */
+ * the last (longest) tiles first. vq: qkv's load mode (mma_qkv_mode). */
 template <int D>
 __global__ static void __launch_bounds__(MMA_THREADS)
     mma_forward_kernel(void *out, float *lse, const uint16_t *qkv, int T, int C, int NH, int HS,
-                       float scale, int vec, int format)
+                       float scale, int vq, int format)
 {
     typedef mma_layout<D> L;
     TR_DYNAMIC_SMEM(sm);
-    uint16_t *Qs = (uint16_t *)sm, *Ks = (uint16_t *)(sm + L::ROWS);
-    uint16_t *Vt = (uint16_t *)(sm + 2 * L::ROWS);
     int ntile = (T + MMA_TILE - 1) / MMA_TILE;
     int bh = blockIdx.x / ntile, tile = ntile - 1 - (int)(blockIdx.x % ntile);
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t ld = 3 * (size_t)C;
     const uint16_t *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
-    int i0 = tile * MMA_TILE, last = (i0 + MMA_TILE < T ? i0 + MMA_TILE : T) - 1;
-    mma_load<D>(Qs, nullptr, q, ld, i0, T, HS, vec);
+    int i0 = tile * MMA_TILE, nkt = tile + 1; /* key tiles 0 .. tile */
+    /* the queries staged through stage 1's K tile; key tile 0 into stage 0 */
+    mma_load<D>(mma_stage(sm, L::ROWS, 1, 0), q, ld, i0, T, HS, vq);
+    mma_load<D>(mma_stage(sm, L::ROWS, 0, 0), k, ld, 0, T, HS, vq);
+    mma_load<D>(mma_stage(sm, L::ROWS, 0, 1), v, ld, 0, T, HS, vq);
+    tr_cp_async_commit();
+    tr_cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[D / 16][4];
-    mma_a_frags<D>(qf, Qs, warp, lane);
+    mma_a_frags<D>(qf, mma_stage(sm, L::ROWS, 1, 0), warp, lane);
     int row[2], imask[2]; /* this lane's two rows, and the rows their masks use */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[D / 8][4];
 #pragma unroll
@@ -258,13 +314,18 @@ __global__ static void __launch_bounds__(MMA_THREADS)
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    for (int j0 = 0; j0 <= last; j0 += MMA_TILE) {
-        __syncthreads(); /* the last tile's K and V are read */
-        mma_load<D>(Ks, nullptr, k, ld, j0, T, HS, vec);
-        mma_load<D>(nullptr, Vt, v, ld, j0, T, HS, vec);
+    for (int jt = 0; jt < nkt; jt++) {
+        int st = jt & 1, j0 = jt * MMA_TILE;
+        __syncthreads(); /* the other stage is read: the last tile, or the queries */
+        if (jt + 1 < nkt) {
+            mma_load<D>(mma_stage(sm, L::ROWS, st ^ 1, 0), k, ld, j0 + MMA_TILE, T, HS, vq);
+            mma_load<D>(mma_stage(sm, L::ROWS, st ^ 1, 1), v, ld, j0 + MMA_TILE, T, HS, vq);
+        }
+        tr_cp_async_commit(); /* (maybe empty: every step waits for all but one group) */
+        tr_cp_async_wait<1>(); /* this tile's copies have landed */
         __syncthreads();
         float s[8][4];
-        mma_scores<D>(s, qf, Ks, lane);
+        mma_scores<D>(s, qf, mma_stage(sm, L::ROWS, st, 0), lane);
         /* every row sees key j0 <= its row (j0 <= i0), so each tile max is finite */
         float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -296,7 +357,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
                 s[n][e] = p;
                 l[e >> 1] += p;
             }
-        mma_accumulate<D>(o, s, Vt, lane);
+        mma_accumulate<D>(o, s, mma_stage(sm, L::ROWS, st, 1), lane);
     }
     float inv[2];
 #pragma unroll
@@ -312,20 +373,29 @@ __global__ static void __launch_bounds__(MMA_THREADS)
             lse[(size_t)bh * T + row[hh]] = m[hh] + logf(l[hh]);
 }
 
+/* Query tile i0's rows of lse and dvec into Lt and Dt (64 floats each; 0 past T) */
+__device__ static void mma_load_rowstats(float *Lt, float *Dt, const float *lse,
+                                         const float *dvec, size_t bh, int T, int i0)
+{
+    for (int e = threadIdx.x; e < MMA_TILE; e += MMA_THREADS) {
+        int i = i0 + e;
+        Lt[e] = i < T ? lse[bh * T + i] : 0.0f;
+        Dt[e] = i < T ? dvec[bh * T + i] : 0.0f;
+    }
+}
+
 /* dK, dV of 64 keys (16 per warp), over the query tiles at and after them; dvec [B*NH,
  * T] = rowsum(dO * O). As tc_dkv_kernel: P^T = exp(scale K Q^T - lse), dS^T = P^T *
- * (V dO^T - dvec); dV = P^T dO, dK = scale dS^T Q. */
+ * (V dO^T - dvec); dV = P^T dO, dK = scale dS^T Q. vq: qkv's load mode; vo: dO's. */
 template <int D>
 __global__ static void __launch_bounds__(MMA_THREADS)
     mma_dkv_kernel(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
-                   const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
+                   const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo,
                    int format)
 {
     typedef mma_layout<D> L;
     TR_DYNAMIC_SMEM(sm);
-    uint16_t *Qs = (uint16_t *)sm, *dOs = (uint16_t *)(sm + L::ROWS);
-    uint16_t *Qt = (uint16_t *)(sm + 2 * L::ROWS), *dOt = (uint16_t *)(sm + 2 * L::ROWS + L::COLS);
-    float *Lt = (float *)(sm + 2 * L::ROWS + 2 * L::COLS), *Dt = Lt + MMA_TILE;
+    float *stats = (float *)(sm + 4 * L::ROWS); /* stage st: lse at 2 st, dvec 2 st + 1 */
     int ntile = (T + MMA_TILE - 1) / MMA_TILE;
     int bh = blockIdx.x / ntile, tile = (int)(blockIdx.x % ntile); /* longest first */
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -333,14 +403,19 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
     const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
-    int j0 = tile * MMA_TILE;
-    /* the warp's keys' K and V fragments, staged through the Q and dO tiles */
-    mma_load<D>(Qs, nullptr, k, ld, j0, T, HS, vec);
-    mma_load<D>(dOs, nullptr, v, ld, j0, T, HS, vec);
+    int j0 = tile * MMA_TILE, nqt = ntile - tile; /* query tiles tile .. ntile - 1 */
+    /* the block's keys' K and V staged through stage 1; query tile j0 into stage 0 */
+    mma_load<D>(mma_stage(sm, L::ROWS, 1, 0), k, ld, j0, T, HS, vq);
+    mma_load<D>(mma_stage(sm, L::ROWS, 1, 1), v, ld, j0, T, HS, vq);
+    mma_load<D>(mma_stage(sm, L::ROWS, 0, 0), q, ld, j0, T, HS, vq);
+    mma_load<D>(mma_stage(sm, L::ROWS, 0, 1), dO, C, j0, T, HS, vo);
+    mma_load_rowstats(stats, stats + MMA_TILE, lse, dvec, bh, T, j0);
+    tr_cp_async_commit();
+    tr_cp_async_wait<0>();
     __syncthreads();
     uint32_t kf[D / 16][4], vf[D / 16][4];
-    mma_a_frags<D>(kf, Qs, warp, lane);
-    mma_a_frags<D>(vf, dOs, warp, lane);
+    mma_a_frags<D>(kf, mma_stage(sm, L::ROWS, 1, 0), warp, lane);
+    mma_a_frags<D>(vf, mma_stage(sm, L::ROWS, 1, 1), warp, lane);
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
@@ -348,16 +423,21 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         for (int e = 0; e < 4; e++)
             dk[n][e] = dv[n][e] = 0.0f;
     int key[2] = {j0 + 16 * warp + lane / 4, j0 + 16 * warp + lane / 4 + 8};
-    for (int i0 = j0; i0 < T; i0 += MMA_TILE) {
-        __syncthreads(); /* the fragments, or the last tile, are read */
-        mma_load<D>(Qs, Qt, q, ld, i0, T, HS, vec);
-        mma_load<D>(dOs, dOt, dO, C, i0, T, HS, vec);
-        for (int e = threadIdx.x; e < MMA_TILE; e += MMA_THREADS) {
-            int i = i0 + e;
-            Lt[e] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
-            Dt[e] = i < T ? dvec[(size_t)bh * T + i] : 0.0f;
+    for (int it = 0; it < nqt; it++) {
+        int st = it & 1, i0 = j0 + it * MMA_TILE;
+        __syncthreads(); /* the other stage is read: the last tile, or K and V */
+        if (it + 1 < nqt) {
+            int nx = st ^ 1, i1 = i0 + MMA_TILE;
+            mma_load<D>(mma_stage(sm, L::ROWS, nx, 0), q, ld, i1, T, HS, vq);
+            mma_load<D>(mma_stage(sm, L::ROWS, nx, 1), dO, C, i1, T, HS, vo);
+            mma_load_rowstats(stats + 2 * nx * MMA_TILE, stats + (2 * nx + 1) * MMA_TILE, lse,
+                              dvec, bh, T, i1);
         }
+        tr_cp_async_commit();
+        tr_cp_async_wait<1>(); /* this tile's copies have landed */
         __syncthreads();
+        const uint16_t *Qs = mma_stage(sm, L::ROWS, st, 0), *dOs = mma_stage(sm, L::ROWS, st, 1);
+        const float *Lt = stats + 2 * st * MMA_TILE, *Dt = Lt + MMA_TILE;
         float p[8][4], ds[8][4];
         mma_scores<D>(p, kf, Qs, lane);  /* S^T: keys x queries */
         mma_scores<D>(ds, vf, dOs, lane); /* dP^T = V dO^T */
@@ -370,8 +450,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
                 p[n][e] = pe;
                 ds[n][e] = pe * (ds[n][e] - Dt[c]);
             }
-        mma_accumulate<D>(dv, p, dOt, lane); /* dV += P^T dO */
-        mma_accumulate<D>(dk, ds, Qt, lane); /* dK += dS^T Q (scale at the end) */
+        mma_accumulate<D>(dv, p, dOs, lane); /* dV += P^T dO */
+        mma_accumulate<D>(dk, ds, Qs, lane); /* dK += dS^T Q (scale at the end) */
     }
     const float one[2] = {1.0f, 1.0f};
     mma_store<D>(dqkv, qoff + C, ld, j0 + 16 * warp, T, HS, dk, scale, one, format,
@@ -385,12 +465,11 @@ __global__ static void __launch_bounds__(MMA_THREADS)
 template <int D>
 __global__ static void __launch_bounds__(MMA_THREADS)
     mma_dq_kernel(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
-                  const float *dvec, int T, int C, int NH, int HS, float scale, int vec, int format)
+                  const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo,
+                  int format)
 {
     typedef mma_layout<D> L;
     TR_DYNAMIC_SMEM(sm);
-    uint16_t *Ks = (uint16_t *)sm, *Vs = (uint16_t *)(sm + L::ROWS);
-    uint16_t *Kt = (uint16_t *)(sm + 2 * L::ROWS);
     int ntile = (T + MMA_TILE - 1) / MMA_TILE;
     int bh = blockIdx.x / ntile, tile = ntile - 1 - (int)(blockIdx.x % ntile);
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -398,14 +477,18 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
     const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
-    int i0 = tile * MMA_TILE, last = (i0 + MMA_TILE < T ? i0 + MMA_TILE : T) - 1;
-    /* the warp's queries' Q and dO fragments, staged through the K and V tiles */
-    mma_load<D>(Ks, nullptr, q, ld, i0, T, HS, vec);
-    mma_load<D>(Vs, nullptr, dO, C, i0, T, HS, vec);
+    int i0 = tile * MMA_TILE, nkt = tile + 1; /* key tiles 0 .. tile */
+    /* the block's queries' Q and dO staged through stage 1; key tile 0 into stage 0 */
+    mma_load<D>(mma_stage(sm, L::ROWS, 1, 0), q, ld, i0, T, HS, vq);
+    mma_load<D>(mma_stage(sm, L::ROWS, 1, 1), dO, C, i0, T, HS, vo);
+    mma_load<D>(mma_stage(sm, L::ROWS, 0, 0), k, ld, 0, T, HS, vq);
+    mma_load<D>(mma_stage(sm, L::ROWS, 0, 1), v, ld, 0, T, HS, vq);
+    tr_cp_async_commit();
+    tr_cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[D / 16][4], of[D / 16][4];
-    mma_a_frags<D>(qf, Ks, warp, lane);
-    mma_a_frags<D>(of, Vs, warp, lane);
+    mma_a_frags<D>(qf, mma_stage(sm, L::ROWS, 1, 0), warp, lane);
+    mma_a_frags<D>(of, mma_stage(sm, L::ROWS, 1, 1), warp, lane);
     int row[2];
     float li[2], di[2], dq[D / 8][4];
 #pragma unroll
@@ -418,14 +501,20 @@ __global__ static void __launch_bounds__(MMA_THREADS)
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-    for (int j0 = 0; j0 <= last; j0 += MMA_TILE) {
-        __syncthreads(); /* the fragments, or the last tile, are read */
-        mma_load<D>(Ks, Kt, k, ld, j0, T, HS, vec);
-        mma_load<D>(Vs, nullptr, v, ld, j0, T, HS, vec);
+    for (int jt = 0; jt < nkt; jt++) {
+        int st = jt & 1, j0 = jt * MMA_TILE;
+        __syncthreads(); /* the other stage is read: the last tile, or Q and dO */
+        if (jt + 1 < nkt) {
+            mma_load<D>(mma_stage(sm, L::ROWS, st ^ 1, 0), k, ld, j0 + MMA_TILE, T, HS, vq);
+            mma_load<D>(mma_stage(sm, L::ROWS, st ^ 1, 1), v, ld, j0 + MMA_TILE, T, HS, vq);
+        }
+        tr_cp_async_commit();
+        tr_cp_async_wait<1>(); /* this tile's copies have landed */
         __syncthreads();
+        const uint16_t *Ks = mma_stage(sm, L::ROWS, st, 0);
         float p[8][4], ds[8][4];
-        mma_scores<D>(p, qf, Ks, lane);  /* S = Q K^T */
-        mma_scores<D>(ds, of, Vs, lane); /* dP = dO V^T */
+        mma_scores<D>(p, qf, Ks, lane);                                /* S = Q K^T */
+        mma_scores<D>(ds, of, mma_stage(sm, L::ROWS, st, 1), lane);    /* dP = dO V^T */
 #pragma unroll
         for (int n = 0; n < 8; n++)
 #pragma unroll
@@ -435,7 +524,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
                 float pe = live ? tr_expf(scale * p[n][e] - li[hh]) : 0.0f;
                 ds[n][e] = pe * (ds[n][e] - di[hh]);
             }
-        mma_accumulate<D>(dq, ds, Kt, lane); /* dQ += dS K (scale at the end) */
+        mma_accumulate<D>(dq, ds, Ks, lane); /* dQ += dS K (scale at the end) */
     }
     const float one[2] = {1.0f, 1.0f};
     mma_store<D>(dqkv, qoff, ld, i0 + 16 * warp, T, HS, dq, scale, one, format,

@@ -42,7 +42,7 @@ static void forward_d(void *out, float *lse, const uint16_t *qkv, int B, int T, 
     tr_cuda_allow_smem(mma_forward_kernel<D>, bytes, &opted);
     unsigned grid = tr_cuda_tile_grid(B, NH, T, MMA_TILE);
     mma_forward_kernel<D><<<grid, MMA_THREADS, bytes, tr_cuda_stream()>>>(
-        out, lse, qkv, T, C, NH, HS, scale, tr_cuda_vec4_rows(qkv, qkv, C, HS), format);
+        out, lse, qkv, T, C, NH, HS, scale, mma_qkv_mode(qkv, C, HS), format);
     TR_CUDA_LAUNCHED();
 }
 
@@ -55,12 +55,13 @@ static void backward_d(void *dqkv, const float *dout, const uint16_t *qkv, const
     tr_cuda_allow_smem(mma_dkv_kernel<D>, mma_layout<D>::DKV_BYTES, &opted_kv);
     tr_cuda_allow_smem(mma_dq_kernel<D>, mma_layout<D>::DQ_BYTES, &opted_q);
     unsigned grid = tr_cuda_tile_grid(B, NH, T, MMA_TILE);
-    int vec = tr_cuda_vec4_rows(qkv, dout, C, HS);
+    int vq = mma_qkv_mode(qkv, C, HS);
+    int vo = tr_cuda_vec4_rows(dout, dout, C, HS) ? MMA_LOAD_VEC : MMA_LOAD_ELEMS;
     mma_dkv_kernel<D><<<grid, MMA_THREADS, mma_layout<D>::DKV_BYTES, tr_cuda_stream()>>>(
-        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, vec, format);
+        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, vq, vo, format);
     TR_CUDA_LAUNCHED();
     mma_dq_kernel<D><<<grid, MMA_THREADS, mma_layout<D>::DQ_BYTES, tr_cuda_stream()>>>(
-        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, vec, format);
+        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, vq, vo, format);
     TR_CUDA_LAUNCHED();
 }
 

@@ -6,7 +6,8 @@
  *
  * Each CUDA thread of a block is a coroutine (ucontext) with its own stack; one OS
  * thread runs them. A thread runs until it reaches a synchronising operation
- * (__syncthreads, __syncwarp, __shfl_xor_sync, tr_mma_16816), where it waits for the
+ * (__syncthreads, __syncwarp, __shfl_xor_sync, tr_mma_16816, ldmatrix), where it waits
+ * for the
  * others of its warp (or block) to arrive; then all of them go on. The schedule is
  * random from a seed: lanes resume in shuffled order, and between two __syncthreads
  * one warp at a time runs as far as it can, the warps in shuffled order. So a kernel
@@ -24,6 +25,10 @@
  *    the block; __shared__ variables (one copy: blocks run one at a time);
  *  - dynamic shared memory: one buffer of exactly the launch's size, so an access past
  *    it is a heap overflow that the sanitizer build reports;
+ *  - ldmatrix .x4.trans as the PTX ISA lays out its fragments, checking that
+ *    each row address is 16 aligned bytes of shared memory;
+ *  - cp.async of 16 bytes (with zero fill) in commit groups, each copy done only at
+ *    the wait_group that covers it, so a tile read before its wait is caught;
  *  - bf16 and fp16 values as their bits, rounded by lowp_math.h (round to nearest
  *    even, as __float2bfloat16_rn and __float2half_rn); __fmul_rn and __fadd_rn as C's
  *    own operations (g++ does not contract them into FMAs for this x86-64 target);
@@ -86,6 +91,17 @@ struct lane_slot { /* what a lane hands its warp at a collective */
     uint32_t a[4], b[2];
     float c[4];
     unsigned char x[8]; /* a shuffled value's bytes */
+    const uint16_t *row;  /* the row this lane gives an ldmatrix */
+};
+
+/* A cp.async a thread issued: done (16 bytes copied, or zeros) only at the
+ * cp.async.wait_group that covers its group, the latest moment the GPU may do it, so
+ * a read of the tile before that wait sees the 0xff fill, not the data. */
+struct async_copy {
+    void *dst;
+    const void *src;
+    bool full;
+    long group; /* 0: not yet committed */
 };
 
 struct machine {
@@ -94,6 +110,9 @@ struct machine {
     std::vector<state> st;
     std::vector<char> stacks;
     std::vector<lane_slot> slots;
+    std::vector<std::vector<async_copy>> copies; /* each thread's, in flight */
+    std::vector<long> groups;                    /* each thread's groups committed */
+    size_t smem_bytes = 0;
     unsigned char *smem = nullptr;        /* exactly the launch's bytes (new[]) */
     ucontext_t sched;
     int current = 0;
@@ -163,6 +182,8 @@ __attribute__((noinline)) inline void start_threads()
         M.ctx[t].uc_link = &M.sched;
         makecontext(&M.ctx[t], entry, 0);
         M.st[t] = RUNNABLE;
+        M.copies[t].clear(); /* the last block's unwaited copies: never landed */
+        M.groups[t] = 0;
     }
 }
 
@@ -185,6 +206,9 @@ inline void launch(dim3 grid, dim3 block, size_t smem, std::function<void()> bod
     if (M.stacks.size() < (size_t)threads * STACK)
         M.stacks.resize((size_t)threads * STACK);
     M.slots.assign(threads, lane_slot{});
+    M.copies.assign(threads, {});
+    M.groups.assign(threads, 0);
+    M.smem_bytes = smem;
     M.body = std::move(body);
     std::vector<int> order(32), warps(nwarps);
     delete[] M.smem;
@@ -296,6 +320,82 @@ inline uint32_t TR_LDS32(const uint16_t *p)
 }
 inline void TR_STS32(uint16_t *p, uint32_t v) { memcpy(p, &v, sizeof v); }
 
+inline void TR_STG32(uint16_t *p, uint32_t v) { memcpy(p, &v, sizeof v); }
+
 #define TR_DYNAMIC_SMEM(name) unsigned char *name = emu::M.smem
+
+namespace emu {
+/* Whether [p, p + n) lies in the launch's dynamic shared memory */
+inline bool in_smem(const void *p, size_t n)
+{
+    const unsigned char *c = (const unsigned char *)p;
+    return c >= M.smem && c + n <= M.smem + M.smem_bytes;
+}
+
+/* ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lane 8 i + r gives the address of
+ * row r of 8 x 8 matrix i (8 bf16, 16-byte aligned, in shared memory); lane 4 g + t
+ * gets in r[i] matrix i's elements [2t][g] and [2t+1][g]. */
+inline void ldmatrix_trans(uint32_t r[4], const uint16_t *row)
+{
+    int lane = M.current & 31, g = lane / 4, t = lane % 4;
+    if ((uintptr_t)row % 16 || !in_smem(row, 16)) {
+        fprintf(stderr, "warp_emulator: ldmatrix row %p is not 16 aligned bytes of shared "
+                        "memory\n", (const void *)row);
+        exit(1);
+    }
+    lane_slot *w = warp_slots();
+    w[lane].row = row;
+    wait(AT_WARP);
+    uint32_t out[4];
+    for (int i = 0; i < 4; i++) {
+        uint16_t lo = w[8 * i + 2 * t].row[g], hi = w[8 * i + 2 * t + 1].row[g];
+        out[i] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+    wait(AT_WARP); /* all read before any lane names its next row */
+    memcpy(r, out, sizeof out);
+}
+} /* namespace emu */
+
+inline void tr_ldmatrix_x4_trans(uint32_t r[4], const uint16_t *row)
+{
+    emu::ldmatrix_trans(r, row);
+}
+
+/* cp.async.cg.shared.global of 16 bytes (full) or 16 zero bytes (src-size 0): both
+ * addresses 16-byte aligned, dst in shared memory. Done at the covering wait. */
+inline void tr_cp_async16(void *dst, const void *src, bool full)
+{
+    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16 || !emu::in_smem(dst, 16)) {
+        fprintf(stderr, "warp_emulator: cp.async %p <- %p: not 16-byte aligned, or the "
+                        "destination is not shared memory\n", dst, src);
+        exit(1);
+    }
+    emu::M.copies[emu::M.current].push_back({dst, src, full, 0});
+}
+inline void tr_cp_async_commit()
+{
+    long g = ++emu::M.groups[emu::M.current];
+    for (emu::async_copy &c : emu::M.copies[emu::M.current])
+        if (c.group == 0)
+            c.group = g;
+}
+/* cp.async.wait_group N: every committed group but the newest N has landed */
+template <int N> inline void tr_cp_async_wait()
+{
+    std::vector<emu::async_copy> &v = emu::M.copies[emu::M.current];
+    long upto = emu::M.groups[emu::M.current] - N;
+    size_t keep = 0;
+    for (size_t i = 0; i < v.size(); i++) {
+        if (v[i].group != 0 && v[i].group <= upto) {
+            if (v[i].full)
+                memcpy(v[i].dst, v[i].src, 16);
+            else
+                memset(v[i].dst, 0, 16);
+        } else {
+            v[keep++] = v[i];
+        }
+    }
+    v.resize(keep);
+}
 
 #endif
