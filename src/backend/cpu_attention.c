@@ -61,23 +61,9 @@ size_t tr_cpu_attention_state_floats(int B, int T, int NH)
     return (size_t)B * NH * T * T;
 }
 
-/* One head's T rows of HS floats (ld apart) as values of format: src itself (its ld)
- * for fp32, else rounded into buf (T x HS, *ld set to HS). Serially, inside the loop
- * over heads. */
-static const float *head_view(float *buf, const float *src, int *ld, int T, int HS,
-                              int format)
-{
-    if (!tr_is_lowp(format))
-        return src;
-    for (int t = 0; t < T; t++)
-        tr_lowp_view(buf + (size_t)t * HS, src + (size_t)t * *ld, (size_t)HS, format);
-    *ld = HS;
-    return buf;
-}
-
 /* One head's T rows of HS values at element off of src, a tensor stored in format
  * (qkv: lowp_math.h), ld apart, as floats: src's own for fp32, else widened (exactly)
- * into buf (T x HS, *ld set to HS). Serially, as head_view. */
+ * into buf (T x HS, *ld set to HS). Serially, inside the loop over heads. */
 static const float *stored_head_view(float *buf, const void *src, size_t off, int *ld, int T,
                                      int HS, int format)
 {
@@ -148,7 +134,7 @@ void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int
     }
 }
 
-void tr_cpu_attention_backward(void *dqkv, float *datt, const float *dout, const void *out,
+void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const void *out,
                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format)
 {
@@ -166,7 +152,7 @@ void tr_cpu_attention_backward(void *dqkv, float *datt, const float *dout, const
             int b = bh / NH, h = bh % NH, ldq = ld, ldk = ld, ldv = ld, ldo = C;
             int lowp = tr_is_lowp(format), ldg = lowp ? HS : ld; /* dq, dk, dv's stride */
             size_t off = (size_t)b * T * ld + (size_t)h * HS;
-            /* qkv stored in format, dout read as values of it */
+            /* qkv and dout stored in format */
             const float *q = stored_head_view(views, qkv, off, &ldq, T, HS, format);
             const float *k = stored_head_view(views + vs, qkv, off + C, &ldk, T, HS, format);
             const float *v = stored_head_view(views + 2 * vs, qkv, off + 2 * C, &ldv, T, HS,
@@ -175,8 +161,9 @@ void tr_cpu_attention_backward(void *dqkv, float *datt, const float *dout, const
             float *dk = lowp ? views + 5 * vs : dq + C, *dv = lowp ? views + 6 * vs : dq + 2 * C;
             const float *A = att + (size_t)bh * T * T;
             float *dA = datt + (size_t)bh * T * T;
-            const float *dO = head_view(views + 3 * vs, dout + (size_t)b * T * C + (size_t)h * HS,
-                                        &ldo, T, HS, format);
+            const float *dO = stored_head_view(views + 3 * vs, dout,
+                                               (size_t)b * T * C + (size_t)h * HS, &ldo, T, HS,
+                                               format);
 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, ldo, v, ldv,
                         0.0f, dA, T);

@@ -210,6 +210,13 @@ static void guarded_linear_backward_stored_dout(float *dinp, float *dw, float *d
     tr_guarded_close();
 }
 
+static void guarded_linear_backward_stored_dinp(void *dinp, float *dw, float *db, const float *dout, const void *inp, const float *w, int B, int IN, int OUT, int format, float *scratch)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.linear_backward_stored_dinp(dinp, dw, db, dout, inp, w, B, IN, OUT, format, scratch);
+    tr_guarded_close();
+}
+
 static void guarded_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_proj, float *db_proj, const float *dout, const void *inp, const void *pre, const void *hid, const float *w_fc, const float *w_proj, int B, int IN, int HID, int format, float *scratch)
 {
     tr_guarded_open();
@@ -239,7 +246,7 @@ static void guarded_attention_forward(void *out, float *att, const void *qkv, in
     tr_guarded_close();
 }
 
-static void guarded_attention_backward(void *dqkv, float *datt, const float *dout, const void *out, const void *qkv, const float *att, int B, int T, int C, int NH, int format)
+static void guarded_attention_backward(void *dqkv, float *datt, const void *dout, const void *out, const void *qkv, const float *att, int B, int T, int C, int NH, int format)
 {
     tr_guarded_open();
     tr_cpu_kernels.attention_backward(dqkv, datt, dout, out, qkv, att, B, T, C, NH, format);
@@ -349,6 +356,7 @@ const tr_kernels tr_guarded_kernels = {
     .linear_forward_stored_io = guarded_linear_forward_stored_io,
     .linear_backward_stored = guarded_linear_backward_stored,
     .linear_backward_stored_dout = guarded_linear_backward_stored_dout,
+    .linear_backward_stored_dinp = guarded_linear_backward_stored_dinp,
     .mlp_backward = guarded_mlp_backward,
     .residual_forward = guarded_residual_forward,
     .attention_state_floats = guarded_attention_state_floats,

@@ -154,6 +154,12 @@ typedef struct tr_kernels {
     void (*linear_backward_stored_dout)(float *dinp, float *dw, float *db, const void *dout,
                                         const void *inp, const float *w, int B, int IN,
                                         int OUT, int format, float *scratch);
+    /* linear_backward_stored with its input gradient dinp [B,IN] stored in format too
+     * (attention's c_proj: attention_backward's dout); scratch: B*IN floats the entry
+     * may overwrite */
+    void (*linear_backward_stored_dinp)(void *dinp, float *dw, float *db, const float *dout,
+                                        const void *inp, const float *w, int B, int IN,
+                                        int OUT, int format, float *scratch);
     /* The MLP's backward, from c_proj's output gradient dout [B,IN] to ln_2's output
      * gradient dinp [B,IN] (=): linear_backward_stored of c_proj on hid, gelu_backward
      * on pre, linear_backward_stored of c_fc on inp (all three stored in format), in
@@ -173,12 +179,13 @@ typedef struct tr_kernels {
      * transformer_kernels.h). qkv is stored in `format` (c_attn's output:
      * linear_forward_stored_io). out is forward's own output, stored in `format`
      * (lowp_math.h: 16 bits a value in bf16/fp16-mixed; c_proj's input, read by the
-     * _stored linear entries), which backward reads; backward's dqkv is stored in
-     * `format` too (read by linear_backward_stored_dout). */
+     * _stored linear entries), which backward reads; backward's dout is stored in
+     * `format` (written by linear_backward_stored_dinp), and its dqkv too (read by
+     * linear_backward_stored_dout). */
     size_t (*attention_state_floats)(int B, int T, int NH);
     void (*attention_forward)(void *out, float *att, const void *qkv, int B, int T, int C,
                               int NH, int format);
-    void (*attention_backward)(void *dqkv, float *datt, const float *dout, const void *out,
+    void (*attention_backward)(void *dqkv, float *datt, const void *dout, const void *out,
                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format);
     /* The cross-entropy keeps each row's (max, 1 / sum of exps) in stats [B*T,2] and

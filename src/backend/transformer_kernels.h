@@ -108,6 +108,13 @@ void tr_cpu_linear_forward_stored_io(void *out, const void *inp, const float *w,
 void tr_cpu_linear_backward_stored_dout(float *dinp, float *dw, float *db, const void *dout,
                                         const void *inp, const float *w, int B, int IN,
                                         int OUT, int format, float *scratch);
+/* linear_backward_stored whose input gradient dinp [B,IN] is stored in format, rounded
+ * (attention's c_proj: dinp is attention_backward's dout, which reads it as values of
+ * the format anyway). scratch: B*IN floats, overwritten: the CPU's fp32 product goes
+ * there first; a GPU's product stores 16 bits itself. */
+void tr_cpu_linear_backward_stored_dinp(void *dinp, float *dw, float *db, const float *dout,
+                                        const void *inp, const float *w, int B, int IN,
+                                        int OUT, int format, float *scratch);
 
 /* ---- the MLP's backward in one entry ------------------------------------------------
  * dout [B,IN] is c_proj's output gradient (read as values of format); inp [B,IN]
@@ -138,7 +145,8 @@ void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t 
 /* ---- causal multi-head self-attention core ----------------------------------------
  * qkv [B,T,3C]: q, k, v concatenated on the last dim, each split into NH heads of HS,
  * stored in `format` (lowp_math.h: 16-bit values in bf16/fp16; c_attn's output,
- * linear_forward_stored_io); dout read as values of `format`.
+ * linear_forward_stored_io); backward's dout [B,T,C] is stored in `format` too
+ * (c_proj's input gradient: linear_backward_stored_dinp).
  * out [B,T,C] = per head softmax(q k^T / sqrt(HS), causal) v, heads concatenated,
  * rounded to `format` and stored in it (lowp_math.h: 16-bit values in bf16/fp16; its
  * reader, c_proj, takes it through the linear layers' _stored entries above).
@@ -154,7 +162,7 @@ void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t 
 size_t tr_cpu_attention_state_floats(int B, int T, int NH); /* B*NH*T*T */
 void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                               int NH, int format);
-void tr_cpu_attention_backward(void *dqkv, float *datt, const float *dout, const void *out,
+void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const void *out,
                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format);
 

@@ -15,7 +15,7 @@
  *       tr_cp_async_commit(), tr_cp_async_wait<N>()  its commit groups
  *   TR_LDS32(p) / TR_STS32(p, v) / TR_STG32(p, v)  32-bit loads and stores at a uint16_t *
  *       (shared, shared, global)
- *   TR_DYNAMIC_SMEM(name)  declares `unsigned char *name`, the block's dynamic shared memory
+ *   TR_DYNAMIC_SMEM(name)  the block's dynamic shared memory, as unsigned char (cuda_launch.cuh)
  * plus CUDA's threadIdx, blockIdx, __syncthreads and __shfl_xor_sync. On the GPU they
  * are mma_ops.cuh's (PTX); validation/unit/warp_emulator.h runs the same source on the
  * CPU, one coroutine per CUDA thread, so that the CPU test suite proves its index
@@ -39,8 +39,8 @@
  * of 64. Tiles in shared memory are bf16 with rows padded by 16 bytes: the 8 rows
  * of an ldmatrix matrix (and the 8 lanes of an A-fragment load) then hit 8 different
  * bank quads. Two stages of tiles: while one is multiplied, the next tile's rows of
- * qkv (bf16 in memory) arrive by cp.async into the other, so the loads overlap the
- * products; dO, fp32 in memory, is converted as it is read. Head sizes up to 64
+ * qkv and dO (bf16 in memory) arrive by cp.async into the other, so the loads
+ * overlap the products. Head sizes up to 64
  * (D = 32 or 64): the fragments of the warp's own rows stay in registers for the
  * whole loop, which at D = 128 would spill.
  *
@@ -54,6 +54,7 @@
 
 #include "backend/lowp_math.h"   /* tr_round_lowp */
 #include "backend/scalar_math.h" /* tr_expf */
+#include "cuda/cuda_launch.cuh"      /* TR_DYNAMIC_SMEM */
 
 #include <math.h>
 #include <stdint.h>
@@ -64,7 +65,7 @@
 
 /* How a kernel may read a tensor's rows into a tile (mma_load): */
 #define MMA_LOAD_ELEMS 0 /* value by value */
-#define MMA_LOAD_VEC 1   /* 4 values a load: 16 bytes of fp32, 8 of bf16 */
+#define MMA_LOAD_VEC 1   /* 4 values (8 bytes) a load */
 #define MMA_LOAD_ASYNC 2 /* cp.async, 8 bf16 values (16 bytes) a copy */
 
 /* Two stages of two [64][LD] bf16 tiles (K and V in forward and dQ, Q and dO in
@@ -77,34 +78,18 @@ template <int D> struct mma_layout {
     static const unsigned DKV_BYTES = 4 * ROWS + 2 * 2 * MMA_TILE * 4; /* + lse, D a stage */
 };
 
-/* The load mode for qkv (stored in bf16) at `qkv`: cp.async where every head's row
- * starts 16-byte aligned and holds whole 8-value chunks, else 8-byte loads where rows
- * start 8-byte aligned, else values one by one. */
-static inline int mma_qkv_mode(const void *qkv, int C, int HS)
+/* The load mode for qkv or dO (stored in bf16; rows 3C or C apart) at t: cp.async
+ * where every head's row starts 16-byte aligned and holds whole 8-value chunks, else
+ * 8-byte loads where rows start 8-byte aligned, else values one by one. */
+static inline int mma_load_mode(const void *t, int C, int HS)
 {
-    if (HS % 8 == 0 && C % 8 == 0 && (uintptr_t)qkv % 16 == 0)
+    if (HS % 8 == 0 && C % 8 == 0 && (uintptr_t)t % 16 == 0)
         return MMA_LOAD_ASYNC;
-    return HS % 4 == 0 && C % 4 == 0 && (uintptr_t)qkv % 8 == 0 ? MMA_LOAD_VEC : MMA_LOAD_ELEMS;
+    return HS % 4 == 0 && C % 4 == 0 && (uintptr_t)t % 8 == 0 ? MMA_LOAD_VEC : MMA_LOAD_ELEMS;
 }
 
-/* Values d .. d + 3 of a row starting at s (columns >= HS zero) as two packed bf16
- * pairs, lo holding d and d + 1: from fp32 (dO), rounded to nearest even, one 16-byte
- * load where vec; or from bf16 (qkv, stored in it) as they are, one 8-byte load. */
-__device__ static inline void mma_fetch4(const float *s, int d, int HS, bool vec, uint32_t *lo,
-                                         uint32_t *hi)
-{
-    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (vec && d + 4 <= HS) {
-        float4 v = *reinterpret_cast<const float4 *>(s + d);
-        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-    } else {
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            x[u] = d + u < HS ? s[d + u] : 0.0f;
-    }
-    *lo = tr_pack_bf16x2(x[0], x[1]);
-    *hi = tr_pack_bf16x2(x[2], x[3]);
-}
+/* Values d .. d + 3 of a row of bf16 values starting at s (columns >= HS zero) as two
+ * packed pairs, lo holding d and d + 1: one 8-byte load where vec. */
 __device__ static inline void mma_fetch4(const uint16_t *s, int d, int HS, bool vec,
                                          uint32_t *lo, uint32_t *hi)
 {
@@ -121,12 +106,12 @@ __device__ static inline void mma_fetch4(const uint16_t *s, int d, int HS, bool 
     *hi = x[2] | x[3] << 16;
 }
 
-/* Rows row0.. of src (stride lds) as bf16 into `tile` ([64][LD]) by the whole block,
- * now: each thread converts 4 consecutive columns of a row, consecutive threads the
+/* Rows row0.. of src (bf16, stride lds) into `tile` ([64][LD]) by the whole block,
+ * now: each thread copies 4 consecutive columns of a row, consecutive threads the
  * next 4. Rows >= T and columns >= HS are zero. */
-template <int D, typename S>
-__device__ static void mma_load_now(uint16_t *tile, const S *src, size_t lds, int row0, int T,
-                                    int HS, bool vec)
+template <int D>
+__device__ static void mma_load_now(uint16_t *tile, const uint16_t *src, size_t lds, int row0,
+                                    int T, int HS, bool vec)
 {
     const int LD = mma_layout<D>::LD;
     for (int e = threadIdx.x; e < MMA_TILE * D / 4; e += MMA_THREADS) {
@@ -139,7 +124,7 @@ __device__ static void mma_load_now(uint16_t *tile, const S *src, size_t lds, in
     }
 }
 
-/* The same tile from bf16 rows (qkv) in `mode`: with MMA_LOAD_ASYNC the block issues
+/* The same tile in `mode`: with MMA_LOAD_ASYNC the block issues
  * cp.async copies of 16 bytes (zero-filled past T and HS) that land at the caller's
  * tr_cp_async_wait, so the next tile's loads overlap this tile's products; else now. */
 template <int D>
@@ -157,14 +142,6 @@ __device__ static void mma_load(uint16_t *tile, const uint16_t *src, size_t lds,
         tr_cp_async16(tile + r * LD + d, live ? src + (size_t)i * lds + d : src, live);
     }
 }
-/* dO (fp32) is converted as it is read: always now */
-template <int D>
-__device__ static void mma_load(uint16_t *tile, const float *src, size_t lds, int row0, int T,
-                                int HS, int mode)
-{
-    mma_load_now<D>(tile, src, lds, row0, T, HS, mode != MMA_LOAD_ELEMS);
-}
-
 /* The A fragments of a warp's 16 rows (from row 16 w of a [64][LD] tile), all of D. */
 template <int D>
 __device__ static void mma_a_frags(uint32_t a[D / 16][4], const uint16_t *tile, int w, int lane)
@@ -281,7 +258,7 @@ __device__ static inline uint16_t *mma_stage(unsigned char *sm, unsigned rows, i
 
 /* Forward of 64 queries: out = softmax(scale q k^T, causal) v and each row's
  * log-sum-exp (lse [B*NH, T]), as tc_forward_kernel. Blocks: B*NH x query tiles,
- * the last (longest) tiles first. vq: qkv's load mode (mma_qkv_mode). */
+ * the last (longest) tiles first. vq: qkv's load mode (mma_load_mode). */
 template <int D>
 __global__ static void __launch_bounds__(MMA_THREADS)
     mma_forward_kernel(void *out, float *lse, const uint16_t *qkv, int T, int C, int NH, int HS,
@@ -389,7 +366,7 @@ __device__ static void mma_load_rowstats(float *Lt, float *Dt, const float *lse,
  * (V dO^T - dvec); dV = P^T dO, dK = scale dS^T Q. vq: qkv's load mode; vo: dO's. */
 template <int D>
 __global__ static void __launch_bounds__(MMA_THREADS)
-    mma_dkv_kernel(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+    mma_dkv_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                    const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo,
                    int format)
 {
@@ -402,7 +379,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
     const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    const uint16_t *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int j0 = tile * MMA_TILE, nqt = ntile - tile; /* query tiles tile .. ntile - 1 */
     /* the block's keys' K and V staged through stage 1; query tile j0 into stage 0 */
     mma_load<D>(mma_stage(sm, L::ROWS, 1, 0), k, ld, j0, T, HS, vq);
@@ -464,7 +441,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
  * dvec), dQ = scale dS K. */
 template <int D>
 __global__ static void __launch_bounds__(MMA_THREADS)
-    mma_dq_kernel(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+    mma_dq_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                   const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo,
                   int format)
 {
@@ -476,7 +453,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
     const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    const uint16_t *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int i0 = tile * MMA_TILE, nkt = tile + 1; /* key tiles 0 .. tile */
     /* the block's queries' Q and dO staged through stage 1; key tile 0 into stage 0 */
     mma_load<D>(mma_stage(sm, L::ROWS, 1, 0), q, ld, i0, T, HS, vq);

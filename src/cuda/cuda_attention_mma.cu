@@ -42,12 +42,12 @@ static void forward_d(void *out, float *lse, const uint16_t *qkv, int B, int T, 
     tr_cuda_allow_smem(mma_forward_kernel<D>, bytes, &opted);
     unsigned grid = tr_cuda_tile_grid(B, NH, T, MMA_TILE);
     mma_forward_kernel<D><<<grid, MMA_THREADS, bytes, tr_cuda_stream()>>>(
-        out, lse, qkv, T, C, NH, HS, scale, mma_qkv_mode(qkv, C, HS), format);
+        out, lse, qkv, T, C, NH, HS, scale, mma_load_mode(qkv, C, HS), format);
     TR_CUDA_LAUNCHED();
 }
 
 template <int D>
-static void backward_d(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+static void backward_d(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                        const float *dvec, int B, int T, int C, int NH, int HS, float scale,
                        int format)
 {
@@ -55,8 +55,8 @@ static void backward_d(void *dqkv, const float *dout, const uint16_t *qkv, const
     tr_cuda_allow_smem(mma_dkv_kernel<D>, mma_layout<D>::DKV_BYTES, &opted_kv);
     tr_cuda_allow_smem(mma_dq_kernel<D>, mma_layout<D>::DQ_BYTES, &opted_q);
     unsigned grid = tr_cuda_tile_grid(B, NH, T, MMA_TILE);
-    int vq = mma_qkv_mode(qkv, C, HS);
-    int vo = tr_cuda_vec4_rows(dout, dout, C, HS) ? MMA_LOAD_VEC : MMA_LOAD_ELEMS;
+    int vq = mma_load_mode(qkv, C, HS);
+    int vo = mma_load_mode(dout, C, HS); /* dO: rows C apart, stored in bf16 as qkv */
     mma_dkv_kernel<D><<<grid, MMA_THREADS, mma_layout<D>::DKV_BYTES, tr_cuda_stream()>>>(
         dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, vq, vo, format);
     TR_CUDA_LAUNCHED();
@@ -75,11 +75,12 @@ void tr_cuda_attention_mma_forward(void *out, float *lse, const void *qkv16, int
         forward_d<64>(out, lse, qkv, B, T, C, NH, HS, scale, format);
 }
 
-void tr_cuda_attention_mma_backward(void *dqkv, const float *dout, const void *qkv16,
+void tr_cuda_attention_mma_backward(void *dqkv, const void *dout16, const void *qkv16,
                                     const float *lse, const float *dvec, int B, int T, int C,
                                     int NH, int HS, float scale, int format)
 {
-    const uint16_t *qkv = (const uint16_t *)qkv16; /* stored in bf16 */
+    /* stored in bf16 */
+    const uint16_t *qkv = (const uint16_t *)qkv16, *dout = (const uint16_t *)dout16;
     if (HS <= 32)
         backward_d<32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
     else

@@ -4,9 +4,8 @@
  * (16 x 16 x 16, fp32 accumulation).
  *
  * Why only bf16-mixed: there qkv is stored in bf16 (its values are loaded as they are)
- * and dO is read as bf16 values (the kernel table's contract; load_bf16's
- * round-to-nearest-even conversion is that rounding), so their products on the tensor
- * cores are exact, as on the CPU. What is rounded here
+ * and so is dO (the kernel table's contract: both are loaded as they are), so their
+ * products on the tensor cores are exact, as on the CPU. What is rounded here
  * and not on the CPU is the probabilities P (of O = P V and dV = P^T dO) and the
  * score gradient dS (of dQ and dK): one bf16 rounding each. fp32 and fp16-mixed runs
  * take the fp32 kernels of cuda_attention.cu.
@@ -66,33 +65,9 @@ template <int D> struct tc_layout {
     static const size_t BWD_BYTES = 4 * TILE_H + 2 * TILE_S + 2 * TC_TILE * sizeof(float);
 };
 
-/* dst[r][d] (bf16, stride ld) = src rows row0 + r (fp32, stride lds), zero for rows
- * >= T and columns >= HS; the whole block takes part. vec: src and lds allow 16-byte
- * loads and HS is a multiple of 4. */
-template <int D>
-__device__ static void load_bf16(bf16 *dst, int ld, const float *src, size_t lds, int row0,
-                                 int T, int HS, bool vec)
-{
-    if (vec) {
-        for (int e = threadIdx.x; e < TC_TILE * D / 4; e += TC_THREADS) {
-            int r = e / (D / 4), d = e % (D / 4) * 4, i = row0 + r;
-            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (i < T && d < HS)
-                x = *reinterpret_cast<const float4 *>(src + (size_t)i * lds + d);
-            bf16x2 *o = reinterpret_cast<bf16x2 *>(dst + r * ld + d);
-            o[0] = __floats2bfloat162_rn(x.x, x.y);
-            o[1] = __floats2bfloat162_rn(x.z, x.w);
-        }
-        return;
-    }
-    for (int e = threadIdx.x; e < TC_TILE * D; e += TC_THREADS) {
-        int r = e / D, d = e % D, i = row0 + r;
-        dst[r * ld + d] = __float2bfloat16((i < T && d < HS) ? src[(size_t)i * lds + d] : 0.0f);
-    }
-}
-
-/* The same from qkv, stored in bf16 (lowp_math.h): the values' bits as they are, four
- * (8 bytes) a thread where vec. */
+/* dst[r][d] (bf16, stride ld) = rows row0 + r (stride lds) of src, a tensor stored in
+ * bf16 (lowp_math.h: qkv, dO): the values' bits as they are, zero for rows >= T and
+ * columns >= HS, four (8 bytes) a thread where vec. The whole block takes part. */
 template <int D>
 __device__ static void load_bf16(bf16 *dst, int ld, const uint16_t *src, size_t lds, int row0,
                                  int T, int HS, bool vec)
@@ -269,7 +244,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
 /* dK, dV of 64 keys (16 per warp), over the query tiles at and after them. */
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
-    tc_dkv_kernel(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+    tc_dkv_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                   const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
                   int format)
 {
@@ -285,7 +260,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
     const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    const uint16_t *dO = dout + (size_t)b * T * C + (size_t)h * HS; /* stored in bf16 */
     int j0 = tile * TC_TILE;
     S += warp * 16 * L::LS;
     G += warp * 16 * L::LS;
@@ -345,7 +320,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
 /* dQ of 64 queries (16 per warp), over the key tiles up to them. */
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
-    tc_dq_kernel(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+    tc_dq_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                  const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
                  int format)
 {
@@ -360,7 +335,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
     const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    const uint16_t *dO = dout + (size_t)b * T * C + (size_t)h * HS; /* stored in bf16 */
     int i0 = tile * TC_TILE, last = min(i0 + TC_TILE, T) - 1;
     S += warp * 16 * L::LS;
     G += warp * 16 * L::LS;
@@ -419,7 +394,7 @@ static void tc_forward_d(void *out, float *lse, const uint16_t *qkv, int B, int 
 }
 
 template <int D>
-static void tc_backward_d(void *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
+static void tc_backward_d(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                           const float *dvec, int B, int T, int C, int NH, int HS, float scale,
                           int format)
 {
@@ -470,11 +445,11 @@ void tr_cuda_attention_tc_forward(void *out, float *lse, const void *qkv16, int 
         tc_forward_d<128>(out, lse, qkv, B, T, C, NH, HS, scale, format);
 }
 
-void tr_cuda_attention_tc_backward(void *dqkv, const float *dout, const void *qkv16,
+void tr_cuda_attention_tc_backward(void *dqkv, const void *dout16, const void *qkv16,
                                    const float *lse, const float *dvec, int B, int T, int C,
                                    int NH, int HS, float scale, int format)
 {
-    const uint16_t *qkv = (const uint16_t *)qkv16;
+    const uint16_t *qkv = (const uint16_t *)qkv16, *dout = (const uint16_t *)dout16;
     if (HS <= 32)
         tc_backward_d<32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
     else if (HS <= 64)

@@ -3,7 +3,7 @@
  * mma.sync with register-resident softmax (cuda_attention_mma.cu). Same tensors as
  * tr_cuda_attention_forward/backward; lse [B,NH,T] the rows' log-sum-exps, dvec
  * [B,NH,T] backward's rowsum(dO * O), both computed by the caller's conventions; qkv
- * stored in bf16 (the only format these serve: lowp_math.h), 16 bits a value; out
+ * and dout stored in bf16 (the only format these serve: lowp_math.h), 16 bits a value; out
  * and dqkv are rounded to `format` (a tr_precision) as they are stored, out stored in
  * it (lowp_math.h: 16 bits a value in bf16-mixed). */
 #ifndef TR_CUDA_ATTENTION_TC_H
@@ -13,7 +13,7 @@
 int tr_cuda_attention_tc_fits(int HS);
 void tr_cuda_attention_tc_forward(void *out, float *lse, const void *qkv, int B, int T, int C,
                                   int NH, int HS, float scale, int format);
-void tr_cuda_attention_tc_backward(void *dqkv, const float *dout, const void *qkv,
+void tr_cuda_attention_tc_backward(void *dqkv, const void *dout, const void *qkv,
                                    const float *lse, const float *dvec, int B, int T, int C,
                                    int NH, int HS, float scale, int format);
 
@@ -25,7 +25,7 @@ int tr_cuda_attention_mma_fits(int HS);
 int tr_cuda_attention_mma_chosen(void);
 void tr_cuda_attention_mma_forward(void *out, float *lse, const void *qkv, int B, int T, int C,
                                    int NH, int HS, float scale, int format);
-void tr_cuda_attention_mma_backward(void *dqkv, const float *dout, const void *qkv,
+void tr_cuda_attention_mma_backward(void *dqkv, const void *dout, const void *qkv,
                                     const float *lse, const float *dvec, int B, int T, int C,
                                     int NH, int HS, float scale, int format);
 

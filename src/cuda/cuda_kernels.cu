@@ -38,6 +38,7 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .linear_forward_stored_io = tr_cuda_linear_forward_stored_io,
     .linear_backward_stored = tr_cuda_linear_backward_stored,
     .linear_backward_stored_dout = tr_cuda_linear_backward_stored_dout,
+    .linear_backward_stored_dinp = tr_cuda_linear_backward_stored_dinp,
     .mlp_backward = tr_cuda_mlp_backward,
     .residual_forward = tr_cuda_residual_forward,
     .attention_state_floats = tr_cuda_attention_state_floats,

@@ -1,7 +1,8 @@
 /* cuda_launch.cuh: what the CUDA kernels share that needs no CUDA header: launch
- * sizes, the grid-stride loop and the device-side reductions. cuda_common.h includes
- * it for the backend; validation/unit/warp_emulator.h's tests include it after the
- * emulator, which defines the CUDA built-ins these use, to run kernels on the CPU. */
+ * sizes, the grid-stride loop, dynamic shared memory and the device-side reductions.
+ * cuda_common.h includes it for the backend; validation/unit/warp_emulator.h's tests
+ * include it after the emulator, which defines the CUDA built-ins these use, to run
+ * kernels on the CPU. */
 #ifndef TR_CUDA_LAUNCH_CUH
 #define TR_CUDA_LAUNCH_CUH
 
@@ -44,6 +45,12 @@ static inline int tr_cuda_row_blocks(size_t R, size_t floats)
 }
 
 /* ---- in kernels ----------------------------------------------------------------- */
+
+#if defined(__CUDACC__) && !defined(TR_WARP_EMULATOR_H)
+/* `name`, the block's dynamic shared memory as unsigned char (the emulator defines
+ * its own) */
+#define TR_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
 
 #if defined(__CUDACC__) || defined(TR_WARP_EMULATOR_H)
 /* The body runs for i = this thread's index, then every gridDim * blockDim after,

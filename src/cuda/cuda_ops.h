@@ -46,6 +46,9 @@ void tr_cuda_linear_backward_stored(float *dinp, float *dw, float *db, const flo
 void tr_cuda_linear_backward_stored_dout(float *dinp, float *dw, float *db, const void *dout,
                                          const void *inp, const float *w, int B, int IN,
                                          int OUT, int format, float *scratch);
+void tr_cuda_linear_backward_stored_dinp(void *dinp, float *dw, float *db, const float *dout,
+                                         const void *inp, const float *w, int B, int IN,
+                                         int OUT, int format, float *scratch);
 void tr_cuda_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_proj,
                           float *db_proj, const float *dout, const void *inp, const void *pre,
                           const void *hid, const float *w_fc, const float *w_proj, int B, int IN,
@@ -123,7 +126,7 @@ void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t
 size_t tr_cuda_attention_state_floats(int B, int T, int NH); /* B*NH*T */
 void tr_cuda_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                                int NH, int format);
-void tr_cuda_attention_backward(void *dqkv, float *datt, const float *dout, const void *out,
+void tr_cuda_attention_backward(void *dqkv, float *datt, const void *dout, const void *out,
                                 const void *qkv, const float *att, int B, int T, int C, int NH,
                                 int format);
 

@@ -58,6 +58,5 @@ template <int N> __device__ __forceinline__ void tr_cp_async_wait()
 #define TR_LDS32(p) (*reinterpret_cast<const uint32_t *>(p))
 #define TR_STG32(p, v) (*reinterpret_cast<uint32_t *>(p) = (v))
 #define TR_STS32(p, v) (*reinterpret_cast<uint32_t *>(p) = (v))
-#define TR_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 
 #endif

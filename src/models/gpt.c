@@ -653,11 +653,14 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
     k->layernorm_backward(g->dres, ln2[0].grad, ln2[1].grad, g->dln, b.res2, ln2[0].value,
                           b.ln2_mean, b.ln2_rstd, B, T, C, m->precision, 1);
     /* attention half: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))) */
-    k->linear_backward_stored(g->dln, proj[0].grad, proj[1].grad, g->dres, b.atty,
-                              proj[0].value, BT, Cl, C, m->precision);
-    k->attention_backward(g->dqkv, g->datt, g->dln, b.atty, b.qkv, b.att, B, T, Cl, g->NHl,
+    /* attention's tensors are stored in the format, its output gradient too (c_proj's
+     * input gradient, in dfch, which the MLP's backward has freed; dln is the CPU's
+     * fp32 scratch for it), and so is dqkv, whose widening to fp32 on the CPU goes to
+     * dfch again once attention's backward is done with it */
+    k->linear_backward_stored_dinp(g->dfch, proj[0].grad, proj[1].grad, g->dres, b.atty,
+                                   proj[0].value, BT, Cl, C, m->precision, g->dln);
+    k->attention_backward(g->dqkv, g->datt, g->dfch, b.atty, b.qkv, b.att, B, T, Cl, g->NHl,
                           m->precision);
-    /* dqkv is stored in the format, as qkv; dfch, free now, is the CPU's fp32 scratch */
     k->linear_backward_stored_dout(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1,
                                    qkv[0].value, BT, C, 3 * Cl, m->precision, g->dfch);
     tp_sum(g, g->dln, n);

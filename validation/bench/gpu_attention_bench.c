@@ -29,8 +29,8 @@
 
 typedef struct shapes {
     int B, T, C, NH;
-    float *lse, *dout, *scratch;
-    void *qkv, *out, *dqkv; /* stored in bf16 (out, dqkv: room for fp32) */
+    float *lse, *scratch;
+    void *qkv, *dout, *out, *dqkv; /* stored in bf16 (out, dqkv: room for fp32) */
 } shapes;
 
 static double now(void)
@@ -74,19 +74,8 @@ static double time_it(void (*fn)(const shapes *), const shapes *s)
     return best;
 }
 
-/* n floats of bf16 values in [-1, 1), on the device */
-static float *random_device(size_t n, uint64_t stream)
-{
-    float *h = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        h[i] = tr_round_lowp(-1.0f + 2.0f * (float)tr_rng_uniform(5, stream, i), TR_PREC_BF16);
-    float *d = tr_cuda_alloc(n * sizeof(float), "attention bench input");
-    tr_cuda_upload(d, h, n * sizeof(float));
-    free(h);
-    return d;
-}
-
-/* the same values stored in bf16, 16 bits each (qkv: lowp_math.h) */
+/* n values in [-1, 1) stored in bf16, 16 bits each (qkv, dout: lowp_math.h), on the
+ * device */
 static void *random_device_bf16(size_t n, uint64_t stream)
 {
     uint16_t *h = malloc(n * sizeof *h);
@@ -155,7 +144,7 @@ int main(int argc, char **argv)
     tr_cuda_kernels.set_gemm_precision(TR_PREC_BF16);
     size_t bt = (size_t)s.B * s.T, nqkv = bt * 3 * s.C, nout = bt * s.C;
     s.qkv = random_device_bf16(nqkv, 1); /* stored in bf16, as c_attn stores it */
-    s.dout = random_device(nout, 2);
+    s.dout = random_device_bf16(nout, 2); /* as c_proj's backward stores it */
     s.out = tr_cuda_alloc(nout * sizeof(float), "attention bench out");
     s.dqkv = tr_cuda_alloc(nqkv * sizeof(float), "attention bench dqkv");
     s.lse = tr_cuda_alloc(tr_cuda_kernels.attention_state_floats(s.B, s.T, s.NH) * sizeof(float),

@@ -395,6 +395,19 @@ static void test_stored_hidden(void)
             compare("linear_backward_stored_dout dinp", &dinp, TOL_GEMM);
             compare("linear_backward_stored_dout dw (+=)", &dw, TOL_GEMM);
             compare("linear_backward_stored_dout db (+=)", &db, TOL_ELEM);
+            /* with dinp stored in the format (attention's c_proj: attention's dout), each
+             * side rounding its own sums */
+            float *zd = calloc(nh, sizeof(float));
+            stored dis = stored_of(zd, nh, f);
+            free(zd);
+            tr_cpu_linear_backward_stored_dinp(dis.h, dw.h, db.h, dout.h, out.h, wpr.h, BT, F, C,
+                                               f, scratch.h);
+            gpu->linear_backward_stored_dinp(dis.d, dw.d, db.d, dout.d, out.d, wpr.d, BT, F, C, f,
+                                             scratch.d);
+            compare_stored("linear_backward_stored_dinp dinp", &dis, tol);
+            compare("linear_backward_stored_dinp dw (+=)", &dw, TOL_GEMM);
+            compare("linear_backward_stored_dinp db (+=)", &db, TOL_ELEM);
+            stored_free(&dis);
             /* GELU's backward in place on the CPU's dinp, reading the stored pre */
             tr_cuda_upload(dinp.d, dinp.h, nh * sizeof(float));
             tr_cpu_gelu_backward(dinp.h, pre.h, dinp.h, nh, f);
@@ -716,9 +729,7 @@ static void test_elementwise(void)
  * backend's own (the CPU's probabilities, the GPU's log-sum-exps), then backward
  * from it; out and dqkv must agree. The datt scratch starts as NaN on the GPU, so
  * a read of scratch the kernels did not write first would show. qkv is stored in the
- * format, as c_attn stores it; dout is not rounded here: both sides read it as values
- * of the format (the tensor cores by converting it to bf16, the fp32 kernels by
- * rounding as they load). */
+ * format, as c_attn stores it, and dout as c_proj's backward stores it. */
 static void test_attention_shape(int b, int t, int c, int nh, int format)
 {
     printf("attention%s: B=%d T=%d C=%d NH=%d (head size %d)\n",
@@ -735,8 +746,12 @@ static void test_attention_shape(int b, int t, int c, int nh, int format)
         x[i] = -1.0f + 2.0f * (float)tr_rng_uniform(81, (uint64_t)format, i);
     stored qkv = stored_of(x, bt * 3 * c, format); /* qkv is stored in the format */
     free(x);
-    pair att = pair_rand(natt, -1, 1), dout = pair_rand(bt * c, -1, 1);
-    pair datt = pair_rand(natt, NAN, NAN);
+    pair att = pair_rand(natt, -1, 1), datt = pair_rand(natt, NAN, NAN);
+    float *g = malloc(bt * c * sizeof(float));
+    for (size_t i = 0; i < bt * c; i++)
+        g[i] = -1.0f + 2.0f * (float)tr_rng_uniform(83, (uint64_t)format, i);
+    stored dout = stored_of(g, bt * c, format); /* dout is stored in the format */
+    free(g);
     float *zero = calloc(bt * c, sizeof(float));
     stored out = stored_of(zero, bt * c, format); /* out is stored in the format */
     free(zero);
@@ -765,7 +780,8 @@ static void test_attention_shape(int b, int t, int c, int nh, int format)
     stored_free(&out);
     stored_free(&qkv);
     stored_free(&dqkv);
-    pair *all[] = {&att, &dout, &datt};
+    stored_free(&dout);
+    pair *all[] = {&att, &datt};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);
 }

@@ -733,11 +733,12 @@ static void test_fused_rounding(void)
         float *ow = widened(os, n, f);
         check_fused("attention_forward (out stored)", f, ow, o2, n);
         void *ds = tr_alloc(n3 * tr_stored_bytes(f), "dqkv"); /* stored in f too */
-        tr_cpu_attention_backward(ds, datt, y, os, qs, att, B, T, C, NH, f);
+        void *ys = stored_copy(y, n, f); /* dout stored in f */
+        tr_cpu_attention_backward(ds, datt, ys, os, qs, att, B, T, C, NH, f);
         float *dw3 = widened(ds, n3, f);
         tr_cpu_attention_backward(o2, datt, yr, x, qkvr, att, B, T, C, NH, TR_PREC_FP32);
-        check_fused("attention_backward (dqkv stored)", f, dw3, o2, n3);
-        tr_free(os), tr_free(ow), tr_free(qs), tr_free(ds), tr_free(dw3);
+        check_fused("attention_backward (dout, dqkv stored)", f, dw3, o2, n3);
+        tr_free(os), tr_free(ow), tr_free(qs), tr_free(ds), tr_free(dw3), tr_free(ys);
         /* the cross-entropy: logits read as values of f, dlogits rounded to f */
         double L1 = tr_cpu_xent_padded_forward(st1, l1, logits, tgt, B, T, V, VP, f);
         double L2 = tr_cpu_xent_padded_forward(st2, l2, lgr, tgt, B, T, V, VP, TR_PREC_FP32);
@@ -849,6 +850,18 @@ static void test_stored_hidden(void)
         tr_cpu_round_lowp(d2, nh, f); /* (dout read as values of the format) */
         tr_cpu_gelu_backward(d2, pw, d2, nh, TR_PREC_FP32);
         check_fused("gelu_backward on the stored pre", f, d1, d2, nh);
+        /* with dinp stored (attention's c_proj: attention's dout), the product rounded */
+        void *dis = tr_alloc(nh * tr_stored_bytes(f), "stored dinp");
+        tr_cpu_linear_backward_stored_dinp(dis, g1, g1 + (size_t)C * F, dr, out_s, wpr, BT, F,
+                                           C, f, scratch);
+        tr_cpu_linear_backward(d2, g2, g2 + (size_t)C * F, dr, ow, wpr, BT, F, C);
+        tr_cpu_round_lowp(d2, nh, f);
+        float *diw = widened(dis, nh, f);
+        CHECK(same_bits(diw, d2, nh), "linear_backward_stored_dinp dinp (%s) differs",
+              fmt_name(f));
+        CHECK(same_bits(g1, g2, (size_t)C * F + C),
+              "linear_backward_stored_dinp dw, db (%s) differ", fmt_name(f));
+        tr_free(dis), tr_free(diw);
         /* the MLP's backward in one entry, against its three steps on the values in
          * fp32 memory (dr, c_proj's output gradient; y, ln_2's output gradient) */
         size_t ng = (size_t)F * C + F + (size_t)C * F + C; /* c_fc's w, b; c_proj's */

@@ -29,18 +29,7 @@ extern "C" {
 #include "backend/transformer_kernels.h"
 #include "core/rng.h"
 }
-#include "test_util.h"
-
-#include <cmath>
-#include <vector>
-
-typedef std::vector<float> vec;
-
-static const float SENTINEL = 12345.0f; /* in every output element a kernel must not write */
-
-struct emu_run {
-    vec out, lse, dqkv;
-};
+#include "attention_emu_check.h"
 
 /* The launches of src/cuda/cuda_attention_mma.cu, through the emulator: forward, then
  * rowsum(dO * O) as flash_dvec_kernel forms it, then the two backward kernels. */
@@ -62,14 +51,16 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     std::vector<uint16_t> out16(r.out.size(), 0xffffu), dqkv16(r.dqkv.size(), 0xffffu);
     uint16_t *o16 = out16.data(), *d16 = dqkv16.data();
     float *out = r.out.data(), *lse = r.lse.data(), *dqkv = r.dqkv.data();
-    const float *dO = dout.data();
-    std::vector<uint16_t> qkv16(qkv.size()); /* qkv is stored in bf16 */
+    /* qkv and dout are stored in bf16 */
+    std::vector<uint16_t> qkv16(qkv.size()), dout16(dout.size());
     for (size_t i = 0; i < qkv.size(); i++)
         tr_stored_store(qkv16.data(), i, qkv[i], fmt);
-    const uint16_t *x = qkv16.data();
-    /* the load modes cuda_attention_mma.cu picks, or qkv's as asked */
-    int vq = qkv_mode >= 0 ? qkv_mode : mma_qkv_mode(x, C, HS);
-    int vo = HS % 4 == 0 && C % 4 == 0 ? MMA_LOAD_VEC : MMA_LOAD_ELEMS;
+    for (size_t i = 0; i < dout.size(); i++)
+        tr_stored_store(dout16.data(), i, dout[i], fmt);
+    const uint16_t *x = qkv16.data(), *dO = dout16.data();
+    /* the load modes cuda_attention_mma.cu picks, or the one asked for */
+    int vq = qkv_mode >= 0 ? qkv_mode : mma_load_mode(x, C, HS);
+    int vo = qkv_mode >= 0 ? qkv_mode : mma_load_mode(dO, C, HS);
     emu::launch(grid, MMA_THREADS, L::FWD_BYTES, [&] {
         mma_forward_kernel<D>(o16, lse, x, T, C, NH, HS, scale, vq, fmt);
     });
@@ -82,7 +73,7 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
                 float s = 0.0f;
                 for (int d = 0; d < HS; d++) {
                     size_t o = ((size_t)b * T + t) * C + (size_t)h * HS + d;
-                    s += tr_round_lowp(dO[o], fmt) * out[o];
+                    s += tr_stored_load(dO, o, fmt) * out[o];
                 }
                 dvec[((size_t)b * NH + h) * T + t] = s;
             }
@@ -98,128 +89,17 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     return r;
 }
 
-/* fp64 attention of one head on bf16-rounded inputs: out, lse and dq, dk, dv */
-static void reference(const vec &qkv, const vec &dout, int B, int T, int C, int NH, vec &out,
-                      vec &lse, vec &dqkv)
-{
-    int HS = C / NH, ld = 3 * C;
-    double scale = 1.0 / sqrt((double)HS);
-    out.assign((size_t)B * T * C, 0.0f);
-    lse.assign((size_t)B * NH * T, 0.0f);
-    dqkv.assign((size_t)B * T * 3 * C, 0.0f);
-    auto bf = [](float v) { return (double)tr_round_lowp(v, TR_PREC_BF16); };
-    std::vector<double> P((size_t)T * T), dS((size_t)T * T), O((size_t)T * HS);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            auto q = [&](int i, int d) { return bf(qkv[((size_t)b * T + i) * ld + h * HS + d]); };
-            auto k = [&](int i, int d) { return bf(qkv[((size_t)b * T + i) * ld + C + h * HS + d]); };
-            auto v = [&](int i, int d) {
-                return bf(qkv[((size_t)b * T + i) * ld + 2 * C + h * HS + d]);
-            };
-            auto g = [&](int i, int d) { return bf(dout[((size_t)b * T + i) * C + h * HS + d]); };
-            for (int i = 0; i < T; i++) {
-                double m = -INFINITY, l = 0.0;
-                for (int j = 0; j <= i; j++) {
-                    double s = 0.0;
-                    for (int d = 0; d < HS; d++)
-                        s += q(i, d) * k(j, d);
-                    P[(size_t)i * T + j] = s * scale;
-                    m = fmax(m, s * scale);
-                }
-                for (int j = 0; j <= i; j++)
-                    l += exp(P[(size_t)i * T + j] - m);
-                for (int j = 0; j <= i; j++)
-                    P[(size_t)i * T + j] = exp(P[(size_t)i * T + j] - m) / l;
-                lse[((size_t)b * NH + h) * T + i] = (float)(m + log(l));
-                for (int d = 0; d < HS; d++) {
-                    double o = 0.0;
-                    for (int j = 0; j <= i; j++)
-                        o += P[(size_t)i * T + j] * v(j, d);
-                    O[(size_t)i * HS + d] = o;
-                    out[((size_t)b * T + i) * C + h * HS + d] = (float)o;
-                }
-            }
-            for (int i = 0; i < T; i++) {
-                double Di = 0.0;
-                for (int d = 0; d < HS; d++)
-                    Di += g(i, d) * O[(size_t)i * HS + d];
-                for (int j = 0; j <= i; j++) {
-                    double dp = 0.0;
-                    for (int d = 0; d < HS; d++)
-                        dp += g(i, d) * v(j, d);
-                    dS[(size_t)i * T + j] = P[(size_t)i * T + j] * (dp - Di);
-                }
-            }
-            for (int i = 0; i < T; i++)
-                for (int d = 0; d < HS; d++) {
-                    double dq = 0.0, dk = 0.0, dv = 0.0;
-                    for (int j = 0; j <= i; j++)
-                        dq += dS[(size_t)i * T + j] * k(j, d);
-                    for (int t = i; t < T; t++) {
-                        dk += dS[(size_t)t * T + i] * q(t, d);
-                        dv += P[(size_t)t * T + i] * g(t, d);
-                    }
-                    size_t o = ((size_t)b * T + i) * ld + h * HS + d;
-                    dqkv[o] = (float)(dq * scale);
-                    dqkv[o + C] = (float)(dk * scale);
-                    dqkv[o + 2 * C] = (float)dv;
-                }
-        }
-}
-
-static double max_abs(const vec &a)
-{
-    double m = 0.0;
-    for (float x : a)
-        m = fmax(m, fabs((double)x));
-    return m;
-}
-
-/* max |got - want| / max |want|; a NaN is the worst error */
-static double rel_err(const vec &got, const vec &want)
-{
-    double worst = 0.0, scale = max_abs(want);
-    for (size_t i = 0; i < got.size(); i++) {
-        double d = fabs((double)got[i] - want[i]);
-        worst = std::isnan(d) ? INFINITY : fmax(worst, d);
-    }
-    return scale > 0.0 ? worst / scale : worst;
-}
-
-static void compare(const char *what, const vec &got, const vec &want, double tol)
-{
-    double e = rel_err(got, want);
-    printf("  %-36s rel err %.2e (tol %.0e)\n", what, e, tol);
-    CHECK(e <= tol, "%s: relative error %.3e above %.0e", what, e, tol);
-}
-
 template <int D> static void test_shape(int B, int T, int C, int NH, bool all_modes = true)
 {
     int HS = C / NH;
     printf("mma attention (emulated), D %d: B=%d T=%d C=%d NH=%d (head size %d)\n", D, B, T, C,
            NH, HS);
-    static uint64_t stream = 1;
-    vec qkv((size_t)B * T * 3 * C), dout((size_t)B * T * C);
-    uint64_t s1 = stream++, s2 = stream++;
-    for (size_t i = 0; i < qkv.size(); i++)
-        qkv[i] = -1.0f + 2.0f * (float)tr_rng_uniform(77, s1, i);
-    for (size_t i = 0; i < dout.size(); i++)
-        dout[i] = -1.0f + 2.0f * (float)tr_rng_uniform(77, s2, i);
+    vec qkv, dout;
+    random_inputs(qkv, dout, B, T, C);
 
     emu_run r = run_kernels<D>(qkv, dout, B, T, C, NH, 1);
 
-    /* every element written exactly where it should be, and as a bf16 value */
-    size_t bad_out = 0, bad_lse = 0, bad_dqkv = 0;
-    for (float x : r.out)
-        bad_out += x == SENTINEL || tr_round_lowp(x, TR_PREC_BF16) != x;
-    for (float x : r.lse)
-        bad_lse += x == SENTINEL || !std::isfinite(x);
-    for (float x : r.dqkv)
-        bad_dqkv += x == SENTINEL || tr_round_lowp(x, TR_PREC_BF16) != x;
-    CHECK(bad_out == 0, "out: %zu of %zu elements unwritten or not bf16", bad_out, r.out.size());
-    CHECK(bad_lse == 0, "lse: %zu of %zu rows unwritten or not finite", bad_lse, r.lse.size());
-    CHECK(bad_dqkv == 0, "dqkv: %zu of %zu elements unwritten or not bf16", bad_dqkv,
-          r.dqkv.size());
+    check_written(r, TR_PREC_BF16); /* where it should be, and as bf16 values */
 
     /* the CPU kernels, as gpu.test_cuda_kernels compares them */
     size_t natt = (size_t)B * NH * T * T;
@@ -233,7 +113,10 @@ template <int D> static void test_shape(int B, int T, int C, int NH, bool all_mo
     for (size_t i = 0; i < out_cpu.size(); i++)
         out_cpu[i] = tr_stored_load(out_cpu16.data(), i, TR_PREC_BF16);
     std::vector<uint16_t> dqkv_cpu16(qkv.size()); /* stored in bf16, as the GPU's */
-    tr_cpu_attention_backward(dqkv_cpu16.data(), datt.data(), dout.data(), out_cpu16.data(),
+    std::vector<uint16_t> dout16(dout.size()); /* dout stored in bf16, as the GPU's */
+    for (size_t i = 0; i < dout.size(); i++)
+        tr_stored_store(dout16.data(), i, dout[i], TR_PREC_BF16);
+    tr_cpu_attention_backward(dqkv_cpu16.data(), datt.data(), dout16.data(), out_cpu16.data(),
                               qkv16.data(), att.data(), B, T, C, NH, TR_PREC_BF16);
     for (size_t i = 0; i < dqkv_cpu.size(); i++)
         dqkv_cpu[i] = tr_stored_load(dqkv_cpu16.data(), i, TR_PREC_BF16);
@@ -241,7 +124,7 @@ template <int D> static void test_shape(int B, int T, int C, int NH, bool all_mo
     compare("dqkv vs CPU kernel", r.dqkv, dqkv_cpu, 2e-2);
 
     vec out_ref, lse_ref, dqkv_ref;
-    reference(qkv, dout, B, T, C, NH, out_ref, lse_ref, dqkv_ref);
+    reference(qkv, dout, B, T, C, NH, TR_PREC_BF16, out_ref, lse_ref, dqkv_ref);
     compare("out vs fp64", r.out, out_ref, 4e-3);
     compare("lse vs fp64", r.lse, lse_ref, 1e-5);
     compare("dqkv vs fp64", r.dqkv, dqkv_ref, 4e-3);
@@ -250,16 +133,16 @@ template <int D> static void test_shape(int B, int T, int C, int NH, bool all_mo
     CHECK(again.out == r.out && again.lse == r.lse && again.dqkv == r.dqkv,
           "another thread schedule gave different bits");
 
-    /* the slower load modes fill the same tiles: the same bits */
+    /* the slower load modes (of qkv and dO) fill the same tiles: the same bits */
     if (!all_modes)
         return;
-    int natural = mma_qkv_mode(nullptr, C, HS); /* (a null pointer is aligned) */
+    int natural = mma_load_mode(nullptr, C, HS); /* (a null pointer is aligned) */
     for (int mode = MMA_LOAD_ELEMS; mode < natural; mode++) {
         emu_run m = run_kernels<D>(qkv, dout, B, T, C, NH, 3, mode);
         CHECK(m.out == r.out && m.lse == r.lse && m.dqkv == r.dqkv,
-              "qkv load mode %d gave other bits than mode %d", mode, natural);
+              "load mode %d gave other bits than mode %d", mode, natural);
     }
-    printf("  load modes %d..%d of qkv: the same bits\n", MMA_LOAD_ELEMS, natural);
+    printf("  load modes %d..%d: the same bits\n", MMA_LOAD_ELEMS, natural);
 }
 
 int main(void)

@@ -6,7 +6,7 @@
  *
  * Each CUDA thread of a block is a coroutine (ucontext) with its own stack; one OS
  * thread runs them. A thread runs until it reaches a synchronising operation
- * (__syncthreads, __syncwarp, __shfl_xor_sync, tr_mma_16816, ldmatrix), where it waits
+ * (__syncthreads, __syncwarp, the shuffles, tr_mma_16816, ldmatrix), where it waits
  * for the
  * others of its warp (or block) to arrive; then all of them go on. The schedule is
  * random from a seed: lanes resume in shuffled order, and between two __syncthreads
@@ -21,8 +21,9 @@
  *  - mma.sync m16n8k16 (bf16 in, fp32 out) by the PTX ISA's fragment layout, given in
  *    attention_mma_kernels.cuh: each lane's accumulators from the whole warp's
  *    fragments, summed in fp32 in k order (the tensor core's order is unspecified);
- *  - __shfl_xor_sync of any type up to 8 bytes over the full warp; __syncthreads over
- *    the block; __shared__ variables (one copy: blocks run one at a time);
+ *  - __shfl_xor_sync and __shfl_sync of any type up to 8 bytes over the full warp;
+ *    __syncthreads over the block; __shared__ variables (one copy: blocks run one at
+ *    a time);
  *  - dynamic shared memory: one buffer of exactly the launch's size, so an access past
  *    it is a heap overflow that the sanitizer build reports;
  *  - ldmatrix .x4.trans as the PTX ISA lays out its fragments, checking that
@@ -258,19 +259,36 @@ inline lane_slot *warp_slots() { return &M.slots[M.current & ~31]; }
 
 inline void __syncthreads() { emu::wait(emu::AT_BLOCK); }
 
-template <typename T> inline T __shfl_xor_sync(unsigned mask, T v, int m)
+namespace emu {
+/* Every lane hands over v and gets lane src's */
+template <typename T> inline T shuffle(T v, int src)
 {
-    static_assert(sizeof(T) <= sizeof(emu::lane_slot::x), "shuffled type too large");
-    (void)mask;
-    int lane = emu::M.current & 31;
-    emu::lane_slot *w = emu::warp_slots();
-    memcpy(w[lane].x, &v, sizeof v);
-    emu::wait(emu::AT_WARP);
+    static_assert(sizeof(T) <= sizeof(lane_slot::x), "shuffled type too large");
+    lane_slot *w = warp_slots();
+    memcpy(w[M.current & 31].x, &v, sizeof v);
+    wait(AT_WARP);
     T r;
-    memcpy(&r, w[lane ^ m].x, sizeof r);
-    emu::wait(emu::AT_WARP); /* all read before any lane writes its next value */
+    memcpy(&r, w[src].x, sizeof r);
+    wait(AT_WARP); /* all read before any lane writes its next value */
     return r;
 }
+} /* namespace emu */
+
+template <typename T> inline T __shfl_xor_sync(unsigned mask, T v, int m)
+{
+    (void)mask;
+    return emu::shuffle(v, (emu::M.current & 31) ^ m);
+}
+/* lane src's value (src taken modulo 32, as CUDA does for width 32) */
+template <typename T> inline T __shfl_sync(unsigned mask, T v, int src)
+{
+    (void)mask;
+    return emu::shuffle(v, src & 31);
+}
+
+/* CUDA's integer min and max */
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
 
 inline void __syncwarp(unsigned mask = 0xffffffffu)
 {
