@@ -445,6 +445,24 @@ void tr_cuda_linear_forward_stored(float *out, const void *inp, const float *w, 
     tr_cuda_linear_forward(out, scratch, w, b, B, IN, OUT);
 }
 
+/* The product of a stored input into out, stored in the format, written in 16 bits by
+ * the product itself where the input is taken as stored (cuBLASLt's bias epilogue with
+ * the bias's 16-bit copy; without a bias, cublasGemmEx with a 16-bit C): returns 1
+ * once queued, 0 having queued nothing. */
+static int forward_16_out(void *out, const void *inp, const float *w, const float *b, int B,
+                          int IN, int OUT, int format)
+{
+    if (!takes_stored(format) || B <= 0 || IN <= 0 || OUT <= 0 || !casts((size_t)OUT * IN, 0))
+        return 0;
+    if (b)
+        return tr_cuda_linear_lt_16(out, inp, w, b, B, IN, OUT);
+    const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
+    tr_cuda_cast_16(ctx->d_cast[0], w, OUT, IN, IN);
+    gemm_16_to(ctx, 0, 1, B, OUT, IN, 1.0f, inp, IN, ctx->d_cast[0], IN, 0.0f, out,
+               tr_cuda_type_16(), OUT);
+    return 1;
+}
+
 /* Output stored in the format too (c_attn's qkv): where the input is taken as stored,
  * the product writes 16 bits itself (cuBLASLt's bias epilogue, the bias's 16-bit copy;
  * without a bias, cublasGemmEx with a 16-bit C), the fp32 sums plus the bias rounded
@@ -458,17 +476,8 @@ void tr_cuda_linear_forward_stored_io(void *out, const void *inp, const float *w
         tr_cuda_linear_forward((float *)out, (const float *)inp, w, b, B, IN, OUT);
         return;
     }
-    if (takes_stored(format) && B > 0 && IN > 0 && OUT > 0 && casts((size_t)OUT * IN, 0)) {
-        if (b && tr_cuda_linear_lt_16(out, inp, w, b, B, IN, OUT))
-            return;
-        if (!b) {
-            const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
-            tr_cuda_cast_16(ctx->d_cast[0], w, OUT, IN, IN);
-            gemm_16_to(ctx, 0, 1, B, OUT, IN, 1.0f, inp, IN, ctx->d_cast[0], IN, 0.0f, out,
-                       tr_cuda_type_16(), OUT);
-            return;
-        }
-    }
+    if (forward_16_out(out, inp, w, b, B, IN, OUT, format))
+        return;
     tr_cuda_linear_forward_stored(scratch, inp, w, b, B, IN, OUT, format, scratch_in);
     tr_cuda_narrow_stored(out, scratch, (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0), format);
 }
@@ -645,20 +654,27 @@ void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *logits, const f
  * GELU's kernel.
  *
  * bf16/fp16-mixed: pre and out are stored in the format, 16 bits a value, and so is
- * inp (ln_2's output: transformer_kernels.h), which the product multiplies as it is
- * (linear_forward_stored). The product, its bias in cuBLASLt's epilogue, goes to
- * scratch in fp32, and one pass stores pre rounded and GELU of the rounded pre,
- * rounded: the CPU's arithmetic after the product. (The epilogue could write 16-bit
- * pre and out itself, CUBLASLT_EPILOGUE_AUX_DATA_TYPE, saving the fp32 product and
- * that pass: about 400 MB a layer at GPT-2's 16 x 1024. Not done until a GPU can
- * check it: its GELU takes the unrounded pre.) c_proj then multiplies out as it is stored
- * (linear_forward_stored), and gelu_backward reads pre in 16 bits. */
+ * inp (ln_2's output: transformer_kernels.h), which the product multiplies as it is.
+ * The product writes pre in 16 bits itself (its fp32 sums plus the bias rounded once,
+ * as linear_forward_stored_io writes qkv), and one pass reads it and stores GELU of
+ * it, rounded: the CPU's arithmetic after its product. Against an fp32 product in
+ * scratch and a pass storing both tensors from it, 6 bytes a value less (about 300 MB
+ * a layer at GPT-2's 16 x 1024). Where the product cannot store 16 bits (shapes past
+ * the cast buffers, fp32 products), that older path. (cuBLASLt's GELU_AUX epilogue
+ * with 16-bit outputs is not used: its GELU would take the unrounded pre, and llm.c
+ * measured its bf16 GELU epilogues slower than a separate kernel, karpathy/llm.c#338.)
+ * c_proj then multiplies out as it is stored (linear_forward_stored), and
+ * gelu_backward reads pre in 16 bits. */
 void tr_cuda_linear_gelu_forward(void *pre, void *out, const void *inp, const float *w,
                                  const float *b, int B, int IN, int OUT, int format,
                                  float *scratch, float *scratch_in)
 {
     size_t n = (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0);
     if (tr_is_lowp(format)) {
+        if (forward_16_out(pre, inp, w, b, B, IN, OUT, format)) {
+            tr_cuda_gelu_stored(out, pre, n, format);
+            return;
+        }
         tr_cuda_linear_forward_stored(scratch, inp, w, b, B, IN, OUT, format, scratch_in);
         tr_cuda_gelu_store(pre, out, scratch, n, format);
         return;

@@ -117,6 +117,7 @@ void tr_cuda_gelu_backward_stored(void *d, const void *inp, size_t n, int format
 /* pre = lin rounded to format, out = gelu(pre) rounded to it, both stored in format;
  * and dst = src (stored in format) widened to fp32 */
 void tr_cuda_gelu_store(void *pre, void *out, const float *lin, size_t n, int format);
+void tr_cuda_gelu_stored(void *out, const void *pre, size_t n, int format);
 void tr_cuda_widen_stored(float *dst, const void *src, size_t n, int format);
 /* dst, stored in format, = src rounded to it */
 void tr_cuda_narrow_stored(void *dst, const float *src, size_t n, int format);

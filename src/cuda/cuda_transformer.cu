@@ -234,6 +234,15 @@ void tr_cuda_gelu_store(void *pre, void *out, const float *lin, size_t n, int fo
     TR_CUDA_LAUNCHED();
 }
 
+void tr_cuda_gelu_stored(void *out, const void *pre, size_t n, int format)
+{
+    if (n == 0)
+        return;
+    gelu_stored_kernel<<<tr_cuda_grid((n + 3) / 4), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        out, pre, n, format, tr_cuda_vec4(out, pre, out));
+    TR_CUDA_LAUNCHED();
+}
+
 void tr_cuda_widen_stored(float *dst, const void *src, size_t n, int format)
 {
     if (n == 0)

@@ -315,6 +315,29 @@ __global__ static void gelu_store_kernel(void *pre, void *out, const float *lin,
     }
 }
 
+/* out = gelu(pre) rounded to format, both stored in it (vec: both 16-byte aligned):
+ * the MLP's activation from c_fc's product where that product stored pre in 16 bits
+ * itself (the CPU's tr_cpu_linear_gelu_forward after its rounded product) */
+__global__ static void gelu_stored_kernel(void *out, const void *pre, size_t n, int format,
+                                          int vec)
+{
+    TR_GRID_STRIDE(g, (n + 3) / 4)
+    {
+        size_t i = 4 * g;
+        if (vec && i + 4 <= n) {
+            float4 x = load4_stored(pre, i, format), r;
+            r.x = tr_round_lowp(tr_gelu(x.x), format);
+            r.y = tr_round_lowp(tr_gelu(x.y), format);
+            r.z = tr_round_lowp(tr_gelu(x.z), format);
+            r.w = tr_round_lowp(tr_gelu(x.w), format);
+            store4_stored(out, i, r, format);
+        } else {
+            for (size_t j = i; j < i + 4 && j < n; j++)
+                tr_stored_store(out, j, tr_gelu(tr_stored_load(pre, j, format)), format);
+        }
+    }
+}
+
 /* dst = src, a tensor stored in format, widened (exactly) to fp32 */
 __global__ static void widen_stored_kernel(float *dst, const void *src, size_t n, int format)
 {

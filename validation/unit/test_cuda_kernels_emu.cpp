@@ -447,7 +447,7 @@ static void test_elementwise(size_t n, int format, int off)
 }
 
 /* c_fc's fp32 product to the MLP's stored hidden activations (pre rounded, GELU of
- * it), a stored tensor widened back, and an fp32 one stored, against the arithmetic of the CPU's
+ * it), GELU of a stored pre, a stored tensor widened back, and an fp32 one stored, against the arithmetic of the CPU's
  * linear_gelu_forward after its product (tr_round_lowp, then tr_gelu, each stored) */
 static void test_gelu_store(size_t n, int format)
 {
@@ -468,6 +468,14 @@ static void test_gelu_store(size_t n, int format)
      * bits (a GPU's tanh may differ in the last bit, and the stored value by one step
      * of the format: gpu.test_cuda_kernels allows that) */
     same_bits("stored gelu(pre)", out, cout);
+    /* GELU of a pre that the product stored itself, four values a thread or one */
+    for (int v4 = 0; v4 < 2; v4++) {
+        std::vector<unsigned char> out2(n * es, 0xff);
+        emu::launch(dim3(tr_cuda_grid((n + 3) / 4) > 2 ? 2 : tr_cuda_grid((n + 3) / 4)),
+                    dim3(TR_CUDA_BLOCK), 0,
+                    [&] { gelu_stored_kernel(out2.data(), cpre.data(), n, format, v4); });
+        same_bits(v4 ? "gelu of the stored pre (vec)" : "gelu of the stored pre", out2, cout);
+    }
     vec got(n, NAN), want(n);
     for (size_t i = 0; i < n; i++)
         want[i] = tr_stored_load(cout.data(), i, format);
