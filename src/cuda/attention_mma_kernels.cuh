@@ -1,5 +1,5 @@
-/* attention_mma_kernels.cuh: the fused causal attention of bf16-mixed runs on
- * mma.sync (m16n8k16, bf16 in, fp32 accumulation) with every score, probability and
+/* attention_mma_kernels.cuh: the fused causal attention of bf16- and fp16-mixed runs
+ * on mma.sync (m16n8k16, 16-bit in, fp32 accumulation) with every score, probability and
  * accumulator in registers: the FlashAttention-2 scheme. The WMMA kernels of
  * cuda_attention_tc.cu compute the same thing but stage each 16 x 64 block of scores
  * through shared memory, because WMMA does not say which element of a fragment a lane
@@ -7,8 +7,10 @@
  * lane knows its rows and columns and the softmax runs on the registers.
  *
  * Device code only, written against a few primitives that the includer defines first:
- *   tr_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])  d += a b
- *   tr_pack_bf16x2(lo, hi)  two floats rounded to bf16 (to nearest even), lo in bits 0-15
+ *   tr_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])  d += a b (bf16)
+ *   tr_mma_16816_f16(d, a, b)  the same on fp16 operands
+ *   tr_pack_bf16x2(lo, hi) / tr_pack_f16x2(lo, hi)  two floats rounded to bf16 (fp16),
+ *       to nearest even, lo in bits 0-15
  *   tr_ldmatrix_x4_trans(r, row)  four 8 x 8 bf16 matrices from shared memory,
  *       transposed, lane 8 i + j naming row j of matrix i
  *   tr_cp_async16(dst, src, full)  a 16-byte global-to-shared copy (zeros where !full),
@@ -39,13 +41,13 @@
  * of 64. Tiles in shared memory are bf16 with rows padded by 16 bytes: the 8 rows
  * of an ldmatrix matrix (and the 8 lanes of an A-fragment load) then hit 8 different
  * bank quads. Two stages of tiles: while one is multiplied, the next tile's rows of
- * qkv and dO (bf16 in memory) arrive by cp.async into the other, so the loads
- * overlap the products. Head sizes up to 64
- * (D = 32 or 64): the fragments of the warp's own rows stay in registers for the
- * whole loop, which at D = 128 would spill.
+ * qkv and dO (16 bits in memory) arrive by cp.async into the other, so the loads
+ * overlap the products. Head sizes up to 64 (D = 32 or 64): the fragments of the
+ * warp's own rows stay in registers for the whole loop, which at D = 128 would spill.
  *
- * Arithmetic, against the WMMA kernels: the same products on the same bf16 values,
- * the same one rounding of P and dS to bf16, and the same masking; forward's running
+ * Arithmetic, against the WMMA kernels (bf16 only): the same products on the same
+ * bf16 values, the same one rounding of P and dS to bf16, and the same masking; in
+ * fp16-mixed runs the operands are fp16 and P and dS are rounded to fp16 once; forward's running
  * max moves at every tile (a register rescale is cheap here), where the WMMA kernel
  * lets it lag by up to e^8. Row sums are kept per lane and added across the row's 4
  * lanes once, at the end. */
@@ -58,6 +60,22 @@
 
 #include <math.h>
 #include <stdint.h>
+
+/* The 16-bit format F of a run (TR_PREC_BF16 or TR_PREC_FP16: qkv, dO, out and dqkv
+ * are stored in it) picks the product and the rounding of P and dS; a constant, so
+ * each instantiation has one of them. */
+template <int F> __device__ static inline void mma_op(float d[4], const uint32_t a[4],
+                                                      const uint32_t b[2])
+{
+    if (F == TR_PREC_FP16)
+        tr_mma_16816_f16(d, a, b);
+    else
+        tr_mma_16816(d, a, b);
+}
+template <int F> __device__ static inline uint32_t mma_pack(float lo, float hi)
+{
+    return F == TR_PREC_FP16 ? tr_pack_f16x2(lo, hi) : tr_pack_bf16x2(lo, hi);
+}
 
 #define MMA_WARPS 4
 #define MMA_THREADS (MMA_WARPS * 32)
@@ -161,7 +179,7 @@ __device__ static void mma_a_frags(uint32_t a[D / 16][4], const uint16_t *tile, 
  * 64 rows of `tile` ([64][LD], read as B^T: s = A tile^T). A B fragment is two 32-bit
  * loads here, k running along the tile's rows. (One ldmatrix.x4 would fetch two of
  * them, but ptxas then keeps more registers live: dK/dV at D = 64 spilled.) */
-template <int D>
+template <int D, int F>
 __device__ static void mma_scores(float s[8][4], const uint32_t a[D / 16][4],
                                   const uint16_t *tile, int lane)
 {
@@ -174,16 +192,16 @@ __device__ static void mma_scores(float s[8][4], const uint32_t a[D / 16][4],
         for (int kk = 0; kk < D / 16; kk++) {
             uint32_t b[2] = {TR_LDS32(p + 8 * n * LD + 16 * kk),
                              TR_LDS32(p + 8 * n * LD + 16 * kk + 8)};
-            tr_mma_16816(s[n], a[kk], b);
+            mma_op<F>(s[n], a[kk], b);
         }
     }
 }
 
-/* acc[n] (n < D/8) += X (16 x 64, as 8 score-shaped accumulators, rounded to bf16 here)
+/* acc[n] (n < D/8) += X (16 x 64, as 8 score-shaped accumulators, rounded to F here)
  * times the 64 x D matrix in `rows` ([64][LD], row-major). Its B fragments (k down the
  * rows) come transposed by ldmatrix.trans: matrices rows 16 kk.. and 16 kk + 8.. at
  * columns 8 n.. and 8 (n + 1).., so no transposed copy of the tile is ever stored. */
-template <int D>
+template <int D, int F>
 __device__ static void mma_accumulate(float acc[D / 8][4], const float x[8][4],
                                       const uint16_t *rows, int lane)
 {
@@ -191,29 +209,29 @@ __device__ static void mma_accumulate(float acc[D / 8][4], const float x[8][4],
     const uint16_t *p = rows + (lane % 8 + 8 * (lane / 8 % 2)) * LD + 8 * (lane / 16);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
-        uint32_t a[4] = {tr_pack_bf16x2(x[2 * kk][0], x[2 * kk][1]),
-                         tr_pack_bf16x2(x[2 * kk][2], x[2 * kk][3]),
-                         tr_pack_bf16x2(x[2 * kk + 1][0], x[2 * kk + 1][1]),
-                         tr_pack_bf16x2(x[2 * kk + 1][2], x[2 * kk + 1][3])};
+        uint32_t a[4] = {mma_pack<F>(x[2 * kk][0], x[2 * kk][1]),
+                         mma_pack<F>(x[2 * kk][2], x[2 * kk][3]),
+                         mma_pack<F>(x[2 * kk + 1][0], x[2 * kk + 1][1]),
+                         mma_pack<F>(x[2 * kk + 1][2], x[2 * kk + 1][3])};
 #pragma unroll
         for (int n = 0; n < D / 8; n += 2) {
             uint32_t b[4];
             tr_ldmatrix_x4_trans(b, p + 16 * kk * LD + 8 * n);
-            tr_mma_16816(acc[n], a, b);
-            tr_mma_16816(acc[n + 1], a, b + 2);
+            mma_op<F>(acc[n], a, b);
+            mma_op<F>(acc[n + 1], a, b + 2);
         }
     }
 }
 
 /* A warp's 16 x D accumulators times `scale` (and row h's by rscale[h], h = 0 for row
  * g, 1 for g + 8) to rows row0.. (< T) and columns < HS of the matrix at element o0 of
- * dst (row stride ldd), a tensor stored in format (lowp_math.h: dqkv and forward's
- * out; rounded as stored). A lane's two adjacent bf16 values go out as one 4-byte
- * store where their offset is even. */
-template <int D>
+ * dst (row stride ldd), a tensor stored in format F (lowp_math.h: dqkv and forward's
+ * out; rounded as stored). A lane's two adjacent values go out as one 4-byte store
+ * where their offset is even. */
+template <int D, int F>
 __device__ static void mma_store(void *dst, size_t o0, size_t ldd, int row0, int T, int HS,
                                  const float acc[D / 8][4], float scale, const float rscale[2],
-                                 int format, int lane)
+                                 int lane)
 {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -226,14 +244,14 @@ __device__ static void mma_store(void *dst, size_t o0, size_t ldd, int row0, int
             int d = 8 * n + 2 * (lane % 4);
             size_t o = o0 + (size_t)i * ldd + d;
             float lo = f * acc[n][2 * h], hi = f * acc[n][2 * h + 1];
-            if (format == TR_PREC_BF16 && d + 1 < HS && o % 2 == 0) {
-                TR_STG32((uint16_t *)dst + o, tr_pack_bf16x2(lo, hi));
+            if (d + 1 < HS && o % 2 == 0) {
+                TR_STG32((uint16_t *)dst + o, mma_pack<F>(lo, hi));
                 continue;
             }
             if (d < HS)
-                tr_stored_store(dst, o, lo, format);
+                tr_stored_store(dst, o, lo, F);
             if (d + 1 < HS)
-                tr_stored_store(dst, o + 1, hi, format);
+                tr_stored_store(dst, o + 1, hi, F);
         }
     }
 }
@@ -259,10 +277,10 @@ __device__ static inline uint16_t *mma_stage(unsigned char *sm, unsigned rows, i
 /* Forward of 64 queries: out = softmax(scale q k^T, causal) v and each row's
  * log-sum-exp (lse [B*NH, T]), as tc_forward_kernel. Blocks: B*NH x query tiles,
  * the last (longest) tiles first. vq: qkv's load mode (mma_load_mode). */
-template <int D>
+template <int D, int F>
 __global__ static void __launch_bounds__(MMA_THREADS)
     mma_forward_kernel(void *out, float *lse, const uint16_t *qkv, int T, int C, int NH, int HS,
-                       float scale, int vq, int format)
+                       float scale, int vq)
 {
     typedef mma_layout<D> L;
     TR_DYNAMIC_SMEM(sm);
@@ -302,7 +320,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         tr_cp_async_wait<1>(); /* this tile's copies have landed */
         __syncthreads();
         float s[8][4];
-        mma_scores<D>(s, qf, mma_stage(sm, L::ROWS, st, 0), lane);
+        mma_scores<D, F>(s, qf, mma_stage(sm, L::ROWS, st, 0), lane);
         /* every row sees key j0 <= its row (j0 <= i0), so each tile max is finite */
         float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -334,7 +352,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
                 s[n][e] = p;
                 l[e >> 1] += p;
             }
-        mma_accumulate<D>(o, s, mma_stage(sm, L::ROWS, st, 1), lane);
+        mma_accumulate<D, F>(o, s, mma_stage(sm, L::ROWS, st, 1), lane);
     }
     float inv[2];
 #pragma unroll
@@ -342,8 +360,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         l[hh] = mma_row_sum(l[hh]);
         inv[hh] = 1.0f / l[hh];
     }
-    mma_store<D>(out, (size_t)b * T * C + (size_t)h * HS, C, i0 + 16 * warp, T, HS, o,
-                 1.0f, inv, format, lane);
+    mma_store<D, F>(out, (size_t)b * T * C + (size_t)h * HS, C, i0 + 16 * warp, T, HS, o,
+                 1.0f, inv, lane);
 #pragma unroll
     for (int hh = 0; hh < 2; hh++)
         if (lane % 4 == 0 && row[hh] < T)
@@ -364,11 +382,10 @@ __device__ static void mma_load_rowstats(float *Lt, float *Dt, const float *lse,
 /* dK, dV of 64 keys (16 per warp), over the query tiles at and after them; dvec [B*NH,
  * T] = rowsum(dO * O). As tc_dkv_kernel: P^T = exp(scale K Q^T - lse), dS^T = P^T *
  * (V dO^T - dvec); dV = P^T dO, dK = scale dS^T Q. vq: qkv's load mode; vo: dO's. */
-template <int D>
+template <int D, int F>
 __global__ static void __launch_bounds__(MMA_THREADS)
     mma_dkv_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
-                   const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo,
-                   int format)
+                   const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo)
 {
     typedef mma_layout<D> L;
     TR_DYNAMIC_SMEM(sm);
@@ -416,8 +433,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         const uint16_t *Qs = mma_stage(sm, L::ROWS, st, 0), *dOs = mma_stage(sm, L::ROWS, st, 1);
         const float *Lt = stats + 2 * st * MMA_TILE, *Dt = Lt + MMA_TILE;
         float p[8][4], ds[8][4];
-        mma_scores<D>(p, kf, Qs, lane);  /* S^T: keys x queries */
-        mma_scores<D>(ds, vf, dOs, lane); /* dP^T = V dO^T */
+        mma_scores<D, F>(p, kf, Qs, lane);  /* S^T: keys x queries */
+        mma_scores<D, F>(ds, vf, dOs, lane); /* dP^T = V dO^T */
 #pragma unroll
         for (int n = 0; n < 8; n++)
 #pragma unroll
@@ -427,23 +444,21 @@ __global__ static void __launch_bounds__(MMA_THREADS)
                 p[n][e] = pe;
                 ds[n][e] = pe * (ds[n][e] - Dt[c]);
             }
-        mma_accumulate<D>(dv, p, dOs, lane); /* dV += P^T dO */
-        mma_accumulate<D>(dk, ds, Qs, lane); /* dK += dS^T Q (scale at the end) */
+        mma_accumulate<D, F>(dv, p, dOs, lane); /* dV += P^T dO */
+        mma_accumulate<D, F>(dk, ds, Qs, lane); /* dK += dS^T Q (scale at the end) */
     }
     const float one[2] = {1.0f, 1.0f};
-    mma_store<D>(dqkv, qoff + C, ld, j0 + 16 * warp, T, HS, dk, scale, one, format,
-                 lane);
-    mma_store<D>(dqkv, qoff + 2 * (size_t)C, ld, j0 + 16 * warp, T, HS, dv, 1.0f,
-                 one, format, lane);
+    mma_store<D, F>(dqkv, qoff + C, ld, j0 + 16 * warp, T, HS, dk, scale, one, lane);
+    mma_store<D, F>(dqkv, qoff + 2 * (size_t)C, ld, j0 + 16 * warp, T, HS, dv, 1.0f, one,
+                    lane);
 }
 
 /* dQ of 64 queries (16 per warp), over the key tiles up to them: dS = P * (dO V^T -
  * dvec), dQ = scale dS K. */
-template <int D>
+template <int D, int F>
 __global__ static void __launch_bounds__(MMA_THREADS)
     mma_dq_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
-                  const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo,
-                  int format)
+                  const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo)
 {
     typedef mma_layout<D> L;
     TR_DYNAMIC_SMEM(sm);
@@ -490,8 +505,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         __syncthreads();
         const uint16_t *Ks = mma_stage(sm, L::ROWS, st, 0);
         float p[8][4], ds[8][4];
-        mma_scores<D>(p, qf, Ks, lane);                                /* S = Q K^T */
-        mma_scores<D>(ds, of, mma_stage(sm, L::ROWS, st, 1), lane);    /* dP = dO V^T */
+        mma_scores<D, F>(p, qf, Ks, lane);                                /* S = Q K^T */
+        mma_scores<D, F>(ds, of, mma_stage(sm, L::ROWS, st, 1), lane);    /* dP = dO V^T */
 #pragma unroll
         for (int n = 0; n < 8; n++)
 #pragma unroll
@@ -501,11 +516,10 @@ __global__ static void __launch_bounds__(MMA_THREADS)
                 float pe = live ? tr_expf(scale * p[n][e] - li[hh]) : 0.0f;
                 ds[n][e] = pe * (ds[n][e] - di[hh]);
             }
-        mma_accumulate<D>(dq, ds, Ks, lane); /* dQ += dS K (scale at the end) */
+        mma_accumulate<D, F>(dq, ds, Ks, lane); /* dQ += dS K (scale at the end) */
     }
     const float one[2] = {1.0f, 1.0f};
-    mma_store<D>(dqkv, qoff, ld, i0 + 16 * warp, T, HS, dq, scale, one, format,
-                 lane);
+    mma_store<D, F>(dqkv, qoff, ld, i0 + 16 * warp, T, HS, dq, scale, one, lane);
 }
 
 #endif

@@ -27,7 +27,8 @@
  * Precision: the kernels here are fp32 on the CUDA cores, for fp32 and fp16-mixed
  * runs. bf16-mixed runs (head sizes up to 128) take the same scheme on tensor cores
  * (cuda_attention_tc.cu), which rounds the probabilities and score gradients to bf16
- * before multiplying them.
+ * before multiplying them; with the mma.sync form chosen (cuda_attention_tc.h), bf16-
+ * and fp16-mixed runs with head sizes up to 64 take that, rounding them to the format.
  *
  * Head sizes up to 256: HS is padded with zeros to D = 32, 64, 128 or 256 (a
  * template argument, so the per-lane arrays have a fixed size). */
@@ -91,19 +92,22 @@ static int padded_head(int HS, const char *what)
 
 size_t tr_cuda_attention_state_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
 
-/* bf16-mixed runs multiply on the tensor cores (the run's format, set before the first
- * kernel, is the same in forward and backward) */
-static int tensor_cores(int HS, int format)
-{
-    return tr_cuda_gemm_precision() == TR_PREC_BF16 && format == TR_PREC_BF16 &&
-           tr_cuda_attention_tc_fits(HS);
-}
+enum { FORM_FLASH, FORM_WMMA, FORM_MMA };
 
-/* and of the two tensor-core forms, the mma.sync one where chosen and it fits
- * (cuda_attention_tc.h); the choice holds for the run, so forward and backward agree */
-static int mma_sync(int HS)
+/* Which form runs. The tensor-core ones where the run's products are of its 16-bit
+ * format (set before the first kernel: the same in forward and backward): the
+ * mma.sync kernels where chosen and the head size fits (bf16 and fp16;
+ * cuda_attention_tc.h; the choice holds for the run), else WMMA (bf16 only, where the
+ * GPU grants its shared memory). Else the fp32 kernels here. */
+static int attention_form(int HS, int format)
 {
-    return tr_cuda_attention_mma_chosen() && tr_cuda_attention_mma_fits(HS);
+    if (!tr_is_lowp(format) || tr_cuda_gemm_precision() != format)
+        return FORM_FLASH;
+    if (tr_cuda_attention_mma_chosen() && tr_cuda_attention_mma_fits(HS))
+        return FORM_MMA;
+    if (format == TR_PREC_BF16 && tr_cuda_attention_tc_fits(HS))
+        return FORM_WMMA;
+    return FORM_FLASH;
 }
 
 void tr_cuda_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
@@ -115,11 +119,13 @@ void tr_cuda_attention_forward(void *out, float *att, const void *qkv, int B, in
     if (B <= 0 || T <= 0)
         return;
     float scale = 1.0f / sqrtf((float)HS);
-    if (tensor_cores(HS, format)) {
-        if (mma_sync(HS))
-            tr_cuda_attention_mma_forward(out, att, qkv, B, T, C, NH, HS, scale, format);
-        else
-            tr_cuda_attention_tc_forward(out, att, qkv, B, T, C, NH, HS, scale, format);
+    int form = attention_form(HS, format);
+    if (form == FORM_MMA) {
+        tr_cuda_attention_mma_forward(out, att, qkv, B, T, C, NH, HS, scale, format);
+        return;
+    }
+    if (form == FORM_WMMA) {
+        tr_cuda_attention_tc_forward(out, att, qkv, B, T, C, NH, HS, scale, format);
         return;
     }
     switch (padded_head(HS, "attention_forward")) {
@@ -144,13 +150,15 @@ void tr_cuda_attention_backward(void *dqkv, float *datt, const void *dout, const
     flash_dvec_kernel<<<(unsigned)((rows + per_block - 1) / per_block), TR_CUDA_BLOCK, 0,
                         tr_cuda_stream()>>>(dvec, dout, out, B, T, C, NH, HS, format);
     TR_CUDA_LAUNCHED();
-    if (tensor_cores(HS, format)) {
-        if (mma_sync(HS))
-            tr_cuda_attention_mma_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,
-                                           format);
-        else
-            tr_cuda_attention_tc_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,
-                                          format);
+    int form = attention_form(HS, format);
+    if (form == FORM_MMA) {
+        tr_cuda_attention_mma_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,
+                                       format);
+        return;
+    }
+    if (form == FORM_WMMA) {
+        tr_cuda_attention_tc_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,
+                                      format);
         return;
     }
     switch (padded_head(HS, "attention_backward")) {

@@ -1,11 +1,10 @@
 /* cuda_attention_tc.h: the tensor-core forms of the fused attention kernels, which
- * cuda_attention.cu calls in bf16-mixed runs: bf16 WMMA (cuda_attention_tc.cu) and
- * mma.sync with register-resident softmax (cuda_attention_mma.cu). Same tensors as
- * tr_cuda_attention_forward/backward; lse [B,NH,T] the rows' log-sum-exps, dvec
- * [B,NH,T] backward's rowsum(dO * O), both computed by the caller's conventions; qkv
- * and dout stored in bf16 (the only format these serve: lowp_math.h), 16 bits a value; out
- * and dqkv are rounded to `format` (a tr_precision) as they are stored, out stored in
- * it (lowp_math.h: 16 bits a value in bf16-mixed). */
+ * cuda_attention.cu calls in 16-bit mixed runs: bf16 WMMA (cuda_attention_tc.cu, bf16
+ * only) and mma.sync with register-resident softmax (cuda_attention_mma.cu, bf16 and
+ * fp16). Same tensors as tr_cuda_attention_forward/backward; lse [B,NH,T] the rows'
+ * log-sum-exps, dvec [B,NH,T] backward's rowsum(dO * O), both computed by the
+ * caller's conventions; qkv, dout, out and dqkv stored in `format` (a tr_precision,
+ * lowp_math.h: 16 bits a value), out and dqkv rounded to it as they are stored. */
 #ifndef TR_CUDA_ATTENTION_TC_H
 #define TR_CUDA_ATTENTION_TC_H
 
@@ -17,7 +16,8 @@ void tr_cuda_attention_tc_backward(void *dqkv, const void *dout, const void *qkv
                                    const float *lse, const float *dvec, int B, int T, int C,
                                    int NH, int HS, float scale, int format);
 
-/* The mma.sync form: head sizes up to 64 (GPT-2's at every size). It has passed the
+/* The mma.sync form: head sizes up to 64 (GPT-2's at every size), bf16- and
+ * fp16-mixed (qkv, dout, out and dqkv stored in `format`). It has passed the
  * CPU test suite's emulation (test_attention_mma_emu) but has not yet run on a GPU, so
  * it is taken only where chosen: TRAINER_CUDA_ATTENTION=mma in the environment, or
  * tr_cuda_set_attention_kernel (cuda_backend.h). */

@@ -6,12 +6,23 @@
 #define TR_MMA_OPS_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
-/* d += a b: a 16 x 16 (row-major fragment), b 16 x 8 (column-major fragment) */
+/* d += a b: a 16 x 16 (row-major fragment), b 16 x 8 (column-major fragment), bf16 */
 __device__ __forceinline__ void tr_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* the same on fp16 operands */
+__device__ __forceinline__ void tr_mma_16816_f16(float d[4], const uint32_t a[4],
+                                                 const uint32_t b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -53,6 +64,13 @@ __device__ __forceinline__ void tr_cp_async_commit()
 template <int N> __device__ __forceinline__ void tr_cp_async_wait()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* lo and hi rounded to fp16 (to nearest even), lo in bits 0-15 */
+__device__ __forceinline__ uint32_t tr_pack_f16x2(float lo, float hi)
+{
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
 }
 
 #define TR_LDS32(p) (*reinterpret_cast<const uint32_t *>(p))

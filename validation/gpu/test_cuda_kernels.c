@@ -60,6 +60,8 @@ enum { B = 2, T = 16, C = 64, NH = 4, V = 100, VP = 128, BT = B * T };
 #define TOL_GEMM 1e-4
 /* attention in bf16-mixed: P and dS rounded to bf16 (8 bits) before their products */
 #define TOL_ATT_BF16 2e-2
+/* and in fp16-mixed on the mma.sync kernels, to fp16 (11 bits) */
+#define TOL_ATT_FP16 4e-3
 /* a kernel that rounds its output to bf16 as it stores: where the two sides' fp32
  * values differ in the last bits, their bf16 roundings may differ by one bf16 step
  * (2^-8 of the value) */
@@ -730,6 +732,9 @@ static void test_elementwise(void)
  * from it; out and dqkv must agree. The datt scratch starts as NaN on the GPU, so
  * a read of scratch the kernels did not write first would show. qkv is stored in the
  * format, as c_attn stores it, and dout as c_proj's backward stores it. */
+/* whether the mma.sync attention is chosen (tr_cuda_set_attention_kernel) */
+static int g_mma;
+
 static void test_attention_shape(int b, int t, int c, int nh, int format)
 {
     printf("attention%s: B=%d T=%d C=%d NH=%d (head size %d)\n",
@@ -737,8 +742,11 @@ static void test_attention_shape(int b, int t, int c, int nh, int format)
            : format == TR_PREC_FP16 ? " (fp16-mixed)"
                                     : "",
            b, t, c, nh, c / nh);
-    /* bf16-mixed rounds P and dS to bf16 on the GPU's tensor cores, not on the CPU */
-    double tol = format == TR_PREC_BF16 ? TOL_ATT_BF16 : TOL_GEMM;
+    /* bf16-mixed rounds P and dS to bf16 on the GPU's tensor cores, not on the CPU, and
+     * fp16-mixed to fp16 on the mma.sync kernels (head sizes up to 64) */
+    double tol = format == TR_PREC_BF16                           ? TOL_ATT_BF16
+                 : format == TR_PREC_FP16 && g_mma && c / nh <= 64 ? TOL_ATT_FP16
+                                                                   : TOL_GEMM;
     gpu->set_gemm_precision(format);
     size_t natt = (size_t)b * nh * t * t, bt = (size_t)b * t;
     float *x = malloc(bt * 3 * c * sizeof(float));
@@ -798,11 +806,12 @@ static void test_attention(void)
         test_attention_shape(1, 70, 512, 2, f);
         test_attention_shape(2, 256, 256, 4, f);
     }
-    /* the mma.sync kernels (bf16-mixed, head sizes up to 64; opt-in until they have run
-     * here): the same shapes where they fit, GPT-2's head size at T 1024 too. Head size
-     * 128 and up still takes the WMMA kernels, which this also checks. */
+    /* the mma.sync kernels (bf16- and fp16-mixed, head sizes up to 64; opt-in until they
+     * have run here): the same shapes where they fit, GPT-2's head size at T 1024 too.
+     * Head size 128 and up still takes the WMMA kernels, which this also checks. */
     printf("attention: the mma.sync kernels (TRAINER_CUDA_ATTENTION=mma)\n");
     tr_cuda_set_attention_kernel(1);
+    g_mma = 1;
     test_attention_shape(B, T, C, NH, TR_PREC_BF16);
     test_attention_shape(2, 77, 64, 4, TR_PREC_BF16);
     test_attention_shape(1, 130, 96, 1, TR_PREC_BF16);
@@ -813,7 +822,13 @@ static void test_attention(void)
      * (head size 20) and value by value (21) */
     test_attention_shape(1, 70, 40, 2, TR_PREC_BF16);
     test_attention_shape(1, 66, 42, 2, TR_PREC_BF16);
+    /* fp16-mixed on them too (head size 96 takes the fp32 kernels) */
+    test_attention_shape(2, 77, 64, 4, TR_PREC_FP16);
+    test_attention_shape(1, 130, 96, 1, TR_PREC_FP16);
+    test_attention_shape(1, 1024, 128, 2, TR_PREC_FP16);
+    test_attention_shape(1, 70, 40, 2, TR_PREC_FP16);
     tr_cuda_set_attention_kernel(0);
+    g_mma = 0;
 }
 
 /* ---- cross-entropy --------------------------------------------------------------- */

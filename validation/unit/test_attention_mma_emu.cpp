@@ -11,14 +11,14 @@
  * documented layout and anything about speed: gpu.test_cuda_kernels runs the same
  * kernels on a GPU.
  *
- * Checks per shape (bf16-mixed, the only format the kernels serve):
+ * Checks per shape, in bf16-mixed (and fp16-mixed for two shapes):
  *  - out and dqkv against tr_cpu_attention_forward/backward within the GPU test's
- *    tolerance for bf16 attention (2e-2 of the largest value);
+ *    tolerance for bf16 attention (2e-2 of the largest value; fp16 2.5e-3);
  *  - out, the log-sum-exps and dqkv against an fp64 reference with the inputs rounded
- *    to bf16, within 4e-3: P and dS are rounded to bf16 once (2^-9 relative) before
- *    their products, which is the error this leaves;
- *  - every stored value is a bf16 value (out and dqkv stored in 16 bits), and nothing
- *    outside the head's columns of out and dqkv is written;
+ *    to the format, within 4e-3 (fp16 5e-4): P and dS are rounded to it once (bf16:
+ *    2^-9 relative) before their products, which is the error this leaves;
+ *  - every stored value is a value of the format (out and dqkv stored in 16 bits), and
+ *    nothing outside the head's columns of out and dqkv is written;
  *  - two runs with different thread schedules give the same bits (no read of shared
  *    memory races its write). */
 #include "warp_emulator.h" /* first: the primitives the kernels use */
@@ -33,12 +33,12 @@ extern "C" {
 
 /* The launches of src/cuda/cuda_attention_mma.cu, through the emulator: forward, then
  * rowsum(dO * O) as flash_dvec_kernel forms it, then the two backward kernels. */
-template <int D>
+template <int D, int F>
 static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C, int NH,
                            unsigned seed, int qkv_mode = -1)
 {
     typedef mma_layout<D> L;
-    int HS = C / NH, ntile = (T + MMA_TILE - 1) / MMA_TILE, fmt = TR_PREC_BF16;
+    int HS = C / NH, ntile = (T + MMA_TILE - 1) / MMA_TILE, fmt = F;
     unsigned grid = (unsigned)(B * NH * ntile);
     float scale = 1.0f / sqrtf((float)HS);
     emu_run r;
@@ -46,12 +46,13 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     r.lse.assign((size_t)B * NH * T, SENTINEL);
     r.dqkv.assign((size_t)B * T * 3 * C, SENTINEL);
     emu::M.rng.seed(seed);
-    /* out and dqkv are stored in bf16, 16 bits a value: 0xffff (a NaN no kernel
-     * stores) marks the unwritten ones, which come back as SENTINEL */
+    /* out and dqkv are stored in the format, 16 bits a value: 0xffff (a NaN in bf16 and
+     * fp16, which no kernel stores) marks the unwritten ones, which come back as
+     * SENTINEL */
     std::vector<uint16_t> out16(r.out.size(), 0xffffu), dqkv16(r.dqkv.size(), 0xffffu);
     uint16_t *o16 = out16.data(), *d16 = dqkv16.data();
     float *out = r.out.data(), *lse = r.lse.data(), *dqkv = r.dqkv.data();
-    /* qkv and dout are stored in bf16 */
+    /* qkv and dout are stored in the format */
     std::vector<uint16_t> qkv16(qkv.size()), dout16(dout.size());
     for (size_t i = 0; i < qkv.size(); i++)
         tr_stored_store(qkv16.data(), i, qkv[i], fmt);
@@ -62,7 +63,7 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     int vq = qkv_mode >= 0 ? qkv_mode : mma_load_mode(x, C, HS);
     int vo = qkv_mode >= 0 ? qkv_mode : mma_load_mode(dO, C, HS);
     emu::launch(grid, MMA_THREADS, L::FWD_BYTES, [&] {
-        mma_forward_kernel<D>(o16, lse, x, T, C, NH, HS, scale, vq, fmt);
+        mma_forward_kernel<D, F>(o16, lse, x, T, C, NH, HS, scale, vq);
     });
     for (size_t i = 0; i < out16.size(); i++)
         out[i] = out16[i] == 0xffffu ? SENTINEL : tr_stored_load(o16, i, fmt);
@@ -79,57 +80,60 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
             }
     const float *dv = dvec.data();
     emu::launch(grid, MMA_THREADS, L::DKV_BYTES, [&] {
-        mma_dkv_kernel<D>(d16, dO, x, lse, dv, T, C, NH, HS, scale, vq, vo, fmt);
+        mma_dkv_kernel<D, F>(d16, dO, x, lse, dv, T, C, NH, HS, scale, vq, vo);
     });
     emu::launch(grid, MMA_THREADS, L::DQ_BYTES, [&] {
-        mma_dq_kernel<D>(d16, dO, x, lse, dv, T, C, NH, HS, scale, vq, vo, fmt);
+        mma_dq_kernel<D, F>(d16, dO, x, lse, dv, T, C, NH, HS, scale, vq, vo);
     });
     for (size_t i = 0; i < dqkv16.size(); i++)
         dqkv[i] = dqkv16[i] == 0xffffu ? SENTINEL : tr_stored_load(d16, i, fmt);
     return r;
 }
 
-template <int D> static void test_shape(int B, int T, int C, int NH, bool all_modes = true)
+template <int D, int F = TR_PREC_BF16>
+static void test_shape(int B, int T, int C, int NH, bool all_modes = true)
 {
     int HS = C / NH;
-    printf("mma attention (emulated), D %d: B=%d T=%d C=%d NH=%d (head size %d)\n", D, B, T, C,
-           NH, HS);
+    printf("mma attention (emulated), D %d, %s: B=%d T=%d C=%d NH=%d (head size %d)\n", D,
+           F == TR_PREC_FP16 ? "fp16" : "bf16", B, T, C, NH, HS);
     vec qkv, dout;
     random_inputs(qkv, dout, B, T, C);
 
-    emu_run r = run_kernels<D>(qkv, dout, B, T, C, NH, 1);
+    emu_run r = run_kernels<D, F>(qkv, dout, B, T, C, NH, 1);
 
-    check_written(r, TR_PREC_BF16); /* where it should be, and as bf16 values */
+    check_written(r, F); /* where it should be, and as values of F */
 
     /* the CPU kernels, as gpu.test_cuda_kernels compares them */
     size_t natt = (size_t)B * NH * T * T;
     vec out_cpu((size_t)B * T * C), att(natt), datt(natt), dqkv_cpu(qkv.size());
-    std::vector<uint16_t> out_cpu16(out_cpu.size()); /* stored in bf16, as the GPU's */
-    std::vector<uint16_t> qkv16(qkv.size()); /* qkv stored in bf16, as the GPU's */
+    std::vector<uint16_t> out_cpu16(out_cpu.size()); /* stored in F, as the GPU's */
+    std::vector<uint16_t> qkv16(qkv.size()); /* qkv stored in F, as the GPU's */
     for (size_t i = 0; i < qkv.size(); i++)
-        tr_stored_store(qkv16.data(), i, qkv[i], TR_PREC_BF16);
+        tr_stored_store(qkv16.data(), i, qkv[i], F);
     tr_cpu_attention_forward(out_cpu16.data(), att.data(), qkv16.data(), B, T, C, NH,
-                             TR_PREC_BF16);
+                             F);
     for (size_t i = 0; i < out_cpu.size(); i++)
-        out_cpu[i] = tr_stored_load(out_cpu16.data(), i, TR_PREC_BF16);
-    std::vector<uint16_t> dqkv_cpu16(qkv.size()); /* stored in bf16, as the GPU's */
-    std::vector<uint16_t> dout16(dout.size()); /* dout stored in bf16, as the GPU's */
+        out_cpu[i] = tr_stored_load(out_cpu16.data(), i, F);
+    std::vector<uint16_t> dqkv_cpu16(qkv.size()); /* stored in F, as the GPU's */
+    std::vector<uint16_t> dout16(dout.size()); /* dout stored in F, as the GPU's */
     for (size_t i = 0; i < dout.size(); i++)
-        tr_stored_store(dout16.data(), i, dout[i], TR_PREC_BF16);
+        tr_stored_store(dout16.data(), i, dout[i], F);
     tr_cpu_attention_backward(dqkv_cpu16.data(), datt.data(), dout16.data(), out_cpu16.data(),
-                              qkv16.data(), att.data(), B, T, C, NH, TR_PREC_BF16);
+                              qkv16.data(), att.data(), B, T, C, NH, F);
     for (size_t i = 0; i < dqkv_cpu.size(); i++)
-        dqkv_cpu[i] = tr_stored_load(dqkv_cpu16.data(), i, TR_PREC_BF16);
-    compare("out vs CPU kernel", r.out, out_cpu, 2e-2);
-    compare("dqkv vs CPU kernel", r.dqkv, dqkv_cpu, 2e-2);
+        dqkv_cpu[i] = tr_stored_load(dqkv_cpu16.data(), i, F);
+    /* fp16 has 3 more bits than bf16: 8 times tighter */
+    double tol_cpu = F == TR_PREC_FP16 ? 2.5e-3 : 2e-2, tol_ref = F == TR_PREC_FP16 ? 5e-4 : 4e-3;
+    compare("out vs CPU kernel", r.out, out_cpu, tol_cpu);
+    compare("dqkv vs CPU kernel", r.dqkv, dqkv_cpu, tol_cpu);
 
     vec out_ref, lse_ref, dqkv_ref;
-    reference(qkv, dout, B, T, C, NH, TR_PREC_BF16, out_ref, lse_ref, dqkv_ref);
-    compare("out vs fp64", r.out, out_ref, 4e-3);
+    reference(qkv, dout, B, T, C, NH, F, out_ref, lse_ref, dqkv_ref);
+    compare("out vs fp64", r.out, out_ref, tol_ref);
     compare("lse vs fp64", r.lse, lse_ref, 1e-5);
-    compare("dqkv vs fp64", r.dqkv, dqkv_ref, 4e-3);
+    compare("dqkv vs fp64", r.dqkv, dqkv_ref, tol_ref);
 
-    emu_run again = run_kernels<D>(qkv, dout, B, T, C, NH, 2);
+    emu_run again = run_kernels<D, F>(qkv, dout, B, T, C, NH, 2);
     CHECK(again.out == r.out && again.lse == r.lse && again.dqkv == r.dqkv,
           "another thread schedule gave different bits");
 
@@ -138,7 +142,7 @@ template <int D> static void test_shape(int B, int T, int C, int NH, bool all_mo
         return;
     int natural = mma_load_mode(nullptr, C, HS); /* (a null pointer is aligned) */
     for (int mode = MMA_LOAD_ELEMS; mode < natural; mode++) {
-        emu_run m = run_kernels<D>(qkv, dout, B, T, C, NH, 3, mode);
+        emu_run m = run_kernels<D, F>(qkv, dout, B, T, C, NH, 3, mode);
         CHECK(m.out == r.out && m.lse == r.lse && m.dqkv == r.dqkv,
               "load mode %d gave other bits than mode %d", mode, natural);
     }
@@ -155,6 +159,9 @@ int main(void)
     /* (the larger shapes in their own load mode only: time) */
     test_shape<64>(1, 200, 64, 1, false);  /* four tiles, the last partial */
     test_shape<64>(2, 129, 128, 2, false); /* batch rows and heads interleaved; 1 past 2 tiles */
+    /* fp16-mixed: fp16 operands, P and dS rounded to fp16 */
+    test_shape<32, TR_PREC_FP16>(1, 70, 40, 2, false);
+    test_shape<64, TR_PREC_FP16>(1, 130, 128, 2, false);
     printf("emulator: %ld thread switches\n", emu::M.switches);
     return tr_test_finish();
 }

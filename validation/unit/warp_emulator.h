@@ -18,7 +18,7 @@
  * What it models, and what it does not:
  *  - 1-3 dimensional grids and blocks (threadIdx, blockIdx, blockDim, gridDim); warps
  *    are 32 consecutive linear thread ids, as on the GPU;
- *  - mma.sync m16n8k16 (bf16 in, fp32 out) by the PTX ISA's fragment layout, given in
+ *  - mma.sync m16n8k16 (bf16 or fp16 in, fp32 out) by the PTX ISA's fragment layout, given in
  *    attention_mma_kernels.cuh: each lane's accumulators from the whole warp's
  *    fragments, summed in fp32 in k order (the tensor core's order is unspecified);
  *  - __shfl_xor_sync and __shfl_sync of any type up to 8 bytes over the full warp;
@@ -299,7 +299,13 @@ inline void __syncwarp(unsigned mask = 0xffffffffu)
 /* bf16 value k of a packed pair (k = 0: bits 0-15) */
 inline float emu_bf16(uint32_t w, int k) { return tr_bf16_to_f32((uint16_t)(w >> (16 * k))); }
 
-inline void tr_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
+/* fp16 value k of a packed pair */
+inline float emu_f16(uint32_t w, int k) { return tr_f16_to_f32((uint16_t)(w >> (16 * k))); }
+
+namespace emu {
+/* mma.sync m16n8k16 with fp32 accumulators, the 16-bit operands decoded by `value` */
+inline void mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2],
+                      float (*value)(uint32_t, int))
 {
     int lane = emu::M.current & 31, g = lane / 4, t = lane % 4;
     emu::lane_slot *w = emu::warp_slots();
@@ -313,10 +319,10 @@ inline void tr_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
         for (int k = 0; k < 16; k++) {
             /* A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8) */
             const emu::lane_slot &la = w[4 * (row % 8) + (k % 8) / 2];
-            float av = emu_bf16(la.a[(row >= 8) + 2 * (k >= 8)], k % 2);
+            float av = value(la.a[(row >= 8) + 2 * (k >= 8)], k % 2);
             /* B[k][col]: lane 4 col + (k % 8) / 2, register (k >= 8) */
             const emu::lane_slot &lb = w[4 * col + (k % 8) / 2];
-            float bv = emu_bf16(lb.b[k >= 8], k % 2);
+            float bv = value(lb.b[k >= 8], k % 2);
             acc += av * bv;
         }
         out[e] = acc;
@@ -324,10 +330,24 @@ inline void tr_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
     emu::wait(emu::AT_WARP);
     memcpy(d, out, sizeof out);
 }
+} /* namespace emu */
+
+inline void tr_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    emu::mma_16816(d, a, b, emu_bf16);
+}
+inline void tr_mma_16816_f16(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    emu::mma_16816(d, a, b, emu_f16);
+}
 
 inline uint32_t tr_pack_bf16x2(float lo, float hi)
 {
     return (uint32_t)tr_f32_to_bf16(lo) | (uint32_t)tr_f32_to_bf16(hi) << 16;
+}
+inline uint32_t tr_pack_f16x2(float lo, float hi)
+{
+    return (uint32_t)tr_f32_to_f16(lo) | (uint32_t)tr_f32_to_f16(hi) << 16;
 }
 
 inline uint32_t TR_LDS32(const uint16_t *p)
