@@ -94,14 +94,6 @@ static void widen_stored(float *dst, const void *src, size_t n, int format)
         dst[i] = tr_stored_load(src, i, format);
 }
 
-/* src's n floats stored in format at dst, rounded as they are stored */
-static void narrow_stored(void *dst, const float *src, size_t n, int format)
-{
-#pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++)
-        tr_stored_store(dst, i, src[i], format);
-}
-
 void tr_cpu_linear_forward_stored(float *out, const void *inp, const float *w, const float *b,
                                   int B, int IN, int OUT, int format, float *scratch)
 {
@@ -121,7 +113,7 @@ void tr_cpu_linear_forward_stored_io(void *out, const void *inp, const float *w,
         return;
     }
     tr_cpu_linear_forward_stored(scratch, inp, w, b, B, IN, OUT, format, scratch_in);
-    narrow_stored(out, scratch, (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0), format);
+    tr_cpu_narrow_stored(out, scratch, (size_t)(B > 0 ? B : 0) * (OUT > 0 ? OUT : 0), format);
 }
 
 void tr_cpu_linear_backward_stored_dout(float *dinp, float *dw, float *db, const void *dout,
@@ -144,7 +136,7 @@ void tr_cpu_linear_backward_stored_dinp(void *dinp, float *dw, float *db, const 
         return;
     }
     tr_cpu_linear_backward_stored(scratch, dw, db, dout, inp, w, B, IN, OUT, format);
-    narrow_stored(dinp, scratch, (size_t)(B > 0 ? B : 0) * (IN > 0 ? IN : 0), format);
+    tr_cpu_narrow_stored(dinp, scratch, (size_t)(B > 0 ? B : 0) * (IN > 0 ? IN : 0), format);
 }
 
 void tr_cpu_linear_backward_stored(float *dinp, float *dw, float *db, const float *dout,
@@ -467,6 +459,7 @@ const tr_kernels tr_cpu_kernels = {
     .linear_backward_stored_dout = tr_cpu_linear_backward_stored_dout,
     .mlp_backward = tr_cpu_mlp_backward,
     .residual_forward = tr_cpu_residual_forward,
+    .narrow_stored = tr_cpu_narrow_stored,
     .attention_state_floats = tr_cpu_attention_state_floats,
     .attention_forward = tr_cpu_attention_forward,
     .attention_backward = tr_cpu_attention_backward,

@@ -55,37 +55,42 @@ void tr_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, cons
 
 /* ---- layernorm ------------------------------------------------------------------ */
 
-void tr_cpu_layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
+void tr_cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
                               const float *weight, const float *bias, int B, int T, int C,
                               int format)
 {
     size_t BT = (size_t)B * T;
     int lowp = tr_is_lowp(format);
-#pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS)
-    for (size_t r = 0; r < BT; r++) {
-        const float *x = inp + r * C;
-        /* two passes: the variance of x - mean does not cancel catastrophically when
-         * the mean is large next to the spread, as E[x^2] - E[x]^2 would */
-        float s = 0.0f;
-        for (int c = 0; c < C; c++)
-            s += x[c];
-        float m = s / (float)C;
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float dx = x[c] - m;
-            v += dx * dx;
-        }
-        float rs = 1.0f / sqrtf(v / (float)C + TR_LAYERNORM_EPS); /* biased variance */
-        if (lowp) { /* stored in the format, rounded as it is stored */
+#pragma omp parallel if (BT * C > PAR_MIN_ELEMS)
+    {
+        float *row = lowp ? tr_alloc((size_t)C * sizeof *row, "layernorm_forward row") : NULL;
+#pragma omp for schedule(static)
+        for (size_t r = 0; r < BT; r++) {
+            const float *x = tr_stored_view(row, inp, r * C, (size_t)C, format);
+            /* two passes: the variance of x - mean does not cancel catastrophically when
+             * the mean is large next to the spread, as E[x^2] - E[x]^2 would */
+            float s = 0.0f;
             for (int c = 0; c < C; c++)
-                tr_stored_store(out, r * C + c, (x[c] - m) * rs * weight[c] + bias[c], format);
-        } else {
-            float *o = (float *)out + r * C;
-            for (int c = 0; c < C; c++)
-                o[c] = (x[c] - m) * rs * weight[c] + bias[c];
-        }
-        mean[r] = m;
-        rstd[r] = rs;
+                s += x[c];
+            float m = s / (float)C;
+            float v = 0.0f;
+            for (int c = 0; c < C; c++) {
+                float dx = x[c] - m;
+                v += dx * dx;
+            }
+            float rs = 1.0f / sqrtf(v / (float)C + TR_LAYERNORM_EPS); /* biased variance */
+            if (lowp) { /* stored in the format, rounded as it is stored */
+                for (int c = 0; c < C; c++)
+                    tr_stored_store(out, r * C + c, (x[c] - m) * rs * weight[c] + bias[c], format);
+            } else {
+                float *o = (float *)out + r * C;
+                for (int c = 0; c < C; c++)
+                    o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+            }
+            mean[r] = m;
+            rstd[r] = rs;
+    }
+        tr_free(row);
     }
 }
 
@@ -95,7 +100,7 @@ void tr_cpu_layernorm_forward(void *out, float *mean, float *rstd, const float *
  * format (a per-thread row copy, rounded); dinp is stored rounded, after the add into
  * it where accumulate is set. */
 void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
+                               const void *inp, const float *weight, const float *mean,
                                const float *rstd, int B, int T, int C, int format,
                                int accumulate)
 {
@@ -103,10 +108,11 @@ void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const 
     int lowp = tr_is_lowp(format);
 #pragma omp parallel if (BT * C > PAR_MIN_ELEMS)
     {
-        float *row = lowp ? tr_alloc((size_t)C * sizeof *row, "layernorm_backward row") : NULL;
+        float *row = lowp ? tr_alloc(2 * (size_t)C * sizeof *row, "layernorm_backward row")
+                          : NULL;
 #pragma omp for schedule(static)
         for (size_t r = 0; r < BT; r++) {
-            const float *x = inp + r * C;
+            const float *x = tr_stored_view(row ? row + C : NULL, inp, r * C, (size_t)C, format);
             const float *d = tr_lowp_view(row, dout + r * C, (size_t)C, format);
             float *di = dinp + r * C;
             float m = mean[r], rs = rstd[r];
@@ -138,14 +144,14 @@ void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const 
 #pragma omp parallel for schedule(static) if (BT * C > PAR_MIN_ELEMS && nb > 1)
     for (int blk = 0; blk < nb; blk++) {
         int c0 = blk * CH_BLOCK, c1 = c0 + CH_BLOCK < C ? c0 + CH_BLOCK : C;
-        float dbuf[CH_BLOCK];
+        float dbuf[CH_BLOCK], xbuf[CH_BLOCK];
         for (size_t r = 0; r < BT; r++) {
-            const float *x = inp + r * C;
             /* indexed from c0 */
+            const float *x = tr_stored_view(xbuf, inp, r * C + c0, (size_t)(c1 - c0), format);
             const float *d = tr_lowp_view(dbuf, dout + r * C + c0, (size_t)(c1 - c0), format);
             float m = mean[r], rs = rstd[r];
             for (int c = c0; c < c1; c++) {
-                dweight[c] += d[c - c0] * ((x[c] - m) * rs);
+                dweight[c] += d[c - c0] * ((x[c - c0] - m) * rs);
                 dbias[c] += d[c - c0];
             }
         }
@@ -166,18 +172,6 @@ void tr_cpu_gelu_forward(float *out, const float *inp, size_t n)
  * that vectorises. */
 #define ROUND_BLOCK 2048
 
-/* inp[i0, i0 + len) of a tensor stored in format, as floats: the floats themselves
- * for fp32, else widened (exactly) into buf */
-static const float *stored_view(float *buf, const void *inp, size_t i0, size_t len,
-                                int format)
-{
-    if (!tr_is_lowp(format))
-        return (const float *)inp + i0;
-    for (size_t i = 0; i < len; i++)
-        buf[i] = tr_stored_load(inp, i0 + i, format);
-    return buf;
-}
-
 void tr_cpu_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n,
                           int format)
 {
@@ -187,7 +181,7 @@ void tr_cpu_gelu_backward(float *dinp, const void *inp, const float *dout, size_
         size_t i0 = blk * ROUND_BLOCK, i1 = i0 + ROUND_BLOCK < n ? i0 + ROUND_BLOCK : n;
         size_t len = i1 - i0;
         float xbuf[ROUND_BLOCK], dbuf[ROUND_BLOCK];
-        const float *x = stored_view(xbuf, inp, i0, len, format);
+        const float *x = tr_stored_view(xbuf, inp, i0, len, format);
         const float *d = tr_lowp_view(dbuf, dout + i0, len, format);
         float *o = dinp + i0;
         for (size_t i = 0; i < len; i++)
@@ -238,21 +232,32 @@ void tr_cpu_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_proj
 /* Backward of out = a + b is da = db = dout: nothing to compute. The residual
  * stream's gradient accumulates, so the model adds dout into (or hands on) the
  * stream's gradient buffer instead of calling a kernel. */
-void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t n, int format)
+void tr_cpu_residual_forward(void *out, const void *a, const float *b, size_t n, int format)
 {
     size_t nb = (n + ROUND_BLOCK - 1) / ROUND_BLOCK;
+    int lowp = tr_is_lowp(format);
 #pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
     for (size_t blk = 0; blk < nb; blk++) {
         size_t i0 = blk * ROUND_BLOCK, i1 = i0 + ROUND_BLOCK < n ? i0 + ROUND_BLOCK : n;
         size_t len = i1 - i0;
-        float abuf[ROUND_BLOCK], bbuf[ROUND_BLOCK];
-        const float *ar = tr_lowp_view(abuf, a + i0, len, format);
+        float abuf[ROUND_BLOCK], bbuf[ROUND_BLOCK], obuf[ROUND_BLOCK];
+        /* the block is read whole before any of it is written: out may alias a */
+        const float *ar = tr_stored_view(abuf, a, i0, len, format);
         const float *br = tr_lowp_view(bbuf, b + i0, len, format);
-        float *o = out + i0;
+        float *o = lowp ? obuf : (float *)out + i0;
         for (size_t i = 0; i < len; i++)
             o[i] = ar[i] + br[i];
-        tr_round_lowp_span(o, len, format);
+        if (lowp)
+            for (size_t i = 0; i < len; i++)
+                tr_stored_store(out, i0 + i, o[i], format);
     }
+}
+
+void tr_cpu_narrow_stored(void *out, const float *inp, size_t n, int format)
+{
+#pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++)
+        tr_stored_store(out, i, inp[i], format);
 }
 
 /* ---- softmax cross-entropy over a padded vocabulary ----------------------------- */

@@ -147,14 +147,14 @@ static void guarded_embedding_backward(float *dwte, float *dwpe, const float *do
     tr_guarded_close();
 }
 
-static void guarded_layernorm_forward(void *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int B, int T, int C, int format)
+static void guarded_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const float *weight, const float *bias, int B, int T, int C, int format)
 {
     tr_guarded_open();
     tr_cpu_kernels.layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C, format);
     tr_guarded_close();
 }
 
-static void guarded_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight, const float *mean, const float *rstd, int B, int T, int C, int format, int accumulate)
+static void guarded_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const void *inp, const float *weight, const float *mean, const float *rstd, int B, int T, int C, int format, int accumulate)
 {
     tr_guarded_open();
     tr_cpu_kernels.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, format, accumulate);
@@ -224,10 +224,17 @@ static void guarded_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float 
     tr_guarded_close();
 }
 
-static void guarded_residual_forward(float *out, const float *a, const float *b, size_t n, int format)
+static void guarded_residual_forward(void *out, const void *a, const float *b, size_t n, int format)
 {
     tr_guarded_open();
     tr_cpu_kernels.residual_forward(out, a, b, n, format);
+    tr_guarded_close();
+}
+
+static void guarded_narrow_stored(void *out, const float *inp, size_t n, int format)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.narrow_stored(out, inp, n, format);
     tr_guarded_close();
 }
 
@@ -359,6 +366,7 @@ const tr_kernels tr_guarded_kernels = {
     .linear_backward_stored_dinp = guarded_linear_backward_stored_dinp,
     .mlp_backward = guarded_mlp_backward,
     .residual_forward = guarded_residual_forward,
+    .narrow_stored = guarded_narrow_stored,
     .attention_state_floats = guarded_attention_state_floats,
     .attention_forward = guarded_attention_forward,
     .attention_backward = guarded_attention_backward,

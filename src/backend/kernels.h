@@ -107,13 +107,15 @@ typedef struct tr_kernels {
      * that transformer_kernels.h says are "read as values of format" are rounded as
      * they are read, as if rounded in place before: how the model stores a matrix
      * product's output without a pass of its own. */
-    /* out stored in format (lowp_math.h: 16 bits a value in bf16/fp16-mixed) */
-    void (*layernorm_forward)(void *out, float *mean, float *rstd, const float *inp,
+    /* inp (the residual stream) and out stored in format (lowp_math.h: 16 bits a value
+     * in bf16/fp16-mixed) */
+    void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp,
                               const float *weight, const float *bias, int B, int T, int C,
                               int format);
-    /* dinp (+=) where accumulate is set: the residual stream's gradient */
+    /* inp stored in format; dinp (+=) where accumulate is set: the residual stream's
+     * gradient */
     void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
+                               const void *inp, const float *weight, const float *mean,
                                const float *rstd, int B, int T, int C, int format,
                                int accumulate);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
@@ -122,9 +124,10 @@ typedef struct tr_kernels {
                           int format);
     /* The layernorms' outputs, qkv, attention's output and the MLP's hidden
      * activations are stored in format (lowp_math.h), 16 bits a value in
-     * bf16/fp16-mixed: 14 of the 16 values per feature of a token that a block keeps,
-     * which only layernorm_forward, attention_forward and _backward, these entries,
-     * gelu_backward and xent_linear_backward touch.
+     * bf16/fp16-mixed: 14 of the 16 values per feature of a token that a block keeps
+     * (the residual stream's two are the other two), which only layernorm_forward,
+     * attention_forward and _backward, these entries, gelu_backward and
+     * xent_linear_backward touch.
      * The MLP's first half: pre = linear_forward(inp, w, b) rounded to the format, as
      * gelu_backward reads it, and out = gelu(pre) rounded to it, as c_proj reads it,
      * inp (ln_2's output) stored too: one entry, so that a GPU can make it one matmul
@@ -170,8 +173,11 @@ typedef struct tr_kernels {
                          float *db_proj, const float *dout, const void *inp, const void *pre,
                          const void *hid, const float *w_fc, const float *w_proj, int B,
                          int IN, int HID, int format, float *scratch);
-    /* out = a + b (the residual stream; its gradients add up in layernorm_backward) */
-    void (*residual_forward)(float *out, const float *a, const float *b, size_t n, int format);
+    /* out = a + b: the residual stream, out and a stored in format, b (a product's
+     * output) read as values of it; its gradients add up in layernorm_backward */
+    void (*residual_forward)(void *out, const void *a, const float *b, size_t n, int format);
+    /* out, stored in format, = inp rounded to it (the embeddings' sum into the stream) */
+    void (*narrow_stored)(void *out, const float *inp, size_t n, int format);
     /* att (and backward's datt) is the backend's own state for backward, of
      * attention_state_floats(B, T, NH) floats each: the CPU saves the probabilities
      * there (B*NH*T*T), rounded to `format` (a tr_precision; they are stored

@@ -166,6 +166,19 @@ static inline const float *tr_lowp_view(float *buf, const float *src, size_t n, 
     return buf;
 }
 
+/* elements [i, i + n) of src, a tensor stored in format, as floats: src's own floats
+ * for fp32, else widened (exactly) into buf (n floats), serially. How a CPU kernel
+ * reads a row of a stored tensor with plain loops that vectorise. */
+static inline const float *tr_stored_view(float *buf, const void *src, size_t i, size_t n,
+                                          int format)
+{
+    if (format != TR_PREC_BF16 && format != TR_PREC_FP16)
+        return (const float *)src + i;
+    for (size_t j = 0; j < n; j++)
+        buf[j] = tr_stored_load(src, i + j, format);
+    return buf;
+}
+
 static inline int tr_is_lowp(int format)
 {
     return format == TR_PREC_BF16 || format == TR_PREC_FP16;

@@ -39,20 +39,22 @@ void tr_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, cons
                                int B, int T, int C, int V);
 
 /* ---- layernorm over C, eps 1e-5 ---------------------------------------------------
- * out, inp [B,T,C]; mean, rstd [B,T] saved for backward; weight, bias [C]; out is
- * rounded to `format` and stored in it (lowp_math.h: 16-bit values where it is bf16
- * or fp16; its readers are the linear layers' _stored entries below), mean and rstd
+ * out, inp [B,T,C]; mean, rstd [B,T] saved for backward; weight, bias [C]. inp, the
+ * residual stream, is stored in `format` (lowp_math.h: 16-bit values where it is bf16
+ * or fp16; residual_forward below writes it); out is rounded to `format` and stored in
+ * it too (its readers are the linear layers' _stored entries below); mean and rstd
  * stay fp32.
- * Backward: dout read as values of `format`; dweight, dbias [C] (+=); dinp [B,T,C]
+ * Backward: inp stored in `format` as in forward, dout read as values of `format`;
+ * dweight, dbias [C] (+=); dinp [B,T,C]
  * (=), or (+=) where accumulate is set (the residual stream's gradient, which the
  * layernorm's input gradient adds into: no separate add), rounded to `format` after
  * the add. */
 #define TR_LAYERNORM_EPS 1e-5f
-void tr_cpu_layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
+void tr_cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
                               const float *weight, const float *bias, int B, int T, int C,
                               int format);
 void tr_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
+                               const void *inp, const float *weight, const float *mean,
                                const float *rstd, int B, int T, int C, int format,
                                int accumulate);
 
@@ -67,12 +69,14 @@ void tr_cpu_gelu_backward(float *dinp, const void *inp, const float *dout, size_
 /* ---- activations stored in `format`: layernorm, qkv, attention and MLP outputs -----
  * A block keeps ln_1's and ln_2's outputs ([B,C] each), qkv ([B,3C]), attention's
  * output ([B,C]), and the MLP's pre = c_fc(x) and out = gelu(pre) ([B,OUT] each), for
- * backward: 14 of the 16 values per feature that it stores for each token; the head
- * keeps ln_f's output. They are stored in the format's own width (lowp_math.h), half
- * the bytes in bf16/fp16-mixed, and only layernorm_forward, attention_forward and
- * _backward, the entries below, gelu_backward and xent_linear_backward read or write
- * them; their values are the ones the fp32-memory form held (round_lowp of the same
- * floats), so every result has the bits it had when they lived in fp32 memory.
+ * backward: 14 of the 16 values per feature that it stores for each token (the
+ * residual stream, layernorm's input and residual_forward's output, is the other
+ * two, stored in `format` too); the head keeps ln_f's output. They are stored in the
+ * format's own width (lowp_math.h), half the bytes in bf16/fp16-mixed, and only
+ * layernorm_forward, attention_forward and _backward, the entries below,
+ * gelu_backward and xent_linear_backward read or write them; their values are the
+ * ones the fp32-memory form held (round_lowp of the same floats), so every result
+ * has the bits it had when they lived in fp32 memory.
  *
  * linear_gelu_forward: inp [B,IN] stored in format; w [OUT,IN]; b [OUT] or NULL;
  * format a tr_precision. pre = tr_cpu_linear_forward(inp, w, b) rounded to format;
@@ -136,11 +140,16 @@ void tr_cpu_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_proj
                          int format, float *scratch);
 
 /* ---- residual add: out = a + b, elementwise over n ---------------------------------
- * a and b read as values of `format`, out rounded to it. out may alias a or b. No
- * backward kernel: d a = d b = dout, and on the residual stream the gradient
- * accumulates, so the caller adds into the stream's gradient (layernorm_backward's
- * accumulate) or passes the same buffer on instead of calling a kernel. */
-void tr_cpu_residual_forward(float *out, const float *a, const float *b, size_t n, int format);
+ * The residual stream: out and a stored in `format` (lowp_math.h: 16-bit values where
+ * it is bf16 or fp16), b (a projection's fp32 output) read as values of `format`, out
+ * rounded to it. out may alias a, or b where format is fp32. No backward kernel:
+ * d a = d b = dout, and on the residual stream the gradient accumulates, so the
+ * caller adds into the stream's gradient (layernorm_backward's accumulate) or passes
+ * the same buffer on instead of calling a kernel.
+ * narrow_stored: out [n], stored in `format`, = inp rounded to it (the embeddings'
+ * fp32 sum into the stream). */
+void tr_cpu_residual_forward(void *out, const void *a, const float *b, size_t n, int format);
+void tr_cpu_narrow_stored(void *out, const float *inp, size_t n, int format);
 
 /* ---- causal multi-head self-attention core ----------------------------------------
  * qkv [B,T,3C]: q, k, v concatenated on the last dim, each split into NH heads of HS,

@@ -52,8 +52,15 @@ extern "C" {
 
 typedef struct tr_group tr_group; /* opaque: an MPI communicator and its size/rank */
 
-typedef enum { TR_F32 = 0, TR_F64 = 1, TR_I64 = 2, TR_I32 = 3 } tr_dtype;
+/* TR_U16: 16-bit values (bf16 or fp16 bits) that are moved, never reduced: sends,
+ * receives and broadcasts only */
+typedef enum { TR_F32 = 0, TR_F64 = 1, TR_I64 = 2, TR_I32 = 3, TR_U16 = 4 } tr_dtype;
 typedef enum { TR_SUM = 0, TR_MAX = 1, TR_MIN = 2 } tr_redop;
+
+static inline size_t tr_dtype_size(tr_dtype t)
+{
+    return t == TR_U16 ? 2 : t == TR_F32 || t == TR_I32 ? 4 : 8;
+}
 
 /* A pending non-blocking operation. Storage is inline so starting one never
  * allocates (buckets start in the middle of backward). Zero-initialise a new one. */

@@ -76,11 +76,18 @@ static MPI_Datatype mpi_type(tr_dtype t)
     case TR_F64: return MPI_DOUBLE;
     case TR_I64: return MPI_INT64_T;
     case TR_I32: return MPI_INT32_T;
+    case TR_U16: return MPI_UINT16_T;
     }
     return MPI_FLOAT;
 }
 
-static size_t dtype_size(tr_dtype t) { return (t == TR_F32 || t == TR_I32) ? 4 : 8; }
+/* the type of a reduction's elements: 16-bit floats' bits must not be added as integers */
+static MPI_Datatype mpi_reduce_type(tr_dtype t)
+{
+    if (t == TR_U16)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: a reduction of 16-bit values, which are only moved");
+    return mpi_type(t);
+}
 
 static MPI_Op mpi_op(tr_redop op)
 {
@@ -457,12 +464,12 @@ void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dty
         tr_shm_allreduce_f32(g->shm, sendbuf, recvbuf, count, g_guard_open, g_guard_close);
         return;
     }
-    size_t es = dtype_size(dtype);
+    size_t es = tr_dtype_size(dtype);
     for (size_t off = 0; off < count; off += CHUNK) {
         int n = (int)(count - off < CHUNK ? count - off : CHUNK);
         const void *s = sendbuf == recvbuf ? MPI_IN_PLACE : (const char *)sendbuf + off * es;
-        MPI_CHECK(MPI_Allreduce(s, (char *)recvbuf + off * es, n, mpi_type(dtype), mpi_op(op),
-                                g->comm));
+        MPI_CHECK(MPI_Allreduce(s, (char *)recvbuf + off * es, n, mpi_reduce_type(dtype),
+                                mpi_op(op), g->comm));
     }
 }
 
@@ -476,7 +483,8 @@ void tr_iallreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dt
                  count);
     MPI_Request *r = (MPI_Request *)req->storage;
     const void *s = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
-    MPI_CHECK(MPI_Iallreduce(s, recvbuf, (int)count, mpi_type(dtype), mpi_op(op), g->comm, r));
+    MPI_CHECK(MPI_Iallreduce(s, recvbuf, (int)count, mpi_reduce_type(dtype), mpi_op(op),
+                             g->comm, r));
     req->active = TR_REQ_MPI;
 }
 
@@ -518,7 +526,8 @@ void tr_ireduce(void *buf, size_t count, tr_dtype dtype, tr_redop op, int root, 
                  count);
     MPI_Request *r = (MPI_Request *)req->storage;
     const void *s = g->rank == root ? MPI_IN_PLACE : buf;
-    MPI_CHECK(MPI_Ireduce(s, buf, (int)count, mpi_type(dtype), mpi_op(op), root, g->comm, r));
+    MPI_CHECK(MPI_Ireduce(s, buf, (int)count, mpi_reduce_type(dtype), mpi_op(op), root,
+                          g->comm, r));
     req->active = TR_REQ_MPI;
 }
 
@@ -592,7 +601,7 @@ void tr_recv(void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_grou
 void tr_bcast(void *buf, size_t count, tr_dtype dtype, int root, tr_group *g)
 {
     NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_bcast(n_, buf, count, dtype, root));
-    size_t es = dtype_size(dtype);
+    size_t es = tr_dtype_size(dtype);
     for (size_t off = 0; off < count; off += CHUNK) {
         int n = (int)(count - off < CHUNK ? count - off : CHUNK);
         MPI_CHECK(MPI_Bcast((char *)buf + off * es, n, mpi_type(dtype), root, g->comm));

@@ -245,6 +245,7 @@ static ncclDataType_t nccl_type(tr_dtype t)
     case TR_F64: return ncclFloat64;
     case TR_I64: return ncclInt64;
     case TR_I32: return ncclInt32;
+    case TR_U16: return ncclFloat16; /* moved only: any 16-bit type moves the same bits */
     }
     tr_fatal(TR_EXIT_SOFTWARE, "bug: element type %d has no NCCL type", (int)t);
 }
@@ -259,7 +260,13 @@ static ncclRedOp_t nccl_op(tr_redop op)
     tr_fatal(TR_EXIT_SOFTWARE, "bug: reduction %d has no NCCL operation", (int)op);
 }
 
-static size_t type_size(tr_dtype t) { return (t == TR_F32 || t == TR_I32) ? 4 : 8; }
+/* the type of a reduction's elements: 16-bit floats' bits must not be reduced */
+static ncclDataType_t nccl_reduce_type(tr_dtype t)
+{
+    if (t == TR_U16)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: a reduction of 16-bit values, which are only moved");
+    return nccl_type(t);
+}
 
 /* ---- communicators --------------------------------------------------------------- */
 
@@ -352,7 +359,8 @@ extern "C" void tr_nccl_allreduce(tr_nccl *c, const void *sendbuf, void *recvbuf
                                   tr_dtype dtype, tr_redop op, tr_request *req)
 {
     cudaStream_t s = begin(c);
-    NCCL_CHECK(ncclAllReduce(sendbuf, recvbuf, count, nccl_type(dtype), nccl_op(op), c->comm, s));
+    NCCL_CHECK(ncclAllReduce(sendbuf, recvbuf, count, nccl_reduce_type(dtype), nccl_op(op),
+                             c->comm, s));
     finish(c, req);
 }
 
@@ -361,7 +369,7 @@ extern "C" void tr_nccl_reduce(tr_nccl *c, void *buf, size_t count, tr_dtype dty
 {
     cudaStream_t s = begin(c);
     /* in place on root; the other ranks' recvbuff is ignored, so their buf stays */
-    NCCL_CHECK(ncclReduce(buf, buf, count, nccl_type(dtype), nccl_op(op), root, c->comm, s));
+    NCCL_CHECK(ncclReduce(buf, buf, count, nccl_reduce_type(dtype), nccl_op(op), root, c->comm, s));
     finish(c, req);
 }
 
@@ -369,7 +377,7 @@ extern "C" void tr_nccl_allgatherv(tr_nccl *c, void *buf, const size_t *counts,
                                    const size_t *displs, tr_dtype dtype)
 {
     char *b = (char *)buf;
-    size_t es = type_size(dtype);
+    size_t es = tr_dtype_size(dtype);
     int even = 1; /* equal pieces, in rank order, back to back: NCCL's own all-gather */
     for (int r = 0; r < c->size; r++)
         if (counts[r] != counts[0] || displs[r] != (size_t)r * counts[0])

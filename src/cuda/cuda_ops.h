@@ -102,11 +102,11 @@ void tr_cuda_embedding_shard_forward(float *out, const int *tok, const float *wt
                                      const float *wpe, int B, int T, int C, int v0, int Vl);
 void tr_cuda_embedding_shard_backward(float *dwte, float *dwpe, const float *dout,
                                       const int *tok, int B, int T, int C, int v0, int Vl);
-void tr_cuda_layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
+void tr_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
                                const float *weight, const float *bias, int B, int T, int C,
                                int format);
 void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                const float *inp, const float *weight, const float *mean,
+                                const void *inp, const float *weight, const float *mean,
                                 const float *rstd, int B, int T, int C, int format,
                                 int accumulate);
 void tr_cuda_gelu_forward(float *out, const float *inp, size_t n);
@@ -121,7 +121,7 @@ void tr_cuda_gelu_stored(void *out, const void *pre, size_t n, int format);
 void tr_cuda_widen_stored(float *dst, const void *src, size_t n, int format);
 /* dst, stored in format, = src rounded to it */
 void tr_cuda_narrow_stored(void *dst, const float *src, size_t n, int format);
-void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n, int format);
+void tr_cuda_residual_forward(void *out, const void *a, const float *b, size_t n, int format);
 
 /* cuda_attention.cu */
 size_t tr_cuda_attention_state_floats(int B, int T, int NH); /* B*NH*T */

@@ -139,7 +139,7 @@ void tr_cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, con
 
 /* ---- layernorm ------------------------------------------------------------------ */
 
-void tr_cuda_layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
+void tr_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
                                const float *weight, const float *bias, int B, int T, int C,
                                int format)
 {
@@ -153,7 +153,7 @@ void tr_cuda_layernorm_forward(void *out, float *mean, float *rstd, const float 
 }
 
 void tr_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                const float *inp, const float *weight, const float *mean,
+                                const void *inp, const float *weight, const float *mean,
                                 const float *rstd, int B, int T, int C, int format,
                                 int accumulate)
 {
@@ -261,7 +261,7 @@ void tr_cuda_narrow_stored(void *dst, const float *src, size_t n, int format)
     TR_CUDA_LAUNCHED();
 }
 
-void tr_cuda_residual_forward(float *out, const float *a, const float *b, size_t n, int format)
+void tr_cuda_residual_forward(void *out, const void *a, const float *b, size_t n, int format)
 {
     if (n == 0)
         return;

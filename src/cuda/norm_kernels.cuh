@@ -19,39 +19,42 @@ extern "C" {
  * and the row's sums are warp shuffles (no shared memory, no block barrier). */
 #define LN_ROWS_PER_BLOCK (TR_CUDA_BLOCK / 32)
 
-/* out stored in format (lowp_math.h: 16-bit values in bf16/fp16-mixed) */
+/* inp (the residual stream) and out stored in format (lowp_math.h: 16-bit values in
+ * bf16/fp16-mixed) */
 __global__ static void layernorm_forward_kernel(void *out, float *mean, float *rstd,
-                                                const float *inp, const float *weight,
+                                                const void *inp, const float *weight,
                                                 const float *bias, size_t BT, int C, int format)
 {
     size_t r = (size_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= BT)
         return;
-    const float *x = inp + r * C;
+    size_t x0 = r * C; /* the row: three passes over it, the later two from L1 */
     float s = 0.0f;
     for (int c = lane; c < C; c += 32)
-        s += x[c];
+        s += tr_stored_load(inp, x0 + c, format);
     float m = tr_warp_sum(s) / (float)C;
     float v = 0.0f; /* two passes, as on the CPU: no cancellation for large means */
     for (int c = lane; c < C; c += 32) {
-        float dx = x[c] - m;
+        float dx = tr_stored_load(inp, x0 + c, format) - m;
         v += dx * dx;
     }
     v = tr_warp_sum(v);
     float rs = 1.0f / sqrtf(v / (float)C + TR_LAYERNORM_EPS);
     for (int c = lane; c < C; c += 32)
-        tr_stored_store(out, r * C + c, (x[c] - m) * rs * weight[c] + bias[c], format);
+        tr_stored_store(out, x0 + c,
+                        (tr_stored_load(inp, x0 + c, format) - m) * rs * weight[c] + bias[c],
+                        format);
     if (lane == 0) {
         mean[r] = m;
         rstd[r] = rs;
     }
 }
 
-/* dinp = rstd (g - mean_c(g) - n mean_c(g n)), g = w dout, n = (x - mean) rstd; dout
- * read as values of format, dinp (+= where accumulate) rounded to it */
+/* dinp = rstd (g - mean_c(g) - n mean_c(g n)), g = w dout, n = (x - mean) rstd; inp
+ * stored in format, dout read as values of it, dinp (+= where accumulate) rounded to it */
 __global__ static void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
-                                                      const float *inp, const float *weight,
+                                                      const void *inp, const float *weight,
                                                       const float *mean, const float *rstd,
                                                       size_t BT, int C, int format,
                                                       int accumulate)
@@ -60,19 +63,20 @@ __global__ static void layernorm_backward_dinp_kernel(float *dinp, const float *
     int lane = threadIdx.x % 32;
     if (r >= BT)
         return;
-    const float *x = inp + r * C, *d = dout + r * C;
+    const float *d = dout + r * C;
     float *di = dinp + r * C;
+    size_t x0 = r * C;
     float m = mean[r], rs = rstd[r];
     float sg = 0.0f, sgn = 0.0f;
     for (int c = lane; c < C; c += 32) {
         float g = weight[c] * tr_round_lowp(d[c], format);
         sg += g;
-        sgn += g * (x[c] - m) * rs;
+        sgn += g * (tr_stored_load(inp, x0 + c, format) - m) * rs;
     }
     sg = tr_warp_sum(sg) / (float)C;
     sgn = tr_warp_sum(sgn) / (float)C;
     for (int c = lane; c < C; c += 32) {
-        float n = (x[c] - m) * rs;
+        float n = (tr_stored_load(inp, x0 + c, format) - m) * rs;
         float v = rs * (weight[c] * tr_round_lowp(d[c], format) - sg - n * sgn);
         /* __fadd_rn: never contracted into an FMA with v's product, as the CPU adds */
         di[c] = tr_round_lowp(accumulate ? __fadd_rn(di[c], v) : v, format);
@@ -88,7 +92,7 @@ __global__ static void layernorm_backward_dinp_kernel(float *dinp, const float *
 
 __global__ static void layernorm_backward_params_partial_kernel(float *partial,
                                                                 const float *dout,
-                                                                const float *inp,
+                                                                const void *inp,
                                                                 const float *mean,
                                                                 const float *rstd, size_t BT,
                                                                 int C, int RB, int format)
@@ -101,7 +105,7 @@ __global__ static void layernorm_backward_params_partial_kernel(float *partial,
     if (c < C)
         for (size_t r = r0 + threadIdx.y; r < r1; r += LN_LANES) {
             float d = tr_round_lowp(dout[r * C + c], format);
-            aw += d * ((inp[r * C + c] - mean[r]) * rstd[r]);
+            aw += d * ((tr_stored_load(inp, r * C + c, format) - mean[r]) * rstd[r]);
             ab += d;
         }
     pw[threadIdx.y][threadIdx.x] = aw;
@@ -151,7 +155,7 @@ static inline int ln_fused_kpl(int C)
 
 template <int KPL>
 __global__ static void layernorm_backward_fused_kernel(float *dinp, float *partial,
-                                                       const float *dout, const float *inp,
+                                                       const float *dout, const void *inp,
                                                        const float *weight, const float *mean,
                                                        const float *rstd, size_t BT, int C,
                                                        int RB, int format, int accumulate)
@@ -165,8 +169,9 @@ __global__ static void layernorm_backward_fused_kernel(float *dinp, float *parti
     for (int k = 0; k < KPL; k++)
         aw[k] = ab[k] = 0.0f;
     for (size_t r = r0 + warp; r < r1; r += LN_ROWS_PER_BLOCK) {
-        const float *x = inp + r * C, *d = dout + r * C;
+        const float *d = dout + r * C;
         float *di = dinp + r * C;
+        size_t x0 = r * C;
         float m = mean[r], rs = rstd[r];
         float sg = 0.0f, sgn = 0.0f;
 #pragma unroll
@@ -175,7 +180,7 @@ __global__ static void layernorm_backward_fused_kernel(float *dinp, float *parti
             if (c < C) {
                 float g = weight[c] * tr_round_lowp(d[c], format);
                 sg += g;
-                sgn += g * (x[c] - m) * rs;
+                sgn += g * (tr_stored_load(inp, x0 + c, format) - m) * rs;
             }
         }
         sg = tr_warp_sum(sg) / (float)C;
@@ -184,7 +189,8 @@ __global__ static void layernorm_backward_fused_kernel(float *dinp, float *parti
         for (int k = 0; k < KPL; k++) {
             int c = lane + 32 * k;
             if (c < C) {
-                float dv = tr_round_lowp(d[c], format), n = (x[c] - m) * rs;
+                float dv = tr_round_lowp(d[c], format);
+                float n = (tr_stored_load(inp, x0 + c, format) - m) * rs;
                 float v = rs * (weight[c] * dv - sg - n * sgn);
                 di[c] = tr_round_lowp(accumulate ? __fadd_rn(di[c], v) : v, format);
                 aw[k] += dv * n; /* as the two-kernel form: d * ((x - mean) * rstd) */
@@ -356,23 +362,27 @@ __device__ static inline float residual_1(float a, float b, int format)
     return tr_round_lowp(tr_round_lowp(a, format) + tr_round_lowp(b, format), format);
 }
 
-__global__ static void residual_kernel(float *out, const float *a, const float *b, size_t n,
+/* out = a + b: the residual stream, out and a stored in format, b (a product's fp32
+ * output) read as values of it. out may alias a (or b at fp32): each element is read
+ * before it is written, by one thread. vec: every pointer 16-byte aligned. */
+__global__ static void residual_kernel(void *out, const void *a, const float *b, size_t n,
                                        int format, int vec)
 {
     TR_GRID_STRIDE(g, (n + 3) / 4)
     {
         size_t i = 4 * g;
         if (vec && i + 4 <= n) {
-            float4 x = *reinterpret_cast<const float4 *>(a + i);
+            float4 x = load4_stored(a, i, format);
             float4 y = *reinterpret_cast<const float4 *>(b + i), r;
             r.x = residual_1(x.x, y.x, format);
             r.y = residual_1(x.y, y.y, format);
             r.z = residual_1(x.z, y.z, format);
             r.w = residual_1(x.w, y.w, format);
-            *reinterpret_cast<float4 *>(out + i) = r;
+            store4_stored(out, i, r, format);
         } else {
             for (size_t j = i; j < i + 4 && j < n; j++)
-                out[j] = residual_1(a[j], b[j], format);
+                tr_stored_store(out, j, residual_1(tr_stored_load(a, j, format), b[j], format),
+                                format);
         }
     }
 }

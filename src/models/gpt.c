@@ -48,11 +48,11 @@ typedef struct block_acts {
     void *qkv;                        /* [B,T,3Cl]: this rank's heads of q, k, v, as ln1 */
     void *atty;                       /* [B,T,Cl] attention output before c_proj, as ln1 */
     float *att;                       /* [B,NHl,T,T] probabilities */
-    float *res2;                      /* [B,T,C] stream after the attention half */
+    void *res2;                       /* [B,T,C] stream after the attention half, as ln1 */
     void *ln2;                        /* as ln1 */
     float *ln2_mean, *ln2_rstd;
     void *fch, *fch_gelu;  /* [B,T,Fl], stored in stored_format (transformer_kernels.h) */
-    float *res3;           /* [B,T,C] stream after the block */
+    void *res3;            /* [B,T,C] stream after the block, as ln1 */
 } block_acts;
 
 typedef struct gpt {
@@ -69,7 +69,8 @@ typedef struct gpt {
     int wte, wpe, lnf, head_wte, block0; /* layer indices, -1 where absent */
     block_acts *blk;   /* [nl * slots]; with recompute only res3 is kept */
     block_acts work;   /* recompute: one block's activations, rebuilt in backward */
-    float **encoded;   /* [slots] of [B,T,C]: the stream into the stage's first block */
+    void **encoded;    /* [slots] of [B,T,C]: the stream into the stage's first block,
+                        * stored in stored_format */
     void **lnf_out;    /* [slots] of [B,T,C] stored in stored_format */
     float **lnf_mean, **lnf_rstd;
     float **logits;    /* [slots] of [B,T,Vl] */
@@ -348,19 +349,19 @@ static void block_buffers(const tr_model *m, block_acts *b, size_t BT, size_t at
 {
     const gpt *g = G(m);
     size_t C = (size_t)g->cfg.C;
-    b->res3 = buf(m, alloc, BT * C, a, "activations");
-    if (only_res3)
-        return;
     /* the activations stored in the format's width (transformer_kernels.h), in floats'
      * worth, rounded up */
     size_t es = tr_stored_bytes(m->precision), lnc = (BT * C * es + 3) / sizeof(float);
+    b->res3 = buf(m, alloc, lnc, a, "activations");
+    if (only_res3)
+        return;
     b->ln1 = buf(m, alloc, lnc, a, "activations");
     b->ln1_mean = buf(m, alloc, BT, a, "activations");
     b->ln1_rstd = buf(m, alloc, BT, a, "activations");
     b->qkv = buf(m, alloc, (BT * 3 * (size_t)g->Cl * es + 3) / sizeof(float), a, "activations");
     b->atty = buf(m, alloc, (BT * (size_t)g->Cl * es + 3) / sizeof(float), a, "activations");
     b->att = buf(m, alloc, att, a, "attention state");
-    b->res2 = buf(m, alloc, BT * C, a, "activations");
+    b->res2 = buf(m, alloc, lnc, a, "activations");
     b->ln2 = buf(m, alloc, lnc, a, "activations");
     b->ln2_mean = buf(m, alloc, BT, a, "activations");
     b->ln2_rstd = buf(m, alloc, BT, a, "activations");
@@ -378,6 +379,7 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
      * GPU's log-sum-exps */
     size_t att = m->dev->k->attention_state_floats(max_batch, c->T, g->NHl);
     size_t *a = &mem->activations, *s = &mem->scratch;
+    size_t stream = (BT * C * tr_stored_bytes(m->precision) + 3) / sizeof(float);
     int S = g->slots;
     if (alloc)
         g->dev = m->dev;
@@ -387,11 +389,10 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
     if (g->recompute) /* one block's worth, rebuilt for each block in backward */
         block_buffers(m, &g->work, BT, att, alloc, 0, s);
     for (int i = 0; i < S; i++) {
-        g->encoded[i] = buf(m, alloc, BT * C, a, "activations");
+        g->encoded[i] = buf(m, alloc, stream, a, "activations");
         if (!g->last)
             continue;
-        g->lnf_out[i] = buf(m, alloc, (BT * C * tr_stored_bytes(m->precision) + 3) / sizeof(float),
-                            a, "activations");
+        g->lnf_out[i] = buf(m, alloc, stream, a, "activations");
         g->lnf_mean[i] = buf(m, alloc, BT, a, "activations");
         g->lnf_rstd[i] = buf(m, alloc, BT, a, "activations");
         g->logits[i] = buf(m, alloc, BT * (size_t)g->Vl, a, "logits");
@@ -456,7 +457,7 @@ static void tp_sum(const gpt *g, float *x, size_t n)
 /* ---- forward ------------------------------------------------------------------- */
 
 /* Local block i on x_in [B,T,C] into a (a->res3 is its output). */
-static void block_forward(tr_model *m, int i, const block_acts *b, const float *x, int B, int T)
+static void block_forward(tr_model *m, int i, const block_acts *b, const void *x, int B, int T)
 {
     gpt *g = G(m);
     const tr_kernels *k = m->k;
@@ -468,9 +469,10 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const float *
     /* the row-parallel biases are added once, by tp rank 0, before the sum */
     int bias_here = g->tp_rank == 0;
     /* mixed precision: every stored output is of the storage format (the layernorm
-     * statistics stay fp32): rounded by the kernel that stores it where it takes a
-     * format; a product's output (proj_out) by every kernel that reads it
-     * ("read as values of format", transformer_kernels.h); else by tr_model_round */
+     * statistics stay fp32): rounded by the kernel that stores it; a product's output
+     * (proj_out) by every kernel that reads it ("read as values of format",
+     * transformer_kernels.h). The residual stream (x, res2, res3) is stored in the
+     * format's width, as the layernorms' outputs are. */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, ln1[0].value, ln1[1].value, B, T,
                          C, m->precision);
     /* ln_1's and ln_2's outputs, qkv, attention's and the MLP's activations are stored
@@ -502,7 +504,7 @@ static block_acts acts_for(const gpt *g, int i, int s)
     return b;
 }
 
-static const float *block_input(const gpt *g, int i, int s)
+static const void *block_input(const gpt *g, int i, int s)
 {
     return i ? g->blk[(i - 1) * g->slots + s].res3 : g->encoded[s];
 }
@@ -526,17 +528,18 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
     check_slot(m, slot, B, T);
     if (g->first) { /* its tokens stay where backward finds them */
         tok = tr_model_upload(m, g->tok[slot], tok, (size_t)BT * sizeof *tok);
+        /* the fp32 sum in proj_out (free until the first block), stored into the stream */
         if (g->tp == 1) {
-            k->embedding_forward(g->encoded[slot], tok, P(m, g->wte, 0)->value,
+            k->embedding_forward(g->proj_out, tok, P(m, g->wte, 0)->value,
                                  P(m, g->wpe, 0)->value, B, T, C, g->cfg.V);
         } else {
             /* each rank looks up the tokens it holds; wpe is added once */
-            k->embedding_shard_forward(g->encoded[slot], tok, P(m, g->wte, 0)->value,
+            k->embedding_shard_forward(g->proj_out, tok, P(m, g->wte, 0)->value,
                                        g->tp_rank == 0 ? P(m, g->wpe, 0)->value : NULL, B, T,
                                        C, g->v0, g->Vl);
-            tp_sum(g, g->encoded[slot], (size_t)BT * C);
+            tp_sum(g, g->proj_out, (size_t)BT * C);
         }
-        tr_model_round(m, g->encoded[slot], (size_t)BT * C);
+        k->narrow_stored(g->encoded[slot], g->proj_out, (size_t)BT * C, m->precision);
     }
     for (int i = 0; i < g->nl; i++) {
         block_acts b = acts_for(g, i, slot);
@@ -544,7 +547,7 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
     }
     if (!g->last)
         return;
-    const float *x = g->nl ? g->blk[(g->nl - 1) * g->slots + slot].res3 : g->encoded[slot];
+    const void *x = g->nl ? g->blk[(g->nl - 1) * g->slots + slot].res3 : g->encoded[slot];
     const tr_param *lnf = m->layers[g->lnf].params;
     k->layernorm_forward(g->lnf_out[slot], g->lnf_mean[slot], g->lnf_rstd[slot], x, lnf[0].value,
                          lnf[1].value, B, T, C, m->precision);
@@ -633,7 +636,7 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
     const tr_layer *lay = &m->layers[blk_layer(g, i, 0)];
     const tr_param *ln1 = lay[LN1].params, *qkv = lay[QKV].params, *proj = lay[PROJ].params;
     const tr_param *ln2 = lay[LN2].params, *fc = lay[FC].params, *fcp = lay[FCPROJ].params;
-    const float *x_in = block_input(g, i, s);
+    const void *x_in = block_input(g, i, s);
     block_acts b;
     if (g->recompute) { /* rebuild the block's activations from its input */
         b = g->work;
@@ -687,7 +690,7 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
                                 wte->value, C, m->precision);
         tp_sum(g, g->dln, (size_t)BT * C);
         const tr_param *lnf = m->layers[g->lnf].params;
-        const float *x_last =
+        const void *x_last =
             g->nl ? g->blk[(g->nl - 1) * g->slots + slot].res3 : g->encoded[slot];
         k->layernorm_backward(g->dres, lnf[0].grad, lnf[1].grad, g->dln, x_last, lnf[0].value,
                               g->lnf_mean[slot], g->lnf_rstd[slot], B, T, C, m->precision, 0);
@@ -718,8 +721,8 @@ static void gpt_backward(tr_model *m, const void *xv, const int32_t *y, int B, f
     tr_gpt_stage_backward(m, 0, xv, y, B, loss_scale, ready, ctx);
 }
 
-float *tr_gpt_stage_input(tr_model *m, int slot) { return G(m)->encoded[slot]; }
-float *tr_gpt_stage_output(tr_model *m, int slot)
+void *tr_gpt_stage_input(tr_model *m, int slot) { return G(m)->encoded[slot]; }
+void *tr_gpt_stage_output(tr_model *m, int slot)
 {
     gpt *g = G(m);
     return g->blk[(g->nl - 1) * g->slots + slot].res3;
@@ -799,7 +802,7 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
     tr_gpt_stage_blocks(&g->cfg, lo->pp, lo->pp_rank, &g->l0, &g->nl);
     g->blk = calloc((size_t)g->nl * g->slots + 1, sizeof *g->blk);
     size_t S = (size_t)g->slots;
-    g->encoded = calloc(S, sizeof(float *));
+    g->encoded = calloc(S, sizeof(void *));
     g->lnf_out = calloc(S, sizeof(void *));
     g->lnf_mean = calloc(S, sizeof(float *));
     g->lnf_rstd = calloc(S, sizeof(float *));

@@ -42,9 +42,11 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
 double tr_gpt_stage_loss(tr_model *m, int slot, const int32_t *y, int B, long *correct);
 void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int32_t *y, int B,
                            float loss_scale, tr_grads_ready_fn ready, void *ctx);
-float *tr_gpt_stage_input(tr_model *m, int slot);  /* [B,T,C] */
-float *tr_gpt_stage_output(tr_model *m, int slot); /* [B,T,C] */
-float *tr_gpt_stage_grad(tr_model *m);             /* [B,T,C] */
+/* the residual stream [B,T,C], stored in the model's precision (lowp_math.h: 16 bits a
+ * value in bf16/fp16-mixed: tr_stored_bytes(m->precision) each); its gradient fp32 */
+void *tr_gpt_stage_input(tr_model *m, int slot);
+void *tr_gpt_stage_output(tr_model *m, int slot);
+float *tr_gpt_stage_grad(tr_model *m); /* [B,T,C] */
 /* Last stage: the logits of row `row` of slot 0 after a forward, this rank's
  * vocabulary shard [v0, v0 + Vl) (*v0, *Vl set), copied to full[v0, v0 + Vl) in host
  * memory. */

@@ -1,5 +1,6 @@
 /* plan.c: trainer --plan's report (plan.h). */
 #include "plan.h"
+#include "backend/lowp_math.h" /* tr_stored_bytes */
 #include "core/sysmem.h"
 #include "models/gpt.h"
 
@@ -61,11 +62,13 @@ static void print_model_parallel_comm(const tr_model *m, const tr_world *w, cons
                 B(e, sizeof e, allreduce_sent(bytes, w->tp)));
     }
     if (w->pp > 1) {
+        /* the activations travel in the precision's width (gpt.h), the gradients fp32 */
+        double act = stream / sizeof(float) * (double)tr_stored_bytes(m->precision);
         fprintf(out, "  pp group (%d stages): per micro-batch %s of activations forward and %s "
                 "of gradients back across each stage boundary; %s sent per step by a middle "
                 "stage\n",
-                w->pp, B(a, sizeof a, stream), B(b, sizeof b, stream),
-                B(e, sizeof e, 2.0 * micro * stream));
+                w->pp, B(a, sizeof a, act), B(b, sizeof b, stream),
+                B(e, sizeof e, micro * (act + stream)));
         double tied = (double)c->Vp / w->tp * c->C * sizeof(float);
         fprintf(out, "  embedding group (first and last stage): all-reduce of the tied wte's "
                 "gradient, %s per step\n", B(a, sizeof a, tied));

@@ -11,6 +11,7 @@
  * no (pp, micro_batches) deadlocks. On GPUs the same holds for NCCL, whose sends
  * and receives wait on the GPU instead of the host: each direction between two
  * stages is a stream of its own there (comm.h: links). */
+#include "backend/lowp_math.h" /* tr_stored_bytes */
 #include "core/error.h"
 #include "models/gpt.h"
 #include "run.h"
@@ -20,9 +21,16 @@
 
 enum { TAG_ACTIVATION = 1, TAG_GRADIENT = 2 };
 
+/* the residual stream's values for B x T tokens, and their type in a message: the
+ * activations are stored in the precision's width (gpt.h), their gradients are fp32 */
 static size_t stream_floats(const run *r, int B, int T)
 {
     return (size_t)B * T * (size_t)tr_gpt_config_of(&r->model)->C;
+}
+
+static tr_dtype stream_type(const run *r)
+{
+    return tr_stored_bytes(r->model.precision) == 2 ? TR_U16 : TR_F32;
 }
 
 void tr_pipeline_step(run *r, const int32_t *x, const int32_t *y, float scale, double *loss_sum,
@@ -33,6 +41,7 @@ void tr_pipeline_step(run *r, const int32_t *x, const int32_t *y, float scale, d
     int first = w->pp_rank == 0, last = w->pp_rank == w->pp - 1;
     int B = (int)r->micro_batch, T = m->targets_per_sample;
     size_t n = stream_floats(r, B, T);
+    tr_dtype st = stream_type(r);
     *loss_sum = 0;
     *correct = 0;
     for (int i = 0; i < r->nops; i++) {
@@ -42,7 +51,7 @@ void tr_pipeline_step(run *r, const int32_t *x, const int32_t *y, float scale, d
         if (!op.backward) {
             tr_wait(&r->fwd_req[s]); /* the slot's previous output has left */
             if (!first)
-                tr_recv(tr_gpt_stage_input(m, s), n, TR_F32, w->pp_rank - 1, TAG_ACTIVATION,
+                tr_recv(tr_gpt_stage_input(m, s), n, st, w->pp_rank - 1, TAG_ACTIVATION,
                         w->pp_group);
             tr_gpt_stage_forward(m, s, xk, B, T);
             if (last) {
@@ -50,7 +59,7 @@ void tr_pipeline_step(run *r, const int32_t *x, const int32_t *y, float scale, d
                 *loss_sum += tr_gpt_stage_loss(m, s, yk, B, &ok);
                 *correct += ok;
             } else {
-                tr_isend(tr_gpt_stage_output(m, s), n, TR_F32, w->pp_rank + 1, TAG_ACTIVATION,
+                tr_isend(tr_gpt_stage_output(m, s), n, st, w->pp_rank + 1, TAG_ACTIVATION,
                          w->pp_group, &r->fwd_req[s]);
             }
             continue;
@@ -75,14 +84,15 @@ double tr_pipeline_forward(run *r, const int32_t *x, const int32_t *y, int B, lo
     const tr_world *w = r->w;
     int T = m->targets_per_sample;
     size_t n = stream_floats(r, B, T);
+    tr_dtype st = stream_type(r);
     if (correct)
         *correct = 0;
     if (w->pp_rank > 0)
-        tr_recv(tr_gpt_stage_input(m, 0), n, TR_F32, w->pp_rank - 1, TAG_ACTIVATION,
+        tr_recv(tr_gpt_stage_input(m, 0), n, st, w->pp_rank - 1, TAG_ACTIVATION,
                 w->pp_group);
     tr_gpt_stage_forward(m, 0, x, B, T);
     if (w->pp_rank < w->pp - 1) {
-        tr_send(tr_gpt_stage_output(m, 0), n, TR_F32, w->pp_rank + 1, TAG_ACTIVATION,
+        tr_send(tr_gpt_stage_output(m, 0), n, st, w->pp_rank + 1, TAG_ACTIVATION,
                 w->pp_group);
         return 0;
     }
@@ -98,16 +108,17 @@ void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total, int t
     int first = w->pp_rank == 0, last = w->pp_rank == w->pp - 1;
     float *full = last ? tr_alloc((size_t)c->Vp * sizeof *full, "sample logits") : NULL;
     size_t *counts = tr_alloc(2 * (size_t)w->tp * sizeof *counts, "sample gather");
+    tr_dtype st = stream_type(r);
     for (int n = n_prompt; n < n_total; n++) {
         int ctx = n < c->T ? n : c->T; /* the newest seq_len tokens */
         size_t nf = stream_floats(r, 1, ctx);
         if (!first)
-            tr_recv(tr_gpt_stage_input(m, 0), nf, TR_F32, w->pp_rank - 1, TAG_ACTIVATION,
+            tr_recv(tr_gpt_stage_input(m, 0), nf, st, w->pp_rank - 1, TAG_ACTIVATION,
                     w->pp_group);
         tr_gpt_stage_forward(m, 0, tok + n - ctx, 1, ctx);
         int32_t next = 0;
         if (!last) {
-            tr_send(tr_gpt_stage_output(m, 0), nf, TR_F32, w->pp_rank + 1, TAG_ACTIVATION,
+            tr_send(tr_gpt_stage_output(m, 0), nf, st, w->pp_rank + 1, TAG_ACTIVATION,
                     w->pp_group);
         } else { /* the full row of logits from the vocabulary shards */
             int v0, Vl;

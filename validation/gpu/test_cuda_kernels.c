@@ -652,14 +652,17 @@ static void test_layernorm(int nb, int nt, int nc)
     pair mean = pair_zero(nbt), rstd = pair_zero(nbt), dout = pair_rand(nbt * nc, -1, 1);
     pair dinp = pair_rand(nbt * nc, -1, 1), dw = pair_rand(nc, -1, 1);
     pair db = pair_rand(nc, -1, 1);
-    /* bf16: the output stored in 16 bits, within a step of the format */
+    /* bf16: the input (the residual stream) and the output stored in 16 bits, the
+     * output within a step of the format */
+    stored in16 = stored_of(inp.h, nbt * nc, TR_PREC_BF16);
     stored out16 = stored_of(out.h, nbt * nc, TR_PREC_BF16);
-    tr_cpu_layernorm_forward(out16.h, mean.h, rstd.h, inp.h, w.h, bias.h, nb, nt, nc,
+    tr_cpu_layernorm_forward(out16.h, mean.h, rstd.h, in16.h, w.h, bias.h, nb, nt, nc,
                              TR_PREC_BF16);
-    gpu->layernorm_forward(out16.d, mean.d, rstd.d, inp.d, w.d, bias.d, nb, nt, nc,
+    gpu->layernorm_forward(out16.d, mean.d, rstd.d, in16.d, w.d, bias.d, nb, nt, nc,
                            TR_PREC_BF16);
     compare_stored("layernorm_forward out (bf16, stored)", &out16, TOL_BF16_STORE);
     stored_free(&out16);
+    stored_free(&in16);
     tr_cpu_layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, bias.h, nb, nt, nc, TR_PREC_FP32);
     gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, bias.d, nb, nt, nc, TR_PREC_FP32);
     compare("layernorm_forward out", &out, TOL_ELEM);
@@ -675,15 +678,18 @@ static void test_layernorm(int nb, int nt, int nc)
     compare("layernorm_backward dinp", &dinp, TOL_ELEM);
     compare("layernorm_backward dweight (+=)", &dw, TOL_ELEM);
     compare("layernorm_backward dbias (+=)", &db, TOL_ELEM);
-    /* the model's bf16 form: dout (not rounded here) read as bf16 values, dinp the
-     * residual stream's gradient (bf16 values), added into and rounded */
+    /* the model's 16-bit forms: the input stored in the format, dout (not rounded here)
+     * read as its values, dinp the residual stream's gradient (values of the format),
+     * added into and rounded */
     for (int f = TR_PREC_BF16; f <= TR_PREC_FP16; f++) {
+        stored ins = stored_of(inp.h, nbt * nc, f);
         tr_cpu_round_lowp(dinp.h, dinp.n, f);
         tr_cuda_upload(dinp.d, dinp.h, dinp.n * sizeof(float));
-        tr_cpu_layernorm_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, mean.h, rstd.h, nb, nt,
-                                  nc, f, 1);
-        gpu->layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, mean.d, rstd.d, nb, nt,
+        tr_cpu_layernorm_backward(dinp.h, dw.h, db.h, dout.h, ins.h, w.h, mean.h, rstd.h, nb,
+                                  nt, nc, f, 1);
+        gpu->layernorm_backward(dinp.d, dw.d, db.d, dout.d, ins.d, w.d, mean.d, rstd.d, nb, nt,
                                 nc, f, 1);
+        stored_free(&ins);
         compare_format("layernorm_backward dinp (+=)", &dinp, f);
         compare("layernorm_backward dweight, dout rounded", &dw, TOL_ELEM);
         compare("layernorm_backward dbias, dout rounded", &db, TOL_ELEM);
@@ -710,9 +716,23 @@ static void test_elementwise(void)
         gpu->gelu_backward(dinp.d, pre.d, dout.d, n, f);
         compare_format("gelu_backward dinp", &dinp, f);
         stored_free(&pre);
-        tr_cpu_residual_forward(out.h, inp.h, other.h, n, f);
-        gpu->residual_forward(out.d, inp.d, other.d, n, f);
-        compare_format("residual_forward out", &out, f);
+        /* the stream (a, out) stored in the format, other a product's fp32 output: the
+         * same arithmetic on both sides, so the same bits; then in place on the stream */
+        stored a = stored_of(inp.h, n, f), o = stored_of(dout.h, n, f);
+        tr_cpu_residual_forward(o.h, a.h, other.h, n, f);
+        gpu->residual_forward(o.d, a.d, other.d, n, f);
+        compare_stored("residual_forward out (stored)", &o, 0.0);
+        tr_cpu_residual_forward(a.h, a.h, other.h, n, f);
+        gpu->residual_forward(a.d, a.d, other.d, n, f);
+        compare_stored("residual_forward out (stored, in place)", &a, 0.0);
+        stored_free(&a);
+        stored_free(&o);
+        /* the embeddings' fp32 sum stored into the stream */
+        stored e = stored_of(dout.h, n, f);
+        tr_cpu_narrow_stored(e.h, other.h, n, f);
+        gpu->narrow_stored(e.d, other.d, n, f);
+        compare_stored("narrow_stored", &e, 0.0);
+        stored_free(&e);
     }
     tr_cpu_gelu_backward(dout.h, inp.h, dout.h, n, TR_PREC_FP32); /* in place */
     gpu->gelu_backward(dout.d, inp.d, dout.d, n, TR_PREC_FP32);

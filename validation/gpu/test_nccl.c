@@ -65,7 +65,7 @@ static void busy_compute_stream(void)
 
 /* ---- values ---------------------------------------------------------------------- */
 
-static size_t esize(tr_dtype t) { return (t == TR_F32 || t == TR_I32) ? 4 : 8; }
+static size_t esize(tr_dtype t) { return tr_dtype_size(t); }
 
 /* element i of rank r's data: an integer in [-30, 30] */
 static long value(int r, size_t i, int salt)
@@ -80,6 +80,7 @@ static void put(void *p, tr_dtype t, size_t i, long v)
     case TR_F64: ((double *)p)[i] = (double)v; break;
     case TR_I32: ((int32_t *)p)[i] = (int32_t)v; break;
     case TR_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case TR_U16: ((uint16_t *)p)[i] = tr_f32_to_bf16((float)v); break; /* moved only */
     }
 }
 
@@ -139,7 +140,11 @@ static void host_scale(twin *b, size_t n, float a)
 
 static const char *type_name(tr_dtype t)
 {
-    return t == TR_F32 ? "f32" : t == TR_F64 ? "f64" : t == TR_I32 ? "i32" : "i64";
+    return t == TR_F32   ? "f32"
+           : t == TR_F64 ? "f64"
+           : t == TR_I32 ? "i32"
+           : t == TR_U16 ? "u16"
+                         : "i64";
 }
 
 static void test_allreduce(tr_group *g, const char *gname, tr_dtype t, tr_redop op, size_t n,
@@ -538,6 +543,7 @@ static void test_group(tr_group *g, const char *gname)
     test_allgatherv(g, gname, 1);
     test_bcast(g, gname, TR_F32, 0);
     test_bcast(g, gname, TR_I64, tr_group_size(g) - 1);
+    test_bcast(g, gname, TR_U16, 0); /* the pipeline's 16-bit activations */
     if (tr_group_size(g) > 1) {
         test_p2p(g, gname, 0);
         test_p2p(g, gname, 1);

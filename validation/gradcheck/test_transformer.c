@@ -701,29 +701,40 @@ static void test_fused_rounding(void)
     for (int f = TR_PREC_BF16; f <= TR_PREC_FP16; f++) {
         float *xr = rounded_copy(x, n, f), *yr = rounded_copy(y, n, f);
         float *qkvr = rounded_copy(qkv, n3, f), *lgr = rounded_copy(logits, nv, f);
-        /* the output stored in the format: its 16-bit values, widened, are round_lowp's */
-        tr_cpu_layernorm_forward(tmp, mean, rstd, x, w, bias, B, T, C, f);
+        /* the input, the residual stream, stored in the format, and the output too: its
+         * 16-bit values, widened, are round_lowp's of the fp32 call on x's values */
+        void *xs = stored_copy(x, n, f);
+        tr_cpu_layernorm_forward(tmp, mean, rstd, xs, w, bias, B, T, C, f);
         for (size_t i = 0; i < n; i++)
             o1[i] = tr_stored_load(tmp, i, f);
-        tr_cpu_layernorm_forward(o2, mean, rstd, x, w, bias, B, T, C, TR_PREC_FP32);
+        tr_cpu_layernorm_forward(o2, mean, rstd, xr, w, bias, B, T, C, TR_PREC_FP32);
         check_fused("layernorm_forward (stored)", f, o1, o2, n);
         /* backward, dout = y read as values of f, dinp overwritten and accumulated */
         memset(g1, 0, 2 * C * sizeof *g1);
         memset(g2, 0, 2 * C * sizeof *g2);
-        tr_cpu_layernorm_backward(o1, g1, g1 + C, y, x, w, mean, rstd, B, T, C, f, 0);
-        tr_cpu_layernorm_backward(o2, g2, g2 + C, yr, x, w, mean, rstd, B, T, C, TR_PREC_FP32,
+        tr_cpu_layernorm_backward(o1, g1, g1 + C, y, xs, w, mean, rstd, B, T, C, f, 0);
+        tr_cpu_layernorm_backward(o2, g2, g2 + C, yr, xr, w, mean, rstd, B, T, C, TR_PREC_FP32,
                                   0);
         check_fused("layernorm_backward", f, o1, o2, n);
         check_same("layernorm_backward dweight, dbias", f, g1, g2, 2 * C * sizeof *g1);
         memcpy(o1, xr, n * sizeof *o1); /* a residual stream's gradient, of the format */
-        tr_cpu_layernorm_backward(o1, g1, g1 + C, y, x, w, mean, rstd, B, T, C, f, 1);
-        tr_cpu_layernorm_backward(tmp, g2, g2 + C, yr, x, w, mean, rstd, B, T, C,
+        tr_cpu_layernorm_backward(o1, g1, g1 + C, y, xs, w, mean, rstd, B, T, C, f, 1);
+        tr_cpu_layernorm_backward(tmp, g2, g2 + C, yr, xr, w, mean, rstd, B, T, C,
                                   TR_PREC_FP32, 0);
         tr_cpu_residual_forward(o2, xr, tmp, n, TR_PREC_FP32);
         check_fused("layernorm_backward accumulating", f, o1, o2, n);
-        tr_cpu_residual_forward(o1, x, y, n, f);
+        /* the stream stored in the format, y (a product's output) read as values of it;
+         * in place on the stream, as the model calls it */
+        tr_cpu_residual_forward(xs, xs, y, n, f);
+        float *xw = widened(xs, n, f);
         tr_cpu_residual_forward(o2, xr, yr, n, TR_PREC_FP32);
-        check_fused("residual_forward", f, o1, o2, n);
+        check_fused("residual_forward (stored, in place)", f, xw, o2, n);
+        tr_free(xw);
+        /* the embeddings' fp32 sum into the stream */
+        tr_cpu_narrow_stored(xs, y, n, f);
+        xw = widened(xs, n, f);
+        check_same("narrow_stored", f, xw, yr, n * sizeof *xw);
+        tr_free(xw), tr_free(xs);
         /* out from unrounded probabilities, which are stored rounded: the fp32 call
          * leaves them unrounded, so backward gets the fused call's state on both sides */
         tr_cpu_attention_forward(o2, att, qkvr, B, T, C, NH, TR_PREC_FP32);

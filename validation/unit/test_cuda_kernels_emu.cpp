@@ -305,14 +305,17 @@ static void test_layernorm(int BT, int C, int format, int accumulate)
            BT, C);
     vec inp = rand_vec((size_t)BT * C, -2.0f, 3.0f), w = rand_vec(C, 0.5f, 1.5f);
     vec b = rand_vec(C, -0.5f, 0.5f), dout = rand_vec((size_t)BT * C, -1.0f, 1.0f);
-    for (float &x : inp) /* a stored activation: a value of the format */
-        x = tr_round_lowp(x, format);
-    /* the output is stored in the format (16-bit values in bf16/fp16): compared widened */
-    vec out16((size_t)BT * C), cpu_out16((size_t)BT * C); /* room for either width */
+    /* the input, the residual stream, is stored in the format (16-bit values in
+     * bf16/fp16), and so is the output: compared widened */
+    vec inp_stored((size_t)BT * C); /* room for either width */
+    for (size_t i = 0; i < inp.size(); i++)
+        tr_stored_store(inp_stored.data(), i, inp[i], format);
+    vec out16((size_t)BT * C), cpu_out16((size_t)BT * C);
     vec out((size_t)BT * C), mean(BT), rstd(BT), cpu_out((size_t)BT * C), cpu_mean(BT),
         cpu_rstd(BT);
     float *o = out16.data(), *m = mean.data(), *rs = rstd.data();
-    const float *x = inp.data(), *wp = w.data(), *bp = b.data();
+    const void *x = inp_stored.data();
+    const float *wp = w.data(), *bp = b.data();
     unsigned blocks = (unsigned)((BT + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
     emu::launch(dim3(blocks), dim3(TR_CUDA_BLOCK), 0, [&] {
         layernorm_forward_kernel(o, m, rs, x, wp, bp, (size_t)BT, C, format);
@@ -440,15 +443,28 @@ static void test_elementwise(size_t n, int format, int off)
                     [&] { gelu_backward_kernel(dp, as, dp, n, format, format, v4); });
         same_bits("gelu_backward in place on a 16-bit gradient", d16, w16);
     }
-    std::fill(got.begin(), got.end(), NAN);
-    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { residual_kernel(g, ap, bp, n, format, v4); });
-    tr_cpu_residual_forward(want.data() + off, ap, bp, n, format);
-    same_bits("residual", got, want);
+    /* the residual add: the stream (a, and out) stored in the format, b a product's fp32
+     * output; into a buffer of its own, then in place on the stream as the model calls
+     * it, against the CPU's bits */
+    size_t es = tr_stored_bytes(format);
+    std::vector<unsigned char> s1((n + 8) * 4, 0xff), s2((n + 8) * 4, 0xff), cpu((n + 8) * 4);
+    unsigned char *o1 = s1.data() + off * 4 * es, *o2 = s2.data() + off * 4 * es;
+    unsigned char *oc = cpu.data() + off * 4 * es;
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { residual_kernel(o1, as, bp, n, format, v4); });
+    std::memcpy(o2, as, n * es);
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { residual_kernel(o2, o2, bp, n, format, v4); });
+    tr_cpu_residual_forward(oc, as, bp, n, format);
+    same_bits("residual (stored stream)", std::vector<unsigned char>(o1, o1 + n * es),
+              std::vector<unsigned char>(oc, oc + n * es));
+    same_bits("residual (in place)", std::vector<unsigned char>(o2, o2 + n * es),
+              std::vector<unsigned char>(oc, oc + n * es));
+    CHECK(s1[(size_t)(o1 - s1.data()) + n * es] == 0xff, "residual: wrote past n");
 }
 
 /* c_fc's fp32 product to the MLP's stored hidden activations (pre rounded, GELU of
- * it), GELU of a stored pre, a stored tensor widened back, and an fp32 one stored, against the arithmetic of the CPU's
- * linear_gelu_forward after its product (tr_round_lowp, then tr_gelu, each stored) */
+ * it), GELU of a stored pre, a stored tensor widened back, and an fp32 one stored,
+ * against the arithmetic of the CPU's linear_gelu_forward after its product
+ * (tr_round_lowp, then tr_gelu, each stored) */
 static void test_gelu_store(size_t n, int format)
 {
     printf("GELU store and widen (%s): n %zu\n", fmt_name(format), n);
