@@ -65,8 +65,8 @@ void tr_cpu_softmax_xent_backward(float *dlogits, const float *probs, const int 
                                   float scale, int B, int V);
 void tr_cpu_scale(float *x, size_t n, float a);
 void tr_cpu_round_lowp(float *x, size_t n, int format);
-void tr_cpu_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n,
-                        int format);
+void tr_cpu_rows_argmax(int *idx, float *val, const void *x, size_t rows, int ld, int n,
+                        int format, int lfmt);
 
 /* cpu_conv.c */
 /* How a convolution runs; exposed so tests can force each path. */

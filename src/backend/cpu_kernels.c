@@ -405,16 +405,16 @@ void tr_cpu_round_lowp(float *x, size_t n, int format)
         x[i] = tr_round_lowp(x[i], format);
 }
 
-void tr_cpu_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n,
-                        int format)
+void tr_cpu_rows_argmax(int *idx, float *val, const void *x, size_t rows, int ld, int n,
+                        int format, int lfmt)
 {
 #pragma omp parallel for schedule(static) if (rows * (size_t)n > PAR_MIN_ELEMS)
     for (size_t r = 0; r < rows; r++) {
-        const float *p = x + r * (size_t)ld;
+        size_t p = r * (size_t)ld;
         int best = 0;
-        float bv = n ? tr_round_lowp(p[0], format) : -INFINITY;
+        float bv = n ? tr_stored_load_as(x, p, lfmt, format) : -INFINITY;
         for (int j = 1; j < n; j++) {
-            float v = tr_round_lowp(p[j], format);
+            float v = tr_stored_load_as(x, p + j, lfmt, format);
             if (v > bv) {
                 best = j;
                 bv = v;
@@ -463,6 +463,8 @@ const tr_kernels tr_cpu_kernels = {
     .attention_state_floats = tr_cpu_attention_state_floats,
     .attention_forward = tr_cpu_attention_forward,
     .attention_backward = tr_cpu_attention_backward,
+    .logits_format = tr_cpu_logits_format,
+    .lm_head_forward = tr_cpu_lm_head_forward,
     .xent_padded_forward = tr_cpu_xent_padded_forward,
     .xent_padded_backward = tr_cpu_xent_padded_backward,
     .embedding_shard_forward = tr_cpu_embedding_shard_forward,

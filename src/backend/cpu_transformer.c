@@ -16,6 +16,7 @@
 #include "backend/lowp_math.h" /* tr_round_lowp_span */
 #include "core/error.h"
 
+#include <limits.h>
 #include <math.h>
 
 /* Elements below which a loop runs serially: about 10 us of simple work. */
@@ -260,16 +261,38 @@ void tr_cpu_narrow_stored(void *out, const float *inp, size_t n, int format)
         tr_stored_store(out, i, inp[i], format);
 }
 
+/* ---- a language model's logits --------------------------------------------------- */
+
+/* fp32: the product as linear_forward_stored leaves it, rounded where it is read (a
+ * 16-bit copy would save memory here, not time: the CPU's math is fp32) */
+int tr_cpu_logits_format(int format, int C, int Vl)
+{
+    (void)format, (void)C, (void)Vl;
+    return TR_PREC_FP32;
+}
+
+void tr_cpu_lm_head_forward(void *logits, const void *inp, const float *w, size_t BT, int C,
+                            int Vl, int format, int lfmt, float *scratch)
+{
+    if (lfmt != TR_PREC_FP32)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: lm_head_forward: the CPU keeps fp32 logits, not "
+                 "format %d", lfmt);
+    if (BT > (size_t)INT_MAX)
+        tr_fatal(TR_EXIT_SOFTWARE, "lm_head_forward: %zu rows", BT);
+    tr_cpu_linear_forward_stored(logits, inp, w, NULL, (int)BT, C, Vl, format, scratch);
+}
+
 /* ---- softmax cross-entropy over a padded vocabulary ----------------------------- */
 
-double tr_cpu_xent_padded_forward(float *stats, float *losses, const float *logits,
-                                  const int *targets, int B, int T, int V, int Vp, int format)
+double tr_cpu_xent_padded_forward(float *stats, float *losses, const void *logits,
+                                  const int *targets, int B, int T, int V, int Vp, int format,
+                                  int lfmt)
 {
     size_t BT = (size_t)B * T;
     if (V < 1 || V > Vp)
         tr_fatal(TR_EXIT_SOFTWARE, "xent_padded_forward: V = %d not in [1, Vp = %d]", V, Vp);
     check_tokens(targets, BT, V, "xent_padded_forward");
-    int lowp = tr_is_lowp(format);
+    int lowp = tr_is_lowp(format) || tr_is_lowp(lfmt);
 #pragma omp parallel if (BT * Vp > PAR_MIN_ELEMS)
     {
         float *e = tr_alloc((size_t)V * sizeof *e, "xent_padded_forward row");
@@ -277,7 +300,7 @@ double tr_cpu_xent_padded_forward(float *stats, float *losses, const float *logi
 #pragma omp for schedule(static)
         for (size_t r = 0; r < BT; r++) {
             /* the logits as values of format */
-            const float *x = tr_lowp_view(row, logits + r * Vp, (size_t)V, format);
+            const float *x = tr_stored_view_as(row, logits, r * Vp, (size_t)V, lfmt, format);
             float mx = x[0];
             for (int j = 1; j < V; j++)
                 mx = x[j] > mx ? x[j] : mx;
@@ -304,11 +327,12 @@ double tr_cpu_xent_padded_forward(float *stats, float *losses, const float *logi
     return total;
 }
 
-void tr_cpu_xent_padded_backward(float *dlogits, const float *logits, const float *stats,
+void tr_cpu_xent_padded_backward(void *dlogits, const void *logits, const float *stats,
                                  const int *targets, float scale, int B, int T, int V, int Vp,
-                                 int format)
+                                 int format, int lfmt)
 {
     size_t BT = (size_t)B * T;
     check_tokens(targets, BT, V, "xent_padded_backward");
-    tr_cpu_xent_shard_backward(dlogits, logits, stats, targets, scale, BT, Vp, 0, V, format);
+    tr_cpu_xent_shard_backward(dlogits, logits, stats, targets, scale, BT, Vp, 0, V, format,
+                               lfmt);
 }

@@ -63,23 +63,33 @@ void tr_cpu_embedding_shard_backward(float *dwte, float *dwpe, const float *dout
 
 /* Both read the logits as values of format (rounding being monotonic, the max of the
  * rounded values is the rounded max). */
-void tr_cpu_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
-                           int format)
+void tr_cpu_xent_shard_max(float *rowmax, const void *logits, size_t BT, int Vl, int nreal,
+                           int format, int lfmt)
 {
-#pragma omp parallel for schedule(static) if (BT * (size_t)Vl > PAR_MIN_ELEMS)
-    for (size_t r = 0; r < BT; r++) {
-        const float *x = logits + r * Vl;
-        float mx = -INFINITY;
-        for (int j = 0; j < nreal; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        rowmax[r] = tr_round_lowp(mx, format);
+    int wide = !tr_is_lowp(lfmt);
+    size_t n = (size_t)(nreal > 0 ? nreal : 0);
+#pragma omp parallel if (BT * (size_t)Vl > PAR_MIN_ELEMS)
+    {
+        float *row = !wide && n ? tr_alloc(n * sizeof *row, "xent_shard_max row") : NULL;
+#pragma omp for schedule(static)
+        for (size_t r = 0; r < BT; r++) {
+            /* the fp32 logits as they are, their max rounded once */
+            const float *x = wide ? (const float *)logits + r * Vl
+                                  : tr_stored_view(row, logits, r * Vl, n, lfmt);
+            float mx = -INFINITY;
+            for (int j = 0; j < nreal; j++)
+                mx = x[j] > mx ? x[j] : mx;
+            rowmax[r] = tr_round_lowp(mx, format);
+        }
+        tr_free(row);
     }
 }
 
-void tr_cpu_xent_shard_sums(double *sums, const float *logits, const float *rowmax,
-                            const int *targets, size_t BT, int Vl, int v0, int nreal, int format)
+void tr_cpu_xent_shard_sums(double *sums, const void *logits, const float *rowmax,
+                            const int *targets, size_t BT, int Vl, int v0, int nreal, int format,
+                            int lfmt)
 {
-    int lowp = tr_is_lowp(format);
+    int lowp = tr_is_lowp(format) || tr_is_lowp(lfmt);
     size_t n = (size_t)(nreal > 0 ? nreal : 0);
 #pragma omp parallel if (BT * (size_t)Vl > PAR_MIN_ELEMS)
     {
@@ -87,7 +97,7 @@ void tr_cpu_xent_shard_sums(double *sums, const float *logits, const float *rowm
         float *row = lowp && n ? tr_alloc(n * sizeof *row, "xent_shard_sums row") : NULL;
 #pragma omp for schedule(static)
         for (size_t r = 0; r < BT; r++) {
-            const float *x = tr_lowp_view(row, logits + r * Vl, n, format);
+            const float *x = tr_stored_view_as(row, logits, r * Vl, n, lfmt, format);
             float mx = rowmax[r];
             long t = (long)targets[r] - v0;
             sums[2 * r + 1] = t >= 0 && t < nreal ? (double)x[t] - mx : 0.0;
@@ -116,30 +126,37 @@ double tr_cpu_xent_shard_finish(float *stats, float *losses, const double *sums,
     return total;
 }
 
-void tr_cpu_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
+void tr_cpu_xent_linear_backward(float *dinp, float *dw, void *logits, const float *stats,
                                  const int *targets, float scale, size_t BT, int Vl, int v0,
-                                 int nreal, const void *inp, const float *w, int C, int format)
+                                 int nreal, const void *inp, const float *w, int C, int format,
+                                 int lfmt)
 {
-    tr_cpu_xent_shard_backward(logits, logits, stats, targets, scale, BT, Vl, v0, nreal, format);
+    if (lfmt != TR_PREC_FP32)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: xent_linear_backward: the CPU keeps fp32 logits, not "
+                 "format %d", lfmt);
+    tr_cpu_xent_shard_backward(logits, logits, stats, targets, scale, BT, Vl, v0, nreal, format,
+                               lfmt);
     tr_cpu_linear_backward_stored(dinp, dw, NULL, logits, inp, w, (int)BT, C, Vl, format);
 }
 
 /* the softmax recomputed as the forward pass left it: exp(x - max) (1 / sum), the two
  * float operations it took there */
-void tr_cpu_xent_shard_backward(float *dlogits, const float *logits, const float *stats,
+void tr_cpu_xent_shard_backward(void *dlogits, const void *logits, const float *stats,
                                 const int *targets, float scale, size_t BT, int Vl, int v0,
-                                int nreal, int format)
+                                int nreal, int format, int lfmt)
 {
-    int lowp = tr_is_lowp(format);
+    int lowp = tr_is_lowp(format) || tr_is_lowp(lfmt), wide = !tr_is_lowp(lfmt);
     size_t n = (size_t)(nreal > 0 ? nreal : 0);
 #pragma omp parallel if (BT * (size_t)Vl > PAR_MIN_ELEMS)
     {
         float *row = lowp && n ? tr_alloc(n * sizeof *row, "xent backward row") : NULL;
+        /* 16-bit dlogits: the row made in fp32 here, then stored */
+        float *drow = !wide ? tr_alloc((size_t)Vl * sizeof *drow, "xent backward row") : NULL;
 #pragma omp for schedule(static)
         for (size_t r = 0; r < BT; r++) {
             /* x may be d (in place): each x[j] is read before d[j] is written */
-            const float *x = tr_lowp_view(row, logits + r * Vl, n, format);
-            float *d = dlogits + r * Vl;
+            const float *x = tr_stored_view_as(row, logits, r * Vl, n, lfmt, format);
+            float *d = wide ? (float *)dlogits + r * Vl : drow;
             float mx = stats[2 * r], inv = stats[2 * r + 1];
             long t = (long)targets[r] - v0;
             for (int j = 0; j < nreal; j++) {
@@ -149,7 +166,11 @@ void tr_cpu_xent_shard_backward(float *dlogits, const float *logits, const float
             tr_round_lowp_span(d, n, format);
             for (int j = nreal; j < Vl; j++)
                 d[j] = 0.0f;
+            if (!wide)
+                for (int j = 0; j < Vl; j++)
+                    tr_stored_store(dlogits, r * Vl + j, d[j], lfmt);
         }
+        tr_free(drow);
         tr_free(row);
     }
 }

@@ -260,18 +260,33 @@ static void guarded_attention_backward(void *dqkv, float *datt, const void *dout
     tr_guarded_close();
 }
 
-static double guarded_xent_padded_forward(float *stats, float *losses, const float *logits, const int *targets, int B, int T, int V, int Vp, int format)
+static int guarded_logits_format(int format, int C, int Vl)
 {
     tr_guarded_open();
-    double r = tr_cpu_kernels.xent_padded_forward(stats, losses, logits, targets, B, T, V, Vp, format);
+    int r = tr_cpu_kernels.logits_format(format, C, Vl);
     tr_guarded_close();
     return r;
 }
 
-static void guarded_xent_padded_backward(float *dlogits, const float *logits, const float *stats, const int *targets, float scale, int B, int T, int V, int Vp, int format)
+static void guarded_lm_head_forward(void *logits, const void *inp, const float *w, size_t BT, int C, int Vl, int format, int lfmt, float *scratch)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_padded_backward(dlogits, logits, stats, targets, scale, B, T, V, Vp, format);
+    tr_cpu_kernels.lm_head_forward(logits, inp, w, BT, C, Vl, format, lfmt, scratch);
+    tr_guarded_close();
+}
+
+static double guarded_xent_padded_forward(float *stats, float *losses, const void *logits, const int *targets, int B, int T, int V, int Vp, int format, int lfmt)
+{
+    tr_guarded_open();
+    double r = tr_cpu_kernels.xent_padded_forward(stats, losses, logits, targets, B, T, V, Vp, format, lfmt);
+    tr_guarded_close();
+    return r;
+}
+
+static void guarded_xent_padded_backward(void *dlogits, const void *logits, const float *stats, const int *targets, float scale, int B, int T, int V, int Vp, int format, int lfmt)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.xent_padded_backward(dlogits, logits, stats, targets, scale, B, T, V, Vp, format, lfmt);
     tr_guarded_close();
 }
 
@@ -289,17 +304,17 @@ static void guarded_embedding_shard_backward(float *dwte, float *dwpe, const flo
     tr_guarded_close();
 }
 
-static void guarded_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal, int format)
+static void guarded_xent_shard_max(float *rowmax, const void *logits, size_t BT, int Vl, int nreal, int format, int lfmt)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_shard_max(rowmax, logits, BT, Vl, nreal, format);
+    tr_cpu_kernels.xent_shard_max(rowmax, logits, BT, Vl, nreal, format, lfmt);
     tr_guarded_close();
 }
 
-static void guarded_xent_shard_sums(double *sums, const float *logits, const float *rowmax, const int *targets, size_t BT, int Vl, int v0, int nreal, int format)
+static void guarded_xent_shard_sums(double *sums, const void *logits, const float *rowmax, const int *targets, size_t BT, int Vl, int v0, int nreal, int format, int lfmt)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_shard_sums(sums, logits, rowmax, targets, BT, Vl, v0, nreal, format);
+    tr_cpu_kernels.xent_shard_sums(sums, logits, rowmax, targets, BT, Vl, v0, nreal, format, lfmt);
     tr_guarded_close();
 }
 
@@ -311,24 +326,24 @@ static double guarded_xent_shard_finish(float *stats, float *losses, const doubl
     return r;
 }
 
-static void guarded_xent_shard_backward(float *dlogits, const float *logits, const float *stats, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, int format)
+static void guarded_xent_shard_backward(void *dlogits, const void *logits, const float *stats, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, int format, int lfmt)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_shard_backward(dlogits, logits, stats, targets, scale, BT, Vl, v0, nreal, format);
+    tr_cpu_kernels.xent_shard_backward(dlogits, logits, stats, targets, scale, BT, Vl, v0, nreal, format, lfmt);
     tr_guarded_close();
 }
 
-static void guarded_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, const void *inp, const float *w, int C, int format)
+static void guarded_xent_linear_backward(float *dinp, float *dw, void *logits, const float *stats, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, const void *inp, const float *w, int C, int format, int lfmt)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_linear_backward(dinp, dw, logits, stats, targets, scale, BT, Vl, v0, nreal, inp, w, C, format);
+    tr_cpu_kernels.xent_linear_backward(dinp, dw, logits, stats, targets, scale, BT, Vl, v0, nreal, inp, w, C, format, lfmt);
     tr_guarded_close();
 }
 
-static void guarded_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n, int format)
+static void guarded_rows_argmax(int *idx, float *val, const void *x, size_t rows, int ld, int n, int format, int lfmt)
 {
     tr_guarded_open();
-    tr_cpu_kernels.rows_argmax(idx, val, x, rows, ld, n, format);
+    tr_cpu_kernels.rows_argmax(idx, val, x, rows, ld, n, format, lfmt);
     tr_guarded_close();
 }
 
@@ -370,6 +385,8 @@ const tr_kernels tr_guarded_kernels = {
     .attention_state_floats = guarded_attention_state_floats,
     .attention_forward = guarded_attention_forward,
     .attention_backward = guarded_attention_backward,
+    .logits_format = guarded_logits_format,
+    .lm_head_forward = guarded_lm_head_forward,
     .xent_padded_forward = guarded_xent_padded_forward,
     .xent_padded_backward = guarded_xent_padded_backward,
     .embedding_shard_forward = guarded_embedding_shard_forward,

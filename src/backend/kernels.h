@@ -194,46 +194,58 @@ typedef struct tr_kernels {
     void (*attention_backward)(void *dqkv, float *datt, const void *dout, const void *out,
                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format);
+    /* A language model's logits [B*T,Vl] are kept in the form the backend chooses,
+     * logits_format(format, C, Vl): TR_PREC_FP32 (floats holding a product's fp32
+     * sums, read as values of format: the CPU's form) or format itself (stored in its
+     * 16-bit width: a GPU whose products take the head's weight in one 16-bit copy,
+     * half the bytes for every pass over the largest activation). The head's entries
+     * below take the logits in that form, `lfmt`, and read them as values of format. */
+    int (*logits_format)(int format, int C, int Vl);
+    /* logits [BT,Vl] (stored in lfmt) = inp [BT,C] (stored in format) w [Vl,C]^T, no
+     * bias. scratch: BT*C floats, overwritten. */
+    void (*lm_head_forward)(void *logits, const void *inp, const float *w, size_t BT, int C,
+                            int Vl, int format, int lfmt, float *scratch);
     /* The cross-entropy keeps each row's (max, 1 / sum of exps) in stats [B*T,2] and
      * recomputes the softmax from the logits in backward (transformer_kernels.h). */
-    double (*xent_padded_forward)(float *stats, float *losses, const float *logits,
+    double (*xent_padded_forward)(float *stats, float *losses, const void *logits,
                                   const int *targets, int B, int T, int V, int Vp,
-                                  int format);
-    void (*xent_padded_backward)(float *dlogits, const float *logits, const float *stats,
+                                  int format, int lfmt);
+    void (*xent_padded_backward)(void *dlogits, const void *logits, const float *stats,
                                  const int *targets, float scale, int B, int T, int V, int Vp,
-                                 int format);
+                                 int format, int lfmt);
     /* The vocabulary split over tensor-parallel ranks (transformer_kernels.h). */
     void (*embedding_shard_forward)(float *out, const int *tok, const float *wte,
                                     const float *wpe, int B, int T, int C, int v0, int Vl);
     void (*embedding_shard_backward)(float *dwte, float *dwpe, const float *dout,
                                      const int *tok, int B, int T, int C, int v0, int Vl);
-    void (*xent_shard_max)(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
-                           int format);
-    void (*xent_shard_sums)(double *sums, const float *logits, const float *rowmax,
+    void (*xent_shard_max)(float *rowmax, const void *logits, size_t BT, int Vl, int nreal,
+                           int format, int lfmt);
+    void (*xent_shard_sums)(double *sums, const void *logits, const float *rowmax,
                             const int *targets, size_t BT, int Vl, int v0, int nreal,
-                            int format);
+                            int format, int lfmt);
     double (*xent_shard_finish)(float *stats, float *losses, const double *sums,
                                 const float *rowmax, size_t BT);
-    void (*xent_shard_backward)(float *dlogits, const float *logits, const float *stats,
+    void (*xent_shard_backward)(void *dlogits, const void *logits, const float *stats,
                                 const int *targets, float scale, size_t BT, int Vl, int v0,
-                                int nreal, int format);
+                                int nreal, int format, int lfmt);
     /* A language model's head backward in one entry: xent_shard_backward's dlogits
      * (v0 0 and nreal V for the whole, padded vocabulary), then linear_backward of the
      * bias-free layer that made the logits from inp [BT,C] (stored in format: the
      * final layernorm's output) with w [Vl,C] (dinp =, required; dw +=). The logits'
      * contents afterwards are unspecified: a GPU makes the gradient slice by slice
-     * into its 16-bit operand copies and never stores it (transformer_kernels.h). */
-    void (*xent_linear_backward)(float *dinp, float *dw, float *logits, const float *stats,
+     * into its 16-bit operand copies, or over the 16-bit logits, and multiplies it
+     * there (transformer_kernels.h). */
+    void (*xent_linear_backward)(float *dinp, float *dw, void *logits, const float *stats,
                                  const int *targets, float scale, size_t BT, int Vl, int v0,
                                  int nreal, const void *inp, const float *w, int C,
-                                 int format);
-    /* A language model's accuracy: for each row r of x [rows, ld], idx[r] is the
-     * first index j < n of the row's largest value and val[r] that value, as the scan
-     * "best = 0; if (x[j] > x[best]) best = j" finds it (NaN never wins, but a NaN in
-     * column 0 stays); n = 0 gives idx -1 and val -inf. x is read as values of
-     * `format` (the logits a product stored). */
-    void (*rows_argmax)(int *idx, float *val, const float *x, size_t rows, int ld, int n,
-                        int format);
+                                 int format, int lfmt);
+    /* A language model's accuracy: for each row r of x [rows, ld] (stored in lfmt),
+     * idx[r] is the first index j < n of the row's largest value and val[r] that
+     * value, as the scan "best = 0; if (x[j] > x[best]) best = j" finds it (NaN never
+     * wins, but a NaN in column 0 stays); n = 0 gives idx -1 and val -inf. x is read
+     * as values of `format`. */
+    void (*rows_argmax)(int *idx, float *val, const void *x, size_t rows, int ld, int n,
+                        int format, int lfmt);
 } tr_kernels;
 
 /* The CPU backend: CBLAS for GEMMs, OpenMP for the rest. */

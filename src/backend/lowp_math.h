@@ -143,6 +143,15 @@ TR_HD static inline void tr_stored_store(void *p, size_t i, float v, int format)
         ((float *)p)[i] = v;
 }
 
+/* element i of p, a tensor stored in `stored` (the format's width, or fp32 floats),
+ * as a value of format: a tensor that a backend keeps in either form (the logits:
+ * kernels.h, logits_format) read the same way from both */
+TR_HD static inline float tr_stored_load_as(const void *p, size_t i, int stored, int format)
+{
+    float v = tr_stored_load(p, i, stored);
+    return stored == format ? v : tr_round_lowp(v, format);
+}
+
 /* x[0, n) rounded in place, serially: a kernel's rows just written, inside its own
  * parallel loop, while they are in cache (fp32: nothing to do) */
 static inline void tr_round_lowp_span(float *x, size_t n, int format)
@@ -182,6 +191,20 @@ static inline const float *tr_stored_view(float *buf, const void *src, size_t i,
 static inline int tr_is_lowp(int format)
 {
     return format == TR_PREC_BF16 || format == TR_PREC_FP16;
+}
+
+/* elements [i, i + n) of src, a tensor stored in `stored`, as values of format:
+ * tr_stored_view and tr_lowp_view in one, for a tensor kept in either form. buf (n
+ * floats) is needed where stored or format is a 16-bit one. */
+static inline const float *tr_stored_view_as(float *buf, const void *src, size_t i, size_t n,
+                                             int stored, int format)
+{
+    if (!tr_is_lowp(stored))
+        return tr_lowp_view(buf, (const float *)src + i, n, format);
+    const float *x = tr_stored_view(buf, src, i, n, stored);
+    if (stored != format)
+        tr_round_lowp_span(buf, n, format);
+    return x;
 }
 
 #endif

@@ -175,31 +175,43 @@ void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const 
                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format);
 
+/* ---- a language model's logits ------------------------------------------------------
+ * The CPU keeps them as fp32 floats (logits_format returns TR_PREC_FP32: the fp32
+ * product, which its readers round on read), and its lm_head_forward and
+ * xent_linear_backward take no other form; the readers below take either (lfmt:
+ * TR_PREC_FP32, or format for logits stored in its 16-bit width, as a GPU keeps
+ * them) and read the same values from both. lm_head_forward: logits [BT,Vl] = inp
+ * [BT,C] (stored in format) w^T, as linear_forward_stored without a bias. */
+int tr_cpu_logits_format(int format, int C, int Vl);
+void tr_cpu_lm_head_forward(void *logits, const void *inp, const float *w, size_t BT, int C,
+                            int Vl, int format, int lfmt, float *scratch);
+
 /* ---- softmax cross-entropy over a padded vocabulary -------------------------------
- * logits [B*T,Vp], read as values of `format`: only columns [0, V) are real; padded
- * columns never touch the loss and get gradient 0. targets [B*T] in [0, V) (checked).
+ * logits [B*T,Vp] (stored in lfmt), read as values of `format`: only columns [0, V)
+ * are real; padded columns never touch the loss and get gradient 0. targets [B*T] in
+ * [0, V) (checked).
  * losses [B*T] = -log softmax(logits[row, 0..V))[target]. Returns the sum of losses,
  * added serially in row order (in double). The softmax itself is not stored: stats
  * [B*T,2] keeps each row's max m and 1 / (sum of exp(x - m)) (a float), from which
  * backward recomputes it with the same two float operations, exp(x - m) (1 / sum),
  * so the probabilities are the bits the forward pass had.
- * Backward: dlogits [B*T,Vp] (=) = scale (softmax - onehot(target)) on real columns,
- * rounded to `format`, 0 on padded ones; dlogits may be logits (in place). scale is
- * typically 1 / (B*T). */
-double tr_cpu_xent_padded_forward(float *stats, float *losses, const float *logits,
+ * Backward: dlogits [B*T,Vp] (=, stored in lfmt) = scale (softmax - onehot(target))
+ * on real columns, rounded to `format`, 0 on padded ones; dlogits may be logits (in
+ * place). scale is typically 1 / (B*T). */
+double tr_cpu_xent_padded_forward(float *stats, float *losses, const void *logits,
                                   const int *targets, int B, int T, int V, int Vp,
-                                  int format);
-void tr_cpu_xent_padded_backward(float *dlogits, const float *logits, const float *stats,
+                                  int format, int lfmt);
+void tr_cpu_xent_padded_backward(void *dlogits, const void *logits, const float *stats,
                                  const int *targets, float scale, int B, int T, int V, int Vp,
-                                 int format);
+                                 int format, int lfmt);
 
 /* ---- the vocabulary split over tensor-parallel ranks (cpu_vocab_parallel.c) --------
  * This rank holds vocabulary rows [v0, v0 + Vl); the first nreal of them are real.
  * Embedding: out [B,T,C] = wte[tok - v0] for the tokens held (zero rows for the
  * others) + wpe[t] when wpe is not NULL; the sum over the ranks is the lookup.
  * Backward accumulates into the held rows of dwte, and into dwpe when not NULL.
- * Cross-entropy over logits [BT,Vl] (read as values of `format`) in four steps, the
- * caller reducing over the ranks in between: shard_max -> rowmax [BT] (take the MAX
+ * Cross-entropy over logits [BT,Vl] (stored in lfmt, read as values of `format`) in
+ * four steps, the caller reducing over the ranks in between: shard_max -> rowmax [BT] (take the MAX
  * over ranks); shard_sums -> sums [BT,2] = (sum of exp(logits - rowmax) over the held
  * real columns, target logit - rowmax or 0 where another rank holds the target)
  * (take the SUM over ranks); shard_finish -> stats [BT,2] (as above: rowmax and
@@ -210,16 +222,16 @@ void tr_cpu_embedding_shard_forward(float *out, const int *tok, const float *wte
                                     const float *wpe, int B, int T, int C, int v0, int Vl);
 void tr_cpu_embedding_shard_backward(float *dwte, float *dwpe, const float *dout,
                                      const int *tok, int B, int T, int C, int v0, int Vl);
-void tr_cpu_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
-                           int format);
-void tr_cpu_xent_shard_sums(double *sums, const float *logits, const float *rowmax,
+void tr_cpu_xent_shard_max(float *rowmax, const void *logits, size_t BT, int Vl, int nreal,
+                           int format, int lfmt);
+void tr_cpu_xent_shard_sums(double *sums, const void *logits, const float *rowmax,
                             const int *targets, size_t BT, int Vl, int v0, int nreal,
-                            int format);
+                            int format, int lfmt);
 double tr_cpu_xent_shard_finish(float *stats, float *losses, const double *sums,
                                 const float *rowmax, size_t BT);
-void tr_cpu_xent_shard_backward(float *dlogits, const float *logits, const float *stats,
+void tr_cpu_xent_shard_backward(void *dlogits, const void *logits, const float *stats,
                                 const int *targets, float scale, size_t BT, int Vl, int v0,
-                                int nreal, int format);
+                                int nreal, int format, int lfmt);
 
 /* ---- the LM head's backward: the cross-entropy's, then the tied linear layer's ------
  * Exactly tr_cpu_xent_shard_backward(logits, logits, stats, ...) (in place) and
@@ -227,9 +239,12 @@ void tr_cpu_xent_shard_backward(float *dlogits, const float *logits, const float
  * (inp, ln_f's output, stored in format; dinp required): one entry so
  * that a GPU can make the 16-bit copies of dlogits its products take straight from
  * the logits, without writing (and reading back) dlogits, 3.3 GB at GPT-2's 16 x
- * 1024. The logits' contents afterwards are unspecified. */
-void tr_cpu_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
+ * 1024, or, where it keeps the logits in 16 bits, write dlogits over them and
+ * multiply them as they are. The logits' contents afterwards are unspecified. The
+ * CPU's logits are fp32 (lfmt TR_PREC_FP32). */
+void tr_cpu_xent_linear_backward(float *dinp, float *dw, void *logits, const float *stats,
                                  const int *targets, float scale, size_t BT, int Vl, int v0,
-                                 int nreal, const void *inp, const float *w, int C, int format);
+                                 int nreal, const void *inp, const float *w, int C, int format,
+                                 int lfmt);
 
 #endif

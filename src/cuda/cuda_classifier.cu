@@ -190,20 +190,20 @@ __global__ static void softmax_xent_forward_kernel(float *probs, float *losses,
 }
 
 /* A warp per row: the CPU scan's argmax (argmax_merge over non-NaN values, index 0
- * when x[0] is NaN) and its value, x read as values of format; n = 0 gives -1 and
- * -inf. */
-__global__ static void rows_argmax_kernel(int *idx, float *val, const float *x, size_t rows,
-                                          int ld, int n, int format)
+ * when x[0] is NaN) and its value, x (stored in lfmt) read as values of format; n = 0
+ * gives -1 and -inf. */
+__global__ static void rows_argmax_kernel(int *idx, float *val, const void *x, size_t rows,
+                                          int ld, int n, int format, int lfmt)
 {
     size_t row = (size_t)blockIdx.x * XENT_ROWS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= rows) /* the same for the whole warp */
         return;
-    const float *p = x + row * (size_t)ld;
+    size_t p = row * (size_t)ld;
     float bv = 0.0f;
     int bi = -1;
     for (int j = lane; j < n; j += 32) {
-        float v = tr_round_lowp(p[j], format);
+        float v = tr_stored_load_as(x, p + j, lfmt, format);
         if (v == v)
             argmax_merge(&bv, &bi, v, j);
     }
@@ -213,20 +213,21 @@ __global__ static void rows_argmax_kernel(int *idx, float *val, const float *x, 
         argmax_merge(&bv, &bi, ov, oi);
     }
     if (lane == 0) {
-        int best = n == 0 ? -1 : (bi < 0 || p[0] != p[0] ? 0 : bi);
+        float x0 = n ? tr_stored_load(x, p, lfmt) : 0.0f;
+        int best = n == 0 ? -1 : (bi < 0 || x0 != x0 ? 0 : bi);
         idx[row] = best;
-        val[row] = best < 0 ? -INFINITY : tr_round_lowp(p[best], format);
+        val[row] = best < 0 ? -INFINITY : tr_stored_load_as(x, p + best, lfmt, format);
     }
 }
 
-void tr_cuda_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n,
-                         int format)
+void tr_cuda_rows_argmax(int *idx, float *val, const void *x, size_t rows, int ld, int n,
+                         int format, int lfmt)
 {
     if (rows == 0)
         return;
     unsigned blocks = (unsigned)((rows + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
     rows_argmax_kernel<<<blocks, TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(idx, val, x, rows, ld, n,
-                                                                         format);
+                                                                         format, lfmt);
     TR_CUDA_LAUNCHED();
 }
 

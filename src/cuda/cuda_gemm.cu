@@ -257,11 +257,11 @@ static void copy_dout_16(void *dst, const dout_source *s, int B, int o0, int n, 
 }
 
 /* linear_backward's products in slices of dout: where dout is too large for a cast
- * buffer but inp is not (GPT-2's LM head, whose dout is the B*T x V logits' gradient:
- * 800 M values at 16 x 1024, 3.3 GB, which would otherwise multiply in TF32 at about
- * half the speed), and for the head's gradient made from the probabilities (one
- * slice where it all fits). dout is taken in slices of oc columns (output features),
- * each copied to 16 bits:
+ * buffer but inp is not (an LM head with fp32 logits, whose dout is the B*T x V
+ * logits' gradient: 800 M values at GPT-2's 16 x 1024, 3.3 GB, which would otherwise
+ * multiply in TF32 at about half the speed), and for the head's gradient made from
+ * the logits (one slice where it all fits). dout is taken in slices of oc columns
+ * (output features), each copied to 16 bits:
  *   dinp  = sum over slices of dout[:, slice] w[slice, :]   (fp32, added slice by slice)
  *   dw[slice, :] += dout[:, slice]^T inp
  * inp is copied once, into the second buffer, and each slice of w after it; an input
@@ -613,26 +613,79 @@ void tr_cuda_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_pro
         tr_cuda_add_partials(db_fc, ctx->d_col_partial, HID, RB);
 }
 
-/* ---- the LM head's backward ------------------------------------------------------ */
+/* ---- the LM head ------------------------------------------------------------------ */
 
-/* xent_linear_backward: in bf16/fp16-mixed (the products' format), the 16-bit
- * copies of dlogits are made straight from the logits and the softmax's statistics,
- * slice by slice, so dlogits is never stored: the cross-entropy's backward pass over
- * B*T x Vl floats (read and write, 6.6 GB at GPT-2's 16 x 1024) is saved. Elsewhere,
- * or where the slices do not fit, the two kernels one after the other, dlogits over
- * the logits. */
-void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
-                                  const int *targets, float scale, size_t BT, int Vl, int v0,
-                                  int nreal, const void *inp, const float *w, int C, int format)
+/* Whether the head keeps 16-bit logits: the run's products are of its 16-bit format
+ * and the head's weight [Vl, C] fits one cast buffer (GPT-2's: 39 M values of 64 M;
+ * a larger vocabulary shard keeps fp32 logits and the sliced backward below). */
+static int head_16(int format, int C, int Vl)
 {
-    /* inp, ln_f's output, is stored in format: 16-bit where the slices take it */
-    dout_source src = {NULL, logits, stats, targets, scale, v0, nreal, format};
+    return takes_stored(format) && C > 0 && Vl > 0 && casts((size_t)Vl * C, 0);
+}
+
+/* 16-bit logits: the product stores them itself, its fp32 sums rounded once as the
+ * readers would round fp32 logits, and every pass over them (the cross-entropy's,
+ * the accuracy's, the head's backward) moves half the bytes: 1.6 GB each at GPT-2's
+ * 16 x 1024 instead of 3.3, and half the memory, 6 GiB less at 64 x 1024. */
+int tr_cuda_logits_format(int format, int C, int Vl)
+{
+    return head_16(format, C, Vl) ? format : TR_PREC_FP32;
+}
+
+void tr_cuda_lm_head_forward(void *logits, const void *inp, const float *w, size_t BT, int C,
+                             int Vl, int format, int lfmt, float *scratch)
+{
+    if (BT > (size_t)INT_MAX)
+        tr_fatal(TR_EXIT_SOFTWARE, "lm_head_forward: %zu rows", BT);
+    if (!tr_is_lowp(lfmt)) {
+        tr_cuda_linear_forward_stored((float *)logits, inp, w, NULL, (int)BT, C, Vl, format,
+                                      scratch);
+        return;
+    }
+    if (BT == 0)
+        return;
+    if (lfmt != format || !head_16(format, C, Vl) ||
+        !forward_16_out(logits, inp, w, NULL, (int)BT, C, Vl, format))
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: lm_head_forward: 16-bit logits that the products "
+                 "cannot store (%zu x %d x %d)", BT, C, Vl);
+}
+
+/* xent_linear_backward. With 16-bit logits: dlogits written over them, rounded to the
+ * format as ever (element-wise, each read before it is written), and multiplied as
+ * they are by the two products, which need nothing but the weight's 16-bit copy: one
+ * pass reading and writing 2 bytes a value, no slices. With fp32 logits in
+ * bf16/fp16-mixed (the products' format), the 16-bit copies of dlogits are made
+ * straight from the logits and the softmax's statistics, slice by slice, so dlogits
+ * is never stored: the cross-entropy's backward pass over B*T x Vl floats (read and
+ * write, 6.6 GB at GPT-2's 16 x 1024) is saved. Elsewhere, or where the slices do not
+ * fit, the two kernels one after the other, dlogits over the logits. */
+void tr_cuda_xent_linear_backward(float *dinp, float *dw, void *logits, const float *stats,
+                                  const int *targets, float scale, size_t BT, int Vl, int v0,
+                                  int nreal, const void *inp, const float *w, int C, int format,
+                                  int lfmt)
+{
+    if (tr_is_lowp(lfmt)) {
+        if (lfmt != format || !head_16(format, C, Vl) || BT > (size_t)INT_MAX)
+            tr_fatal(TR_EXIT_SOFTWARE, "bug: xent_linear_backward: 16-bit logits that the "
+                     "products cannot take (%zu x %d x %d)", BT, C, Vl);
+        if (BT == 0)
+            return;
+        tr_cuda_xent_shard_backward(logits, logits, stats, targets, scale, BT, Vl, v0, nreal,
+                                    format, lfmt);
+        /* inp, ln_f's output, is stored in the format: multiplied as it is */
+        backward_products_16(tr_cuda_ctx_with_scratch(), dinp, CUDA_R_32F, dw, logits, NULL, inp,
+                             w, (int)BT, C, Vl);
+        return;
+    }
+    float *lg = (float *)logits;
+    dout_source src = {NULL, lg, stats, targets, scale, v0, nreal, format};
     if (BT > 0 && BT <= (size_t)INT_MAX && Vl > 0 && C > 0 && format == g_gemm_format &&
         tr_is_lowp(format) &&
         linear_backward_sliced(dinp, dw, &src, NULL, inp, w, (int)BT, C, Vl))
         return;
-    tr_cuda_xent_shard_backward(logits, logits, stats, targets, scale, BT, Vl, v0, nreal, format);
-    tr_cuda_linear_backward_stored(dinp, dw, NULL, logits, inp, w, (int)BT, C, Vl, format);
+    tr_cuda_xent_shard_backward(lg, lg, stats, targets, scale, BT, Vl, v0, nreal, format,
+                                TR_PREC_FP32);
+    tr_cuda_linear_backward_stored(dinp, dw, NULL, lg, inp, w, (int)BT, C, Vl, format);
 }
 
 /* ---- c_fc and GELU -------------------------------------------------------------- */

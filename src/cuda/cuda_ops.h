@@ -82,8 +82,8 @@ void tr_cuda_softmax_xent_forward(float *probs, float *losses, const float *logi
 void tr_cuda_softmax_xent_backward(float *dlogits, const float *probs, const int *labels,
                                    float scale, int B, int V);
 
-void tr_cuda_rows_argmax(int *idx, float *val, const float *x, size_t rows, int ld, int n,
-                         int format);
+void tr_cuda_rows_argmax(int *idx, float *val, const void *x, size_t rows, int ld, int n,
+                         int format, int lfmt);
 
 /* cuda_conv.cu */
 size_t tr_cuda_conv_scratch_floats(const tr_conv_shape *s);
@@ -132,27 +132,32 @@ void tr_cuda_attention_backward(void *dqkv, float *datt, const void *dout, const
                                 int format);
 
 /* cuda_xent.cu */
-double tr_cuda_xent_padded_forward(float *stats, float *losses, const float *logits,
+double tr_cuda_xent_padded_forward(float *stats, float *losses, const void *logits,
                                    const int *targets, int B, int T, int V, int Vp,
-                                   int format);
-void tr_cuda_xent_padded_backward(float *dlogits, const float *logits, const float *stats,
+                                   int format, int lfmt);
+void tr_cuda_xent_padded_backward(void *dlogits, const void *logits, const float *stats,
                                   const int *targets, float scale, int B, int T, int V, int Vp,
-                                  int format);
-void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
-                            int format);
-void tr_cuda_xent_shard_sums(double *sums, const float *logits, const float *rowmax,
+                                  int format, int lfmt);
+void tr_cuda_xent_shard_max(float *rowmax, const void *logits, size_t BT, int Vl, int nreal,
+                            int format, int lfmt);
+void tr_cuda_xent_shard_sums(double *sums, const void *logits, const float *rowmax,
                              const int *targets, size_t BT, int Vl, int v0, int nreal,
-                             int format);
+                             int format, int lfmt);
 double tr_cuda_xent_shard_finish(float *stats, float *losses, const double *sums,
                                  const float *rowmax, size_t BT);
-void tr_cuda_xent_shard_backward(float *dlogits, const float *logits, const float *stats,
+void tr_cuda_xent_shard_backward(void *dlogits, const void *logits, const float *stats,
                                  const int *targets, float scale, size_t BT, int Vl, int v0,
-                                 int nreal, int format);
-/* cuda_gemm.cu: the LM head's backward, its gradient made straight into 16-bit copies */
-void tr_cuda_xent_linear_backward(float *dinp, float *dw, float *logits, const float *stats,
+                                 int nreal, int format, int lfmt);
+/* cuda_gemm.cu: the LM head. Its logits are 16-bit where the head's weight fits one
+ * 16-bit copy (logits_format); its backward makes the gradient straight into 16-bit
+ * copies from fp32 logits, or over 16-bit ones */
+int tr_cuda_logits_format(int format, int C, int Vl);
+void tr_cuda_lm_head_forward(void *logits, const void *inp, const float *w, size_t BT, int C,
+                             int Vl, int format, int lfmt, float *scratch);
+void tr_cuda_xent_linear_backward(float *dinp, float *dw, void *logits, const float *stats,
                                   const int *targets, float scale, size_t BT, int Vl, int v0,
-                                  int nreal, const void *inp, const float *w, int C,
-                                  int format);
+                                  int nreal, const void *inp, const float *w, int C, int format,
+                                  int lfmt);
 
 /* cuda_optim.cu */
 void tr_cuda_sgd_update(float *param, float *momentum_buf, const float *grad, size_t n,

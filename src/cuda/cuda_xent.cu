@@ -15,8 +15,9 @@
 
 /* ---- padded vocabulary ---------------------------------------------------------- */
 
-double tr_cuda_xent_padded_forward(float *stats, float *losses, const float *logits,
-                                   const int *targets, int B, int T, int V, int Vp, int format)
+double tr_cuda_xent_padded_forward(float *stats, float *losses, const void *logits,
+                                   const int *targets, int B, int T, int V, int Vp, int format,
+                                   int lfmt)
 {
     size_t BT = (size_t)B * T;
     if (V < 1 || V > Vp)
@@ -25,40 +26,41 @@ double tr_cuda_xent_padded_forward(float *stats, float *losses, const float *log
     if (BT == 0)
         return 0.0;
     xent_padded_forward_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(
-        stats, losses, logits, targets, V, Vp, format);
+        stats, losses, logits, targets, V, Vp, format, lfmt);
     TR_CUDA_LAUNCHED();
     return tr_cuda_sum_in_order(losses, BT);
 }
 
-void tr_cuda_xent_padded_backward(float *dlogits, const float *logits, const float *stats,
+void tr_cuda_xent_padded_backward(void *dlogits, const void *logits, const float *stats,
                                   const int *targets, float scale, int B, int T, int V, int Vp,
-                                  int format)
+                                  int format, int lfmt)
 {
     size_t BT = (size_t)B * T;
     tr_cuda_check_tokens(targets, BT, V, "xent_padded_backward");
-    tr_cuda_xent_shard_backward(dlogits, logits, stats, targets, scale, BT, Vp, 0, V, format);
+    tr_cuda_xent_shard_backward(dlogits, logits, stats, targets, scale, BT, Vp, 0, V, format,
+                                lfmt);
 }
 
 /* ---- vocabulary split over tensor-parallel ranks -------------------------------- */
 
-void tr_cuda_xent_shard_max(float *rowmax, const float *logits, size_t BT, int Vl, int nreal,
-                            int format)
+void tr_cuda_xent_shard_max(float *rowmax, const void *logits, size_t BT, int Vl, int nreal,
+                            int format, int lfmt)
 {
     if (BT == 0)
         return;
     xent_shard_max_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(rowmax, logits, Vl,
-                                                                           nreal, format);
+                                                                           nreal, format, lfmt);
     TR_CUDA_LAUNCHED();
 }
 
-void tr_cuda_xent_shard_sums(double *sums, const float *logits, const float *rowmax,
+void tr_cuda_xent_shard_sums(double *sums, const void *logits, const float *rowmax,
                              const int *targets, size_t BT, int Vl, int v0, int nreal,
-                             int format)
+                             int format, int lfmt)
 {
     if (BT == 0)
         return;
     xent_shard_sums_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(
-        sums, logits, rowmax, targets, Vl, v0, nreal, format);
+        sums, logits, rowmax, targets, Vl, v0, nreal, format, lfmt);
     TR_CUDA_LAUNCHED();
 }
 
@@ -73,13 +75,13 @@ double tr_cuda_xent_shard_finish(float *stats, float *losses, const double *sums
     return tr_cuda_sum_in_order(losses, BT);
 }
 
-void tr_cuda_xent_shard_backward(float *dlogits, const float *logits, const float *stats,
+void tr_cuda_xent_shard_backward(void *dlogits, const void *logits, const float *stats,
                                  const int *targets, float scale, size_t BT, int Vl, int v0,
-                                 int nreal, int format)
+                                 int nreal, int format, int lfmt)
 {
     if (BT == 0 || Vl <= 0)
         return;
     xent_backward_kernel<<<tr_cuda_grid(BT * Vl), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
-        dlogits, logits, stats, targets, scale, BT, Vl, v0, nreal, format);
+        dlogits, logits, stats, targets, scale, BT, Vl, v0, nreal, format, lfmt);
     TR_CUDA_LAUNCHED();
 }

@@ -5,7 +5,7 @@
 #ifndef TR_XENT_KERNELS_CUH
 #define TR_XENT_KERNELS_CUH
 
-#include "backend/lowp_math.h"   /* tr_round_lowp */
+#include "backend/lowp_math.h"   /* tr_round_lowp, tr_stored_load_as */
 #include "backend/scalar_math.h" /* tr_expf */
 #include "cuda/cuda_launch.cuh"
 
@@ -13,21 +13,28 @@
 
 #define XENT_BLOCK 512 /* threads of the block-per-row kernels */
 
-/* The sum of exp(x - mx) over row x[0..n) (as values of format) of a block-per-row
- * kernel, in double, to every thread. */
-__device__ static double sum_exp(const float *x, int n, float mx, double *shared, int format)
+/* The logits of every kernel here are stored in lfmt (fp32, or the format's 16-bit
+ * width: kernels.h, logits_format) and read as values of format. */
+
+/* The sum of exp(x - mx) over elements [x0, x0 + n) of the logits (as values of
+ * format) of a block-per-row kernel, in double, to every thread. */
+__device__ static double sum_exp(const void *x, size_t x0, int n, float mx, double *shared,
+                                 int format, int lfmt)
 {
     double s = 0.0;
     for (int j = threadIdx.x; j < n; j += blockDim.x)
-        s += tr_expf(tr_round_lowp(x[j], format) - mx);
+        s += tr_expf(tr_stored_load_as(x, x0 + j, lfmt, format) - mx);
     return tr_block_sum(s, shared);
 }
 
-__device__ static float row_max(const float *x, int n, float *shared)
+/* the max of elements [x0, x0 + n) as stored (fp32 logits unrounded) */
+__device__ static float row_max(const void *x, size_t x0, int n, float *shared, int lfmt)
 {
     float mx = -INFINITY;
-    for (int j = threadIdx.x; j < n; j += blockDim.x)
-        mx = x[j] > mx ? x[j] : mx;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        float v = tr_stored_load(x, x0 + j, lfmt);
+        mx = v > mx ? v : mx;
+    }
     return tr_block_max(mx, shared);
 }
 
@@ -35,19 +42,19 @@ __device__ static float row_max(const float *x, int n, float *shared)
  * rescaled when its max grows (an online softmax), and the block combines them (each
  * thread's sum times exp(its max - the row's), added in double in a fixed tree). The
  * probabilities are not written: backward recomputes them from the row's max and
- * 1 / sum (stats). A GPT-2 row is 50 K logits, 3.3 GB a step at 16 x 1024: a pass
- * over them is about 1.1 ms of an H100's bandwidth, writing them another. */
+ * 1 / sum (stats). A GPT-2 row is 50 K logits, 3.3 GB a step at 16 x 1024 in fp32
+ * (1.6 GB in 16 bits): a pass over them is about 1.1 ms of an H100's bandwidth (0.5),
+ * writing them another. */
 __global__ static void xent_padded_forward_kernel(float *stats, float *losses,
-                                                  const float *logits, const int *targets,
-                                                  int V, int Vp, int format)
+                                                  const void *logits, const int *targets,
+                                                  int V, int Vp, int format, int lfmt)
 {
     __shared__ float fsh[32];
     __shared__ double dsh[32];
-    size_t r = blockIdx.x;
-    const float *x = logits + r * Vp;
+    size_t r = blockIdx.x, x0 = r * Vp;
     float m = -INFINITY, s = 0.0f;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float xj = tr_round_lowp(x[j], format); /* the logits as values of format */
+        float xj = tr_stored_load_as(logits, x0 + j, lfmt, format); /* values of format */
         if (xj > m) {
             s = s * tr_expf(m - xj) + 1.0f; /* m = -inf at first: 0 * tiny + 1 */
             m = xj;
@@ -60,20 +67,21 @@ __global__ static void xent_padded_forward_kernel(float *stats, float *losses,
     double sum = tr_block_sum((double)s * tr_expf(m - mx), dsh);
     /* -log softmax[target] = log(sum) - (x[target] - max): exact where p underflows */
     if (threadIdx.x == 0) {
-        float xtarget = tr_round_lowp(x[targets[r]], format);
+        float xtarget = tr_stored_load_as(logits, x0 + targets[r], lfmt, format);
         stats[2 * r] = mx;
         stats[2 * r + 1] = (float)(1.0 / sum);
         losses[r] = (float)(log(sum) - ((double)xtarget - mx));
     }
 }
 
-/* dlogits = scale (softmax - onehot(target)) on real columns, rounded to format, 0 on
- * padded ones, the softmax recomputed from the logits (as values of format) and the
- * row's stats as the CPU recomputes it; element-wise, so dlogits may be logits */
-__global__ static void xent_backward_kernel(float *dlogits, const float *logits,
+/* dlogits (stored in lfmt too) = scale (softmax - onehot(target)) on real columns,
+ * rounded to format, 0 on padded ones, the softmax recomputed from the logits (as
+ * values of format) and the row's stats as the CPU recomputes it; element-wise, so
+ * dlogits may be logits */
+__global__ static void xent_backward_kernel(void *dlogits, const void *logits,
                                             const float *stats, const int *targets,
                                             float scale, size_t BT, int W, int v0, int nreal,
-                                            int format)
+                                            int format, int lfmt)
 {
     TR_GRID_STRIDE(i, BT * W)
     {
@@ -83,41 +91,41 @@ __global__ static void xent_backward_kernel(float *dlogits, const float *logits,
         float d = 0.0f;
         if (j < nreal) {
             /* __fmul_rn: p rounded as the CPU rounds it, never fused into the next op */
-            float p = __fmul_rn(tr_expf(tr_round_lowp(logits[i], format) - stats[2 * r]),
-                                stats[2 * r + 1]);
+            float x = tr_stored_load_as(logits, i, lfmt, format);
+            float p = __fmul_rn(tr_expf(x - stats[2 * r]), stats[2 * r + 1]);
             d = tr_round_lowp(scale * (p - (j == t ? 1.0f : 0.0f)), format);
         }
-        dlogits[i] = d;
+        tr_stored_store(dlogits, i, d, lfmt);
     }
 }
 
 /* the max of the values of format is the max rounded: rounding is monotonic */
-__global__ static void xent_shard_max_kernel(float *rowmax, const float *logits, int Vl,
-                                             int nreal, int format)
+__global__ static void xent_shard_max_kernel(float *rowmax, const void *logits, int Vl,
+                                             int nreal, int format, int lfmt)
 {
     __shared__ float fsh[32];
     size_t r = blockIdx.x;
-    float mx = row_max(logits + r * Vl, nreal, fsh);
+    float mx = row_max(logits, r * Vl, nreal, fsh, lfmt);
     if (threadIdx.x == 0)
         rowmax[r] = tr_round_lowp(mx, format);
 }
 
 /* sums[r] = (sum of exp(x - rowmax) over the held real columns, the target's
  * x - rowmax where this shard holds the target, else 0) */
-__global__ static void xent_shard_sums_kernel(double *sums, const float *logits,
+__global__ static void xent_shard_sums_kernel(double *sums, const void *logits,
                                               const float *rowmax, const int *targets, int Vl,
-                                              int v0, int nreal, int format)
+                                              int v0, int nreal, int format, int lfmt)
 {
     __shared__ double dsh[32];
-    size_t r = blockIdx.x;
-    const float *x = logits + r * Vl;
+    size_t r = blockIdx.x, x0 = r * Vl;
     float mx = rowmax[r];
-    double s = sum_exp(x, nreal, mx, dsh, format);
+    double s = sum_exp(logits, x0, nreal, mx, dsh, format, lfmt);
     if (threadIdx.x == 0) {
         long t = (long)targets[r] - v0;
         sums[2 * r] = s;
         sums[2 * r + 1] =
-            t >= 0 && t < nreal ? (double)tr_round_lowp(x[t], format) - mx : 0.0;
+            t >= 0 && t < nreal ? (double)tr_stored_load_as(logits, x0 + t, lfmt, format) - mx
+                                : 0.0;
     }
 }
 

@@ -73,7 +73,8 @@ typedef struct gpt {
                         * stored in stored_format */
     void **lnf_out;    /* [slots] of [B,T,C] stored in stored_format */
     float **lnf_mean, **lnf_rstd;
-    float **logits;    /* [slots] of [B,T,Vl] */
+    void **logits;     /* [slots] of [B,T,Vl], stored in lfmt */
+    int lfmt;          /* the backend's form of the logits (kernels.h, logits_format) */
     float **xstats;    /* [slots] of [B,T,2]: the softmax's row max and 1 / sum of exps */
     float *losses;     /* [B,T] */
     float *rowmax;     /* [B,T]  vocab-parallel cross-entropy */
@@ -384,6 +385,8 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
     if (alloc)
         g->dev = m->dev;
     g->stored_format = m->precision;
+    g->lfmt = m->dev->k->logits_format(m->precision, c->C, g->Vl);
+    size_t logits = (BT * (size_t)g->Vl * tr_stored_bytes(g->lfmt) + 3) / sizeof(float);
     for (int i = 0; i < g->nl * S; i++)
         block_buffers(m, &g->blk[i], BT, att, alloc, g->recompute, a);
     if (g->recompute) /* one block's worth, rebuilt for each block in backward */
@@ -395,7 +398,7 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
         g->lnf_out[i] = buf(m, alloc, stream, a, "activations");
         g->lnf_mean[i] = buf(m, alloc, BT, a, "activations");
         g->lnf_rstd[i] = buf(m, alloc, BT, a, "activations");
-        g->logits[i] = buf(m, alloc, BT * (size_t)g->Vl, a, "logits");
+        g->logits[i] = buf(m, alloc, logits, a, "logits");
         g->xstats[i] = buf(m, alloc, 2 * BT, a, "cross-entropy statistics");
     }
     if (g->last) {
@@ -553,10 +556,10 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
                          lnf[1].value, B, T, C, m->precision);
     /* tied head: logits = ln_f(x) wte^T over this rank's rows (padded rows are zero:
      * zero logits, which the cross-entropy ignores) */
-    /* the logits are read as values of the format by the loss, the accuracy and
-     * tr_gpt_stage_logits; the loss is fp32 math */
-    k->linear_forward_stored(g->logits[slot], g->lnf_out[slot], P(m, g->head_wte, 0)->value,
-                             NULL, BT, C, g->Vl, m->precision, g->dln);
+    /* the logits, in the backend's form, are read as values of the format by the
+     * loss, the accuracy and tr_gpt_stage_logits; the loss is fp32 math */
+    k->lm_head_forward(g->logits[slot], g->lnf_out[slot], P(m, g->head_wte, 0)->value,
+                       (size_t)BT, C, g->Vl, m->precision, g->lfmt, g->dln);
 }
 
 /* Next-token accuracy: the argmax over the real vocabulary of each row (the kernel
@@ -568,9 +571,10 @@ static long count_correct(const tr_model *m, int slot, const int32_t *y, size_t 
     float *val = tr_alloc(2 * BT * sizeof *val, "accuracy");
     int n = g->tp == 1 ? g->cfg.V : g->nreal;
     if (m->dev->host_memory) {
-        m->k->rows_argmax(idx, val, g->logits[slot], BT, g->Vl, n, m->precision);
+        m->k->rows_argmax(idx, val, g->logits[slot], BT, g->Vl, n, m->precision, g->lfmt);
     } else {
-        m->k->rows_argmax(g->amax, g->amax_val, g->logits[slot], BT, g->Vl, n, m->precision);
+        m->k->rows_argmax(g->amax, g->amax_val, g->logits[slot], BT, g->Vl, n, m->precision,
+                          g->lfmt);
         m->dev->download(idx, g->amax, BT * sizeof *idx);
         m->dev->download(val, g->amax_val, BT * sizeof *val);
     }
@@ -599,20 +603,21 @@ double tr_gpt_stage_loss(tr_model *m, int slot, const int32_t *y, int B, long *c
     const tr_kernels *k = m->k;
     const tr_gpt_config *c = &g->cfg;
     size_t BT = (size_t)B * c->T;
-    float *lg = g->logits[slot];
+    const void *lg = g->logits[slot];
     if (correct)
         *correct = count_correct(m, slot, y, BT);
     const int32_t *yd = tr_model_upload(m, g->tgt[slot], y, BT * sizeof *y); /* for backward too */
     if (g->tp == 1)
         return k->xent_padded_forward(g->xstats[slot], g->losses, lg, yd, B, c->T, c->V, g->Vl,
-                                      m->precision);
+                                      m->precision, g->lfmt);
     for (size_t r = 0; r < BT; r++)
         if (y[r] < 0 || y[r] >= c->V)
             tr_fatal(TR_EXIT_SOFTWARE, "cross-entropy: target %d at %zu is outside [0, %d)",
                      y[r], r, c->V);
-    k->xent_shard_max(g->rowmax, lg, BT, g->Vl, g->nreal, m->precision);
+    k->xent_shard_max(g->rowmax, lg, BT, g->Vl, g->nreal, m->precision, g->lfmt);
     tr_allreduce(g->rowmax, g->rowmax, BT, TR_F32, TR_MAX, c->layout.tp_group);
-    k->xent_shard_sums(g->xsums, lg, g->rowmax, yd, BT, g->Vl, g->v0, g->nreal, m->precision);
+    k->xent_shard_sums(g->xsums, lg, g->rowmax, yd, BT, g->Vl, g->v0, g->nreal, m->precision,
+                       g->lfmt);
     tr_allreduce(g->xsums, g->xsums, 2 * BT, TR_F64, TR_SUM, c->layout.tp_group);
     return k->xent_shard_finish(g->xstats[slot], g->losses, g->xsums, g->rowmax, BT);
 }
@@ -687,7 +692,7 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
         int v0 = g->tp == 1 ? 0 : g->v0, nreal = g->tp == 1 ? c->V : g->nreal;
         k->xent_linear_backward(g->dln, wte->grad, g->logits[slot], g->xstats[slot], y,
                                 loss_scale, (size_t)BT, g->Vl, v0, nreal, g->lnf_out[slot],
-                                wte->value, C, m->precision);
+                                wte->value, C, m->precision, g->lfmt);
         tp_sum(g, g->dln, (size_t)BT * C);
         const tr_param *lnf = m->layers[g->lnf].params;
         const void *x_last =
@@ -734,9 +739,13 @@ void tr_gpt_stage_logits(tr_model *m, int row, float *full, int *v0, int *Vl)
     gpt *g = G(m);
     *v0 = g->v0;
     *Vl = g->Vl;
-    m->dev->download(full + g->v0, g->logits[0] + (size_t)row * g->Vl, (size_t)g->Vl * sizeof *full);
-    /* read as values of the format, as the loss reads them */
-    tr_round_lowp_span(full + g->v0, (size_t)g->Vl, m->precision);
+    size_t bytes = tr_stored_bytes(g->lfmt), n = (size_t)g->Vl;
+    void *raw = full + g->v0;
+    m->dev->download(raw, (const char *)g->logits[0] + (size_t)row * n * bytes, n * bytes);
+    /* read as values of the format, as the loss reads them; 16-bit logits widened in
+     * place from the end (float j covers 16-bit values 2j and 2j + 1, read by then) */
+    for (size_t j = n; j-- > 0;)
+        full[g->v0 + j] = tr_stored_load_as(raw, j, g->lfmt, m->precision);
 }
 
 void tr_gpt_tied_range(const tr_model *m, size_t *lo, size_t *hi)
@@ -806,7 +815,7 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
     g->lnf_out = calloc(S, sizeof(void *));
     g->lnf_mean = calloc(S, sizeof(float *));
     g->lnf_rstd = calloc(S, sizeof(float *));
-    g->logits = calloc(S, sizeof(float *));
+    g->logits = calloc(S, sizeof(void *));
     g->xstats = calloc(S, sizeof(float *));
     g->tok = calloc(S, sizeof(int32_t *));
     g->tgt = calloc(S, sizeof(int32_t *));

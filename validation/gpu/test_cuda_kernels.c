@@ -545,15 +545,16 @@ static void test_xent_linear(void)
                 /* statistics of these columns alone stand in for the tp group's */
                 float rowmax[BT];
                 double sums[2 * BT];
-                tr_cpu_xent_shard_max(rowmax, logits.h, BT, W, nreal, f);
-                tr_cpu_xent_shard_sums(sums, logits.h, rowmax, tgt.h, BT, W, v0, nreal, f);
+                tr_cpu_xent_shard_max(rowmax, logits.h, BT, W, nreal, f, TR_PREC_FP32);
+                tr_cpu_xent_shard_sums(sums, logits.h, rowmax, tgt.h, BT, W, v0, nreal, f,
+                                       TR_PREC_FP32);
                 tr_cpu_xent_shard_finish(stats.h, losses.h, sums, rowmax, BT);
                 tr_cuda_upload(stats.d, stats.h, 2 * BT * sizeof(float));
                 tr_cuda_set_cast_limit(limits[l]);
                 tr_cpu_xent_linear_backward(dinp.h, dw.h, logits.h, stats.h, tgt.h, 0.3f, BT, W,
-                                            v0, nreal, inp_s.h, w.h, HC, f);
+                                            v0, nreal, inp_s.h, w.h, HC, f, TR_PREC_FP32);
                 gpu->xent_linear_backward(dinp.d, dw.d, logits.d, stats.d, tgt.d, 0.3f, BT, W,
-                                          v0, nreal, inp_s.d, w.d, HC, f);
+                                          v0, nreal, inp_s.d, w.d, HC, f, TR_PREC_FP32);
                 stored_free(&inp_s);
                 tr_cuda_set_cast_limit(0);
                 char name[96];
@@ -867,8 +868,10 @@ static void test_xent_padded(void)
         int f = formats[k];
         char name[64];
         const char *fn = f == TR_PREC_BF16 ? " (bf16)" : "";
-        double lc = tr_cpu_xent_padded_forward(stats.h, losses.h, logits.h, tgt.h, B, T, V, VP, f);
-        double lg = gpu->xent_padded_forward(stats.d, losses.d, logits.d, tgt.d, B, T, V, VP, f);
+        double lc = tr_cpu_xent_padded_forward(stats.h, losses.h, logits.h, tgt.h, B, T, V, VP, f,
+                                               TR_PREC_FP32);
+        double lg = gpu->xent_padded_forward(stats.d, losses.d, logits.d, tgt.d, B, T, V, VP, f,
+                                             TR_PREC_FP32);
         snprintf(name, sizeof name, "xent_padded_forward stats%s", fn);
         compare(name, &stats, TOL_ELEM);
         snprintf(name, sizeof name, "xent_padded_forward losses%s", fn);
@@ -877,16 +880,18 @@ static void test_xent_padded(void)
         compare_value(name, lc, lg, TOL_ELEM);
         /* backward from the CPU's statistics on both sides: tests backward alone */
         tr_cuda_upload(stats.d, stats.h, 2 * BT * sizeof(float));
-        tr_cpu_xent_padded_backward(dlogits.h, logits.h, stats.h, tgt.h, scale, B, T, V, VP, f);
-        gpu->xent_padded_backward(dlogits.d, logits.d, stats.d, tgt.d, scale, B, T, V, VP, f);
+        tr_cpu_xent_padded_backward(dlogits.h, logits.h, stats.h, tgt.h, scale, B, T, V, VP, f,
+                                    TR_PREC_FP32);
+        gpu->xent_padded_backward(dlogits.d, logits.d, stats.d, tgt.d, scale, B, T, V, VP, f,
+                                  TR_PREC_FP32);
         snprintf(name, sizeof name, "xent_padded_backward dlogits%s", fn);
         compare_format(name, &dlogits, f);
     }
     /* in place: dlogits over the logits */
     tr_cpu_xent_padded_backward(logits.h, logits.h, stats.h, tgt.h, scale, B, T, V, VP,
-                                TR_PREC_FP32);
+                                TR_PREC_FP32, TR_PREC_FP32);
     gpu->xent_padded_backward(logits.d, logits.d, stats.d, tgt.d, scale, B, T, V, VP,
-                              TR_PREC_FP32);
+                              TR_PREC_FP32, TR_PREC_FP32);
     compare("xent_padded_backward dlogits (in place)", &logits, TOL_ELEM);
     pair *all[] = {&logits, &stats, &losses, &dlogits};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
@@ -905,19 +910,20 @@ static void test_xent_shard(void)
     ipair tgt = tokens(BT, 0, V);
     pair logits = pair_rand(n, -4, 4), rowmax = pair_zero(BT), losses = pair_zero(BT);
     pair stats = pair_zero(2 * BT), dlogits = pair_zero(n);
-    tr_cpu_xent_shard_max(rowmax.h, logits.h, BT, VL, NREAL, TR_PREC_BF16);
-    gpu->xent_shard_max(rowmax.d, logits.d, BT, VL, NREAL, TR_PREC_BF16);
+    tr_cpu_xent_shard_max(rowmax.h, logits.h, BT, VL, NREAL, TR_PREC_BF16, TR_PREC_FP32);
+    gpu->xent_shard_max(rowmax.d, logits.d, BT, VL, NREAL, TR_PREC_BF16, TR_PREC_FP32);
     compare("xent_shard_max rowmax (bf16)", &rowmax, 0.0); /* the same max, rounded */
-    tr_cpu_xent_shard_max(rowmax.h, logits.h, BT, VL, NREAL, TR_PREC_FP32);
-    gpu->xent_shard_max(rowmax.d, logits.d, BT, VL, NREAL, TR_PREC_FP32);
+    tr_cpu_xent_shard_max(rowmax.h, logits.h, BT, VL, NREAL, TR_PREC_FP32, TR_PREC_FP32);
+    gpu->xent_shard_max(rowmax.d, logits.d, BT, VL, NREAL, TR_PREC_FP32, TR_PREC_FP32);
     compare("xent_shard_max rowmax", &rowmax, TOL_ELEM);
 
     double sums_h[2 * BT], sums_g[2 * BT];
     double *sums_d = tr_cuda_alloc(sizeof sums_h, "test sums");
     tr_cuda_upload(rowmax.d, rowmax.h, BT * sizeof(float));
     for (int f = TR_PREC_BF16; f >= TR_PREC_FP32; f--) {
-        tr_cpu_xent_shard_sums(sums_h, logits.h, rowmax.h, tgt.h, BT, VL, V0, NREAL, f);
-        gpu->xent_shard_sums(sums_d, logits.d, rowmax.d, tgt.d, BT, VL, V0, NREAL, f);
+        tr_cpu_xent_shard_sums(sums_h, logits.h, rowmax.h, tgt.h, BT, VL, V0, NREAL, f,
+                               TR_PREC_FP32);
+        gpu->xent_shard_sums(sums_d, logits.d, rowmax.d, tgt.d, BT, VL, V0, NREAL, f, TR_PREC_FP32);
         tr_cuda_download(sums_g, sums_d, sizeof sums_g);
         double worst = 0.0, scale = 0.0;
         for (int i = 0; i < 2 * BT; i++) {
@@ -940,14 +946,14 @@ static void test_xent_shard(void)
 
     tr_cuda_upload(stats.d, stats.h, 2 * BT * sizeof(float));
     tr_cpu_xent_shard_backward(dlogits.h, logits.h, stats.h, tgt.h, 0.5f, BT, VL, V0, NREAL,
-                               TR_PREC_BF16);
+                               TR_PREC_BF16, TR_PREC_FP32);
     gpu->xent_shard_backward(dlogits.d, logits.d, stats.d, tgt.d, 0.5f, BT, VL, V0, NREAL,
-                             TR_PREC_BF16);
+                             TR_PREC_BF16, TR_PREC_FP32);
     compare_rounded("xent_shard_backward dlogits (bf16)", &dlogits, TR_PREC_BF16);
     tr_cpu_xent_shard_backward(dlogits.h, logits.h, stats.h, tgt.h, 0.5f, BT, VL, V0, NREAL,
-                               TR_PREC_FP32);
+                               TR_PREC_FP32, TR_PREC_FP32);
     gpu->xent_shard_backward(dlogits.d, logits.d, stats.d, tgt.d, 0.5f, BT, VL, V0, NREAL,
-                             TR_PREC_FP32);
+                             TR_PREC_FP32, TR_PREC_FP32);
     compare("xent_shard_backward dlogits", &dlogits, TOL_ELEM);
     tr_cuda_free(sums_d);
     pair *all[] = {&logits, &rowmax, &losses, &stats, &dlogits};
@@ -973,21 +979,139 @@ static void test_rows_argmax(void)
         pair val = pair_zero(BT);
         int *got = malloc(BT * sizeof(int));
         float *gv = malloc(BT * sizeof(float));
-        tr_cpu_rows_argmax(idx.h, val.h, x.h, BT, VP, V, f);
-        gpu->rows_argmax(idx.d, val.d, x.d, BT, VP, V, f);
+        tr_cpu_rows_argmax(idx.h, val.h, x.h, BT, VP, V, f, TR_PREC_FP32);
+        gpu->rows_argmax(idx.d, val.d, x.d, BT, VP, V, f, TR_PREC_FP32);
         tr_cuda_download(got, idx.d, BT * sizeof(int));
         tr_cuda_download(gv, val.d, BT * sizeof(float));
         size_t bad = 0;
         for (int r = 0; r < BT; r++)
             bad += got[r] != idx.h[r] || memcmp(&gv[r], &val.h[r], sizeof(float)) != 0;
         printf("  %-40s %zu of %d rows differ (format %d)\n", "rows_argmax", bad, BT, f);
-        CHECK(bad == 0, "rows_argmax (format %d): %zu of %d rows differ from the CPU", f, bad, BT);
+        CHECK(bad == 0, "rows_argmax (format %d): %zu of %d rows differ from the CPU", f, bad,
+              BT);
         free(got);
         free(gv);
         ipair_free(&idx);
         pair_free(&val);
     }
     pair_free(&x);
+}
+
+/* The logits in 16 bits (logits_format: where bf16 products take the head's weight in
+ * one copy). The head's forward stores them itself; every reader takes them as the
+ * values the CPU reads from fp32 logits rounded to bf16, and the head's backward writes
+ * dlogits over them and multiplies them as they are. The CPU runs on the same values
+ * held in fp32 (its own form). */
+static void test_logits_16(void)
+{
+    enum { HC = 48 };
+    const int f = TR_PREC_BF16;
+    size_t n = (size_t)BT * VP;
+    printf("logits stored in bf16, B*T %d, C %d, V %d of %d\n", BT, HC, V, VP);
+    gpu->set_gemm_precision(f);
+    CHECK(gpu->logits_format(f, HC, VP) == f, "logits_format: not bf16 where the head fits");
+    CHECK(gpu->logits_format(TR_PREC_FP16, HC, VP) == TR_PREC_FP32,
+          "logits_format: 16-bit logits in fp16 with bf16 products");
+    tr_cuda_set_cast_limit((size_t)HC * VP - 1);
+    CHECK(gpu->logits_format(f, HC, VP) == TR_PREC_FP32,
+          "logits_format: 16-bit logits where the head's weight does not fit a cast buffer");
+    tr_cuda_set_cast_limit(0);
+    gpu->set_gemm_precision(TR_PREC_FP32);
+    CHECK(gpu->logits_format(f, HC, VP) == TR_PREC_FP32,
+          "logits_format: 16-bit logits with fp32 products");
+    gpu->set_gemm_precision(f);
+
+    /* the head's forward: inp stored in bf16, w rounded to it (exact products) */
+    pair inp = pair_rand((size_t)BT * HC, -1, 1), w = pair_rand((size_t)VP * HC, -0.5, 0.5);
+    tr_cpu_round_lowp(inp.h, inp.n, f);
+    tr_cpu_round_lowp(w.h, w.n, f);
+    tr_cuda_upload(w.d, w.h, w.n * sizeof(float));
+    stored inp_s = stored_of(inp.h, inp.n, f);
+    pair scratch = pair_zero((size_t)BT * HC), ref = pair_zero(n);
+    tr_cpu_lm_head_forward(ref.h, inp_s.h, w.h, BT, HC, VP, f, TR_PREC_FP32, scratch.h);
+    tr_cpu_round_lowp(ref.h, n, f); /* the values the readers take */
+    stored lg = stored_of(ref.h, n, f);
+    float *zero = calloc(n, sizeof *zero);
+    stored out = stored_of(zero, n, f);
+    gpu->lm_head_forward(out.d, inp_s.d, w.d, BT, HC, VP, f, f, scratch.d);
+    memcpy(out.h, lg.h, n * tr_stored_bytes(f)); /* the CPU's logits, rounded */
+    compare_stored("lm_head_forward (16-bit logits)", &out, TOL_BF16_STORE);
+    stored_free(&out);
+    free(zero);
+
+    /* the readers on the CPU's values, in 16 bits on the GPU */
+    ipair tgt = tokens(BT, 0, V);
+    pair stats = pair_zero(2 * BT), losses = pair_zero(BT);
+    double lc = tr_cpu_xent_padded_forward(stats.h, losses.h, ref.h, tgt.h, B, T, V, VP, f,
+                                           TR_PREC_FP32);
+    double lgs = gpu->xent_padded_forward(stats.d, losses.d, lg.d, tgt.d, B, T, V, VP, f, f);
+    compare("xent_padded_forward stats (16-bit)", &stats, TOL_ELEM);
+    compare("xent_padded_forward losses (16-bit)", &losses, TOL_ELEM);
+    compare_value("xent_padded_forward loss sum (16-bit)", lc, lgs, TOL_ELEM);
+    float rowmax_h[BT];
+    pair rowmax = pair_zero(BT);
+    tr_cpu_xent_shard_max(rowmax_h, ref.h, BT, VP, V, f, TR_PREC_FP32);
+    gpu->xent_shard_max(rowmax.d, lg.d, BT, VP, V, f, f);
+    memcpy(rowmax.h, rowmax_h, sizeof rowmax_h);
+    compare("xent_shard_max rowmax (16-bit)", &rowmax, 0.0);
+    double sums_h[2 * BT], sums_g[2 * BT];
+    double *sums_d = tr_cuda_alloc(sizeof sums_h, "test sums");
+    tr_cpu_xent_shard_sums(sums_h, ref.h, rowmax.h, tgt.h, BT, VP, 0, V, f, TR_PREC_FP32);
+    gpu->xent_shard_sums(sums_d, lg.d, rowmax.d, tgt.d, BT, VP, 0, V, f, f);
+    tr_cuda_download(sums_g, sums_d, sizeof sums_g);
+    double worst = 0.0, scale = 0.0;
+    for (int i = 0; i < 2 * BT; i++) {
+        worst = fmax(worst, fabs(sums_g[i] - sums_h[i]));
+        scale = fmax(scale, fabs(sums_h[i]));
+    }
+    printf("  %-40s rel err %.2e (tol %.0e)\n", "xent_shard_sums (16-bit)", worst / scale,
+           TOL_ELEM);
+    CHECK(worst <= TOL_ELEM * scale, "xent_shard_sums (16-bit): relative error %.3e",
+          worst / scale);
+    tr_cuda_free(sums_d);
+    ipair idx = ipair_zero(BT);
+    pair val = pair_zero(BT);
+    int got[BT];
+    tr_cpu_rows_argmax(idx.h, val.h, ref.h, BT, VP, V, f, TR_PREC_FP32);
+    gpu->rows_argmax(idx.d, val.d, lg.d, BT, VP, V, f, f);
+    tr_cuda_download(got, idx.d, sizeof got);
+    size_t bad = 0;
+    for (int r = 0; r < BT; r++)
+        bad += got[r] != idx.h[r];
+    CHECK(bad == 0, "rows_argmax (16-bit logits): %zu of %d rows differ", bad, BT);
+    compare("rows_argmax value (16-bit)", &val, 0.0);
+    /* the statistics the CPU's forward made, on both sides: backward alone */
+    tr_cuda_upload(stats.d, stats.h, 2 * BT * sizeof(float));
+    stored dl = stored_of(ref.h, n, f);
+    tr_cpu_xent_padded_backward(ref.h, ref.h, stats.h, tgt.h, 0.3f, B, T, V, VP, f,
+                                TR_PREC_FP32);
+    gpu->xent_padded_backward(dl.d, dl.d, stats.d, tgt.d, 0.3f, B, T, V, VP, f, f);
+    for (size_t i = 0; i < n; i++) /* dl.h: the CPU's dlogits, stored */
+        tr_stored_store(dl.h, i, ref.h[i], f);
+    compare_stored("xent_padded_backward (16-bit, in place)", &dl, TOL_BF16_STORE);
+    stored_free(&dl);
+
+    /* the head's backward over the 16-bit logits against the CPU's on their values */
+    for (size_t i = 0; i < n; i++)
+        ref.h[i] = tr_stored_load(lg.h, i, f);
+    pair dinp = pair_rand((size_t)BT * HC, -1, 1), dw = pair_rand((size_t)VP * HC, -1, 1);
+    tr_cpu_round_lowp(dw.h, dw.n, f);
+    tr_cuda_upload(dw.d, dw.h, dw.n * sizeof(float));
+    tr_cpu_xent_linear_backward(dinp.h, dw.h, ref.h, stats.h, tgt.h, 0.3f, BT, VP, 0, V,
+                                inp_s.h, w.h, HC, f, TR_PREC_FP32);
+    gpu->xent_linear_backward(dinp.d, dw.d, lg.d, stats.d, tgt.d, 0.3f, BT, VP, 0, V, inp_s.d,
+                              w.d, HC, f, f);
+    compare("xent_linear_backward dinp (16-bit logits)", &dinp, TOL_GEMM);
+    compare("xent_linear_backward dw (+=) (16-bit logits)", &dw, TOL_GEMM);
+
+    gpu->set_gemm_precision(TR_PREC_FP32);
+    stored_free(&inp_s);
+    stored_free(&lg);
+    pair *all[] = {&inp, &w, &scratch, &ref, &stats, &losses, &rowmax, &val, &dinp, &dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+    ipair_free(&idx);
+    ipair_free(&tgt);
 }
 
 /* ---- optimizers and norms -------------------------------------------------------- */
@@ -1341,6 +1465,7 @@ int main(int argc, char **argv)
     test_xent_padded();
     test_xent_shard();
     test_rows_argmax();
+    test_logits_16();
     test_linear_sliced();
     test_xent_linear();
     test_optim();

@@ -449,7 +449,7 @@ static double xent_loss(void *ctx)
 {
     xent_rig *x = ctx;
     return tr_cpu_xent_padded_forward(x->stats, x->losses, x->logits, x->tgt, SB, ST, SV, SVP,
-                                      TR_PREC_FP32);
+                                      TR_PREC_FP32, TR_PREC_FP32);
 }
 
 static void test_xent(void)
@@ -479,7 +479,7 @@ static void test_xent(void)
 
     fill_nan(dl, n);
     tr_cpu_xent_padded_backward(dl, x.logits, x.stats, x.tgt, 1.0f, SB, ST, SV, SVP,
-                                TR_PREC_FP32);
+                                TR_PREC_FP32, TR_PREC_FP32);
     fd_problem p = {xent_loss, NULL, &x};
     FD_CHECK_TENSOR("xent d/dlogits", fd_check(&p, x.logits, dl, n, EPS, FLOOR, TOL), 0.0);
     size_t padbad = 0;
@@ -505,7 +505,7 @@ static void test_xent(void)
 
     /* scale: scale (softmax - onehot), the softmax exp(x - max) (1 / sum) */
     tr_cpu_xent_padded_backward(dl2, x.logits, x.stats, x.tgt, 0.1f, SB, ST, SV, SVP,
-                                TR_PREC_FP32);
+                                TR_PREC_FP32, TR_PREC_FP32);
     size_t bad = 0;
     for (size_t r = 0; r < rows; r++)
         for (int j = 0; j < SV; j++) {
@@ -515,7 +515,7 @@ static void test_xent(void)
     CHECK(bad == 0, "xent backward with scale 0.1: %zu elements off", bad);
     /* in place: dlogits over the logits */
     tr_cpu_xent_padded_backward(x.logits, x.logits, x.stats, x.tgt, 1.0f, SB, ST, SV, SVP,
-                                TR_PREC_FP32);
+                                TR_PREC_FP32, TR_PREC_FP32);
     CHECK(same_bits(x.logits, dl, n), "xent backward in place differs");
 
     tr_free(x.logits), tr_free(x.stats), tr_free(x.losses), tr_free(dl), tr_free(dl2);
@@ -568,11 +568,11 @@ static size_t big_run(const big *g, float *res)
     float *stats = take(&w, 2 * BT), *losses = take(&w, BT), *loss = take(&w, 2);
     float *dlogits = take(&w, BT * LVP);
     double L = tr_cpu_xent_padded_forward(stats, losses, g->logits, g->tok, LB, LT, LV, LVP,
-                                          TR_PREC_FP32);
+                                          TR_PREC_FP32, TR_PREC_FP32);
     loss[0] = (float)L;
     loss[1] = (float)(L - (double)loss[0]); /* the rest of the double */
     tr_cpu_xent_padded_backward(dlogits, g->logits, stats, g->tok, 1.0f / (float)BT, LB, LT, LV,
-                                LVP, TR_PREC_FP32);
+                                LVP, TR_PREC_FP32, TR_PREC_FP32);
     return (size_t)(w - res);
 }
 
@@ -751,34 +751,70 @@ static void test_fused_rounding(void)
         check_fused("attention_backward (dout, dqkv stored)", f, dw3, o2, n3);
         tr_free(os), tr_free(ow), tr_free(qs), tr_free(ds), tr_free(dw3), tr_free(ys);
         /* the cross-entropy: logits read as values of f, dlogits rounded to f */
-        double L1 = tr_cpu_xent_padded_forward(st1, l1, logits, tgt, B, T, V, VP, f);
-        double L2 = tr_cpu_xent_padded_forward(st2, l2, lgr, tgt, B, T, V, VP, TR_PREC_FP32);
+        double L1 = tr_cpu_xent_padded_forward(st1, l1, logits, tgt, B, T, V, VP, f, TR_PREC_FP32);
+        double L2 = tr_cpu_xent_padded_forward(st2, l2, lgr, tgt, B, T, V, VP, TR_PREC_FP32,
+                                               TR_PREC_FP32);
         check_same("xent_padded_forward statistics", f, st1, st2, 2 * BT * sizeof *st1);
         check_same("xent_padded_forward losses", f, l1, l2, BT * sizeof *l1);
         CHECK(L1 == L2, "xent_padded_forward (%s): loss %.17g against %.17g", fmt_name(f), L1,
               L2);
-        tr_cpu_xent_padded_backward(o1, logits, st1, tgt, 0.37f, B, T, V, VP, f);
-        tr_cpu_xent_padded_backward(o2, lgr, st2, tgt, 0.37f, B, T, V, VP, TR_PREC_FP32);
+        tr_cpu_xent_padded_backward(o1, logits, st1, tgt, 0.37f, B, T, V, VP, f, TR_PREC_FP32);
+        tr_cpu_xent_padded_backward(o2, lgr, st2, tgt, 0.37f, B, T, V, VP, TR_PREC_FP32,
+                                    TR_PREC_FP32);
         check_fused("xent_padded_backward", f, o1, o2, nv);
         memcpy(o1, logits, nv * sizeof *o1); /* in place, as the model calls it */
-        tr_cpu_xent_padded_backward(o1, o1, st1, tgt, 0.37f, B, T, V, VP, f);
+        tr_cpu_xent_padded_backward(o1, o1, st1, tgt, 0.37f, B, T, V, VP, f, TR_PREC_FP32);
         check_same("xent_padded_backward in place", f, o1, o2, nv * sizeof *o1);
-        /* the shard steps, on columns [0, VP) holding vocabulary rows from 10 */
-        tr_cpu_xent_shard_max(l1, logits, BT, VP, V - 10, f);
-        tr_cpu_xent_shard_max(l2, lgr, BT, VP, V - 10, TR_PREC_FP32);
-        check_same("xent_shard_max", f, l1, l2, BT * sizeof *l1);
-        tr_cpu_xent_shard_sums(s1, logits, l2, tgt, BT, VP, 10, V - 10, f);
-        tr_cpu_xent_shard_sums(s2, lgr, l2, tgt, BT, VP, 10, V - 10, TR_PREC_FP32);
-        check_same("xent_shard_sums", f, s1, s2, 2 * BT * sizeof *s1);
-        tr_cpu_xent_shard_finish(st1, l1, s1, l2, BT);
-        tr_cpu_xent_shard_backward(o1, logits, st1, tgt, 0.37f, BT, VP, 10, V - 10, f);
-        tr_cpu_xent_shard_backward(o2, lgr, st1, tgt, 0.37f, BT, VP, 10, V - 10, TR_PREC_FP32);
-        check_fused("xent_shard_backward", f, o1, o2, nv);
-        /* the accuracy's argmax */
-        tr_cpu_rows_argmax(i1, l1, logits, BT, VP, V, f);
-        tr_cpu_rows_argmax(i2, l2, lgr, BT, VP, V, TR_PREC_FP32);
-        check_same("rows_argmax index", f, i1, i2, BT * sizeof *i1);
-        check_same("rows_argmax value", f, l1, l2, BT * sizeof *l1);
+        /* the shard steps (columns [0, VP) holding vocabulary rows from 10) and the
+         * accuracy's argmax on the logits in both of a backend's forms: fp32 (read as
+         * values of f) and stored in f; backward last, in place on the stored ones as
+         * the GPU's head backward runs it */
+        for (int form = 0; form < 2; form++) {
+            int lf = form ? f : TR_PREC_FP32;
+            void *lg = form ? stored_copy(logits, nv, f) : logits;
+            const char *what = form ? "16-bit logits" : "fp32 logits";
+            tr_cpu_xent_shard_max(l1, lg, BT, VP, V - 10, f, lf);
+            tr_cpu_xent_shard_max(l2, lgr, BT, VP, V - 10, TR_PREC_FP32, TR_PREC_FP32);
+            check_same(form ? "xent_shard_max (16-bit)" : "xent_shard_max", f, l1, l2,
+                       BT * sizeof *l1);
+            tr_cpu_xent_shard_sums(s1, lg, l2, tgt, BT, VP, 10, V - 10, f, lf);
+            tr_cpu_xent_shard_sums(s2, lgr, l2, tgt, BT, VP, 10, V - 10, TR_PREC_FP32,
+                                   TR_PREC_FP32);
+            check_same(form ? "xent_shard_sums (16-bit)" : "xent_shard_sums", f, s1, s2,
+                       2 * BT * sizeof *s1);
+            tr_cpu_xent_shard_finish(st1, l1, s1, l2, BT);
+            tr_cpu_rows_argmax(i1, l1, lg, BT, VP, V, f, lf);
+            tr_cpu_rows_argmax(i2, l2, lgr, BT, VP, V, TR_PREC_FP32, TR_PREC_FP32);
+            CHECK(!memcmp(i1, i2, BT * sizeof *i1) && !memcmp(l1, l2, BT * sizeof *l1),
+                  "rows_argmax (%s, %s) differs from rounding first", what, fmt_name(f));
+            tr_cpu_xent_shard_backward(o2, lgr, st1, tgt, 0.37f, BT, VP, 10, V - 10,
+                                       TR_PREC_FP32, TR_PREC_FP32);
+            tr_cpu_round_lowp(o2, nv, f);
+            tr_cpu_xent_shard_backward(form ? lg : o1, lg, st1, tgt, 0.37f, BT, VP, 10, V - 10,
+                                       f, lf);
+            float *d = form ? widened(lg, nv, f) : o1;
+            CHECK(same_bits(d, o2, nv), "xent_shard_backward (%s, %s): rounding inside the "
+                  "kernel differs from round_lowp around it", what, fmt_name(f));
+            if (form)
+                tr_free(d), tr_free(lg);
+        }
+        /* the logits stored in f (a GPU's form: logits_format): the same values as the
+         * fp32 ones read as values of f, so the same bits from every reader */
+        void *ls = stored_copy(logits, nv, f);
+        tr_cpu_xent_padded_forward(st2, l2, lgr, tgt, B, T, V, VP, TR_PREC_FP32, TR_PREC_FP32);
+        L1 = tr_cpu_xent_padded_forward(st1, l1, ls, tgt, B, T, V, VP, f, f);
+        check_same("xent_padded_forward (16-bit logits) statistics", f, st1, st2,
+                   2 * BT * sizeof *st1);
+        CHECK(L1 == L2, "xent_padded_forward (16-bit logits, %s): loss %.17g against %.17g",
+              fmt_name(f), L1, L2);
+        tr_cpu_xent_padded_backward(o2, lgr, st2, tgt, 0.37f, B, T, V, VP, TR_PREC_FP32,
+                                    TR_PREC_FP32);
+        tr_cpu_round_lowp(o2, nv, f);
+        void *dst = stored_copy(logits, nv, f);
+        tr_cpu_xent_padded_backward(dst, ls, st1, tgt, 0.37f, B, T, V, VP, f, f);
+        float *dw = widened(dst, nv, f);
+        check_same("xent_padded_backward (16-bit dlogits)", f, dw, o2, nv * sizeof *dw);
+        tr_free(dw), tr_free(dst), tr_free(ls);
         tr_free(xr), tr_free(yr), tr_free(qkvr), tr_free(lgr);
     }
     float *all[] = {x, y, w, bias, o1, o2, tmp, mean, rstd, qkv, att, datt, st1, st2,

@@ -35,8 +35,9 @@ static void check_xent(int tp)
     for (int r = 0; r < BT; r++)
         tgt[r] = (r * 37 + 11) % V;
     double whole = tr_cpu_xent_padded_forward(stats, losses, logits, tgt, B, T, V, VP,
-                                              TR_PREC_FP32);
-    tr_cpu_xent_padded_backward(dfull, logits, stats, tgt, 0.25f, B, T, V, VP, TR_PREC_FP32);
+                                              TR_PREC_FP32, TR_PREC_FP32);
+    tr_cpu_xent_padded_backward(dfull, logits, stats, tgt, 0.25f, B, T, V, VP, TR_PREC_FP32,
+                                TR_PREC_FP32);
 
     int Vl = VP / tp;
     float *sh = calloc((size_t)tp * BT * Vl, sizeof *sh), *rowmax = calloc((size_t)tp * BT, 4);
@@ -52,7 +53,7 @@ static void check_xent(int tp)
     for (int q = 0; q < tp; q++) {
         nreal[q] = V - q * Vl < 0 ? 0 : (V - q * Vl < Vl ? V - q * Vl : Vl);
         tr_cpu_xent_shard_max(rowmax + (size_t)q * BT, sh + (size_t)q * BT * Vl, BT, Vl,
-                              nreal[q], TR_PREC_FP32);
+                              nreal[q], TR_PREC_FP32, TR_PREC_FP32);
     }
     for (int r = 0; r < BT; r++) { /* the MAX over the tp group */
         mx[r] = -INFINITY;
@@ -61,7 +62,7 @@ static void check_xent(int tp)
     }
     for (int q = 0; q < tp; q++)
         tr_cpu_xent_shard_sums(sums + (size_t)q * 2 * BT, sh + (size_t)q * BT * Vl, mx, tgt, BT,
-                               Vl, q * Vl, nreal[q], TR_PREC_FP32);
+                               Vl, q * Vl, nreal[q], TR_PREC_FP32, TR_PREC_FP32);
     for (int i = 0; i < 2 * BT; i++) { /* the SUM over the tp group */
         tot[i] = 0;
         for (int q = 0; q < tp; q++)
@@ -77,10 +78,12 @@ static void check_xent(int tp)
             worst_s = fmax(worst_s, fabs(st[2 * r] - stats[2 * r]) +
                                         fabs(st[2 * r + 1] - stats[2 * r + 1]) / stats[2 * r + 1]);
         }
-        tr_cpu_xent_shard_backward(p, p, st, tgt, 0.25f, BT, Vl, q * Vl, nreal[q], TR_PREC_FP32);
+        tr_cpu_xent_shard_backward(p, p, st, tgt, 0.25f, BT, Vl, q * Vl, nreal[q], TR_PREC_FP32,
+                                   TR_PREC_FP32);
         for (int r = 0; r < BT; r++)
             for (int j = 0; j < Vl; j++)
-                worst_d = fmax(worst_d, fabs(p[(size_t)r * Vl + j] - dfull[(size_t)r * VP + q * Vl + j]));
+                worst_d = fmax(worst_d,
+                               fabs(p[(size_t)r * Vl + j] - dfull[(size_t)r * VP + q * Vl + j]));
     }
     printf("xent tp=%d: loss %.9g vs %.9g, worst |dloss| %.2e, |dstats| %.2e, |ddlogit| %.2e\n",
            tp, loss, whole, worst_l, worst_s, worst_d);

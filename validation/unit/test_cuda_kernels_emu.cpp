@@ -90,59 +90,92 @@ static std::vector<int> targets_in(size_t n, int V)
 
 /* ---- the cross-entropy ----------------------------------------------------------- */
 
-static void test_xent_padded(int BT, int V, int Vp, int format)
+/* v stored in lfmt (16-bit values in the first half of the floats' room, or v) */
+static vec stored_in(const vec &v, int lfmt)
 {
-    printf("xent over a padded vocabulary (%s): BT %d, V %d of %d\n", fmt_name(format), BT, V,
-           Vp);
-    vec logits = rand_vec((size_t)BT * Vp, -6.0f, 6.0f);
+    vec s(v.size());
+    for (size_t i = 0; i < v.size(); i++)
+        tr_stored_store(s.data(), i, v[i], lfmt);
+    return s;
+}
+
+/* s, stored in lfmt, widened to floats */
+static vec widened(const vec &s, size_t n, int lfmt)
+{
+    vec w(n);
+    for (size_t i = 0; i < n; i++)
+        w[i] = tr_stored_load(s.data(), i, lfmt);
+    return w;
+}
+
+/* The kernels on logits stored in lfmt against the CPU on the fp32 logits: the same
+ * values of the format either way. */
+static void test_xent_padded(int BT, int V, int Vp, int format, int lfmt)
+{
+    printf("xent over a padded vocabulary (%s, logits stored in %s): BT %d, V %d of %d\n",
+           fmt_name(format), fmt_name(lfmt), BT, V, Vp);
+    vec logits = rand_vec((size_t)BT * Vp, -6.0f, 6.0f), xs = stored_in(logits, lfmt);
     std::vector<int> tgt = targets_in(BT, V);
     vec stats(2 * BT), losses(BT), cpu_stats(2 * BT), cpu_losses(BT);
     float *st = stats.data(), *lo = losses.data();
     const float *x = logits.data();
+    const void *xk = xs.data();
     const int *t = tgt.data();
     emu::launch(dim3(BT), dim3(XENT_BLOCK), 0,
-                [&] { xent_padded_forward_kernel(st, lo, x, t, V, Vp, format); });
-    tr_cpu_xent_padded_forward(cpu_stats.data(), cpu_losses.data(), x, t, 1, BT, V, Vp, format);
+                [&] { xent_padded_forward_kernel(st, lo, xk, t, V, Vp, format, lfmt); });
+    tr_cpu_xent_padded_forward(cpu_stats.data(), cpu_losses.data(), x, t, 1, BT, V, Vp, format,
+                               TR_PREC_FP32);
     check_close("forward stats (max, 1/sum)", stats, cpu_stats, 1e-6);
     check_close("forward losses", losses, cpu_losses, 1e-6);
     /* backward from the CPU's statistics: the same float operations, so the same bits */
     float scale = 1.0f / BT;
-    vec d((size_t)BT * Vp, 12345.0f), cpu_d((size_t)BT * Vp);
+    size_t n = (size_t)BT * Vp;
+    vec d(n, 12345.0f), cpu_d(n);
     float *dp = d.data();
     const float *cs = cpu_stats.data();
-    size_t n = (size_t)BT * Vp;
     emu::launch(dim3(tr_cuda_grid(n)), dim3(TR_CUDA_BLOCK), 0, [&] {
-        xent_backward_kernel(dp, x, cs, t, scale, (size_t)BT, Vp, 0, V, format);
+        xent_backward_kernel(dp, xk, cs, t, scale, (size_t)BT, Vp, 0, V, format, lfmt);
     });
-    tr_cpu_xent_padded_backward(cpu_d.data(), x, cs, t, scale, 1, BT, V, Vp, format);
-    same_bits("backward dlogits", d, cpu_d);
+    tr_cpu_xent_padded_backward(cpu_d.data(), x, cs, t, scale, 1, BT, V, Vp, format,
+                                TR_PREC_FP32);
+    same_bits("backward dlogits", widened(d, n, lfmt), cpu_d);
+    if (lfmt == TR_PREC_FP32)
+        return;
+    /* in place over the 16-bit logits, as the head's backward runs it */
+    float *xp = xs.data();
+    emu::launch(dim3(tr_cuda_grid(n)), dim3(TR_CUDA_BLOCK), 0, [&] {
+        xent_backward_kernel(xp, xp, cs, t, scale, (size_t)BT, Vp, 0, V, format, lfmt);
+    });
+    same_bits("backward dlogits (in place)", widened(xs, n, lfmt), cpu_d);
 }
 
 /* The four shard steps at tp = 2 (the second shard holding padding only past V). */
-static void test_xent_shards(int BT, int V, int Vp, int format)
+static void test_xent_shards(int BT, int V, int Vp, int format, int lfmt)
 {
-    printf("xent over 2 vocabulary shards (%s): BT %d, V %d of %d\n", fmt_name(format), BT, V,
-           Vp);
+    printf("xent over 2 vocabulary shards (%s, logits stored in %s): BT %d, V %d of %d\n",
+           fmt_name(format), fmt_name(lfmt), BT, V, Vp);
     int Vl = Vp / 2;
     vec logits = rand_vec((size_t)BT * Vp, -6.0f, 6.0f);
     std::vector<int> tgt = targets_in(BT, V);
     const int *t = tgt.data();
     vec gmax(BT, -INFINITY), cpu_gmax(BT, -INFINITY);
-    std::vector<vec> shard(2);
+    std::vector<vec> shard(2), stored(2);
     for (int s = 0; s < 2; s++) { /* shard s's columns, [BT, Vl] */
         shard[s].resize((size_t)BT * Vl);
         for (int r = 0; r < BT; r++)
             for (int j = 0; j < Vl; j++)
                 shard[s][(size_t)r * Vl + j] = logits[(size_t)r * Vp + s * Vl + j];
+        stored[s] = stored_in(shard[s], lfmt);
     }
     for (int s = 0; s < 2; s++) {
         int v0 = s * Vl, nreal = V - v0 < Vl ? (V - v0 > 0 ? V - v0 : 0) : Vl;
         vec rmax(BT), cpu_rmax(BT);
         float *rm = rmax.data();
         const float *x = shard[s].data();
+        const void *xk = stored[s].data();
         emu::launch(dim3(BT), dim3(XENT_BLOCK), 0,
-                    [&] { xent_shard_max_kernel(rm, x, Vl, nreal, format); });
-        tr_cpu_xent_shard_max(cpu_rmax.data(), x, BT, Vl, nreal, format);
+                    [&] { xent_shard_max_kernel(rm, xk, Vl, nreal, format, lfmt); });
+        tr_cpu_xent_shard_max(cpu_rmax.data(), x, BT, Vl, nreal, format, TR_PREC_FP32);
         same_bits(s ? "shard 1 max" : "shard 0 max", rmax, cpu_rmax);
         for (int r = 0; r < BT; r++)
             cpu_gmax[r] = fmaxf(cpu_gmax[r], cpu_rmax[r]);
@@ -153,9 +186,11 @@ static void test_xent_shards(int BT, int V, int Vp, int format)
         std::vector<double> part(2 * BT), cpu_part(2 * BT);
         double *pp = part.data();
         const float *x = shard[s].data(), *gm = cpu_gmax.data();
+        const void *xk = stored[s].data();
         emu::launch(dim3(BT), dim3(XENT_BLOCK), 0,
-                    [&] { xent_shard_sums_kernel(pp, x, gm, t, Vl, v0, nreal, format); });
-        tr_cpu_xent_shard_sums(cpu_part.data(), x, gm, t, BT, Vl, v0, nreal, format);
+                    [&] { xent_shard_sums_kernel(pp, xk, gm, t, Vl, v0, nreal, format, lfmt); });
+        tr_cpu_xent_shard_sums(cpu_part.data(), x, gm, t, BT, Vl, v0, nreal, format,
+                               TR_PREC_FP32);
         check_close(s ? "shard 1 sums" : "shard 0 sums", part, cpu_part, 1e-12);
         for (int i = 0; i < 2 * BT; i++)
             cpu_sums[i] += cpu_part[i];
@@ -270,14 +305,14 @@ template <typename H> static void test_xent_grad_16(int BT, int Vl, int v0, int 
     std::vector<int> tgt = targets_in(BT, v0 + Vl + 5);
     vec rmax(BT), stats(2 * BT), losses(BT);
     std::vector<double> sums(2 * BT);
-    tr_cpu_xent_shard_max(rmax.data(), logits.data(), BT, Vl, nreal, format);
+    tr_cpu_xent_shard_max(rmax.data(), logits.data(), BT, Vl, nreal, format, TR_PREC_FP32);
     tr_cpu_xent_shard_sums(sums.data(), logits.data(), rmax.data(), tgt.data(), BT, Vl, v0, nreal,
-                           format);
+                           format, TR_PREC_FP32);
     tr_cpu_xent_shard_finish(stats.data(), losses.data(), sums.data(), rmax.data(), BT);
     float scale = 0.37f;
     vec d((size_t)BT * Vl);
     tr_cpu_xent_shard_backward(d.data(), logits.data(), stats.data(), tgt.data(), scale, BT, Vl,
-                               v0, nreal, format);
+                               v0, nreal, format, TR_PREC_FP32);
     std::vector<uint16_t> want((size_t)BT * n);
     for (int r = 0; r < BT; r++)
         for (int c = 0; c < n; c++)
@@ -557,8 +592,12 @@ static void test_optim(size_t n, int off, int format)
 int main(void)
 {
     for (int f = TR_PREC_FP32; f <= TR_PREC_FP16; f++) {
-        test_xent_padded(37, 300, 320, f);
-        test_xent_shards(19, 290, 320, f);
+        test_xent_padded(37, 300, 320, f, TR_PREC_FP32);
+        test_xent_shards(19, 290, 320, f, TR_PREC_FP32);
+        if (f != TR_PREC_FP32) { /* the logits stored in the format (a GPU's) */
+            test_xent_padded(37, 300, 320, f, f);
+            test_xent_shards(19, 290, 320, f, f);
+        }
         test_layernorm(45, 100, f, 0);
         test_layernorm(45, 100, f, 1);
         test_layernorm(37, 768, f, 1); /* GPT-2's C: 24 columns a lane */
