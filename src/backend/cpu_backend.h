@@ -102,5 +102,6 @@ void tr_cpu_adamw_update(float *param, float *m, float *v, const float *grad, si
                          float lr, double beta1, double beta2, float eps, float weight_decay,
                          long t, float *lowp, int format);
 double tr_cpu_sum_squares(const float *x, size_t n);
+double tr_cpu_sum_squares_spans(const float *const *x, const size_t *n, int count);
 
 #endif

@@ -442,6 +442,7 @@ const tr_kernels tr_cpu_kernels = {
     .sgd_update = tr_cpu_sgd_update,
     .adamw_update = tr_cpu_adamw_update,
     .sum_squares = tr_cpu_sum_squares,
+    .sum_squares_spans = tr_cpu_sum_squares_spans,
     .scale = tr_cpu_scale,
     .round_lowp = tr_cpu_round_lowp,
     .set_gemm_precision = tr_cpu_set_gemm_precision,

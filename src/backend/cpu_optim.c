@@ -92,3 +92,11 @@ double tr_cpu_sum_squares(const float *x, size_t n)
     }
     return total;
 }
+
+double tr_cpu_sum_squares_spans(const float *const *x, const size_t *n, int count)
+{
+    double total = 0.0;
+    for (int i = 0; i < count; i++) /* in span order */
+        total += tr_cpu_sum_squares(x[i], n[i]);
+    return total;
+}

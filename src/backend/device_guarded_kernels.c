@@ -112,6 +112,14 @@ static double guarded_sum_squares(const float *x, size_t n)
     return r;
 }
 
+static double guarded_sum_squares_spans(const float *const *x, const size_t *n, int count)
+{
+    tr_guarded_open();
+    double r = tr_cpu_kernels.sum_squares_spans(x, n, count);
+    tr_guarded_close();
+    return r;
+}
+
 static void guarded_scale(float *x, size_t n, float a)
 {
     tr_guarded_open();
@@ -364,6 +372,7 @@ const tr_kernels tr_guarded_kernels = {
     .sgd_update = guarded_sgd_update,
     .adamw_update = guarded_adamw_update,
     .sum_squares = guarded_sum_squares,
+    .sum_squares_spans = guarded_sum_squares_spans,
     .scale = guarded_scale,
     .round_lowp = guarded_round_lowp,
     .set_gemm_precision = guarded_set_gemm_precision,

@@ -76,6 +76,11 @@ typedef struct tr_kernels {
                          float lr, double beta1, double beta2, float eps, float weight_decay,
                          long t, float *lowp, int format);
     double (*sum_squares)(const float *x, size_t n);
+    /* The sum over i < count of sum_squares(x[i], n[i]), added in order in double:
+     * the bits of those calls added one by one, with one wait for the result where a
+     * device's caller would otherwise wait for each (the global norm of a sharded
+     * model's gradients, one span a tensor). x and n are host arrays. */
+    double (*sum_squares_spans)(const float *const *x, const size_t *n, int count);
     void (*scale)(float *x, size_t n, float a);
     /* Mixed precision: x[i] = the nearest value of `format` (a tr_precision of
      * lowp_math.h: bf16 or fp16; fp32 leaves x alone), rounded as lowp_math.h rounds.

@@ -46,6 +46,14 @@ static inline void tr_cublas_check_at(const char *file, int line, cublasStatus_t
  * across GPU models too. */
 #define TR_CUDA_REDUCE_BLOCKS 1024
 
+/* Spans of sum_squares_spans in one launch (passed by value: 512 bytes of kernel
+ * parameters), each with its TR_CUDA_REDUCE_BLOCKS partial sums in the scratch. */
+#define TR_CUDA_SPAN_CHUNK 32
+
+/* The partial sums' room in the scratch, bytes, 256-byte aligned */
+#define TR_CUDA_PARTIAL_BYTES                                                           \
+    ((TR_CUDA_SPAN_CHUNK * TR_CUDA_REDUCE_BLOCKS * sizeof(double) + 255) & ~(size_t)255)
+
 /* cuBLAS's workspace (cublasSetWorkspace), taken from the device's reservation so
  * that cuBLAS allocates nothing of its own. cuBLAS's documentation recommends 32 MiB
  * on Hopper (sm_90) and Blackwell data-centre GPUs, 4 MiB on the others, the size of
@@ -64,7 +72,7 @@ static inline void tr_cublas_check_at(const char *file, int line, cublasStatus_t
 /* The context's device scratch (below), each piece 256-byte aligned as the
  * reservation hands memory out. */
 #define TR_CUDA_SCRATCH_BYTES                                                           \
-    (((TR_CUDA_REDUCE_BLOCKS * sizeof(double) + 255) & ~(size_t)255) + 256 + 256 +       \
+    (TR_CUDA_PARTIAL_BYTES + 256 + 256 +                                                \
      TR_CUDA_COL_PARTIAL_FLOATS * sizeof(float) + 2 * TR_CUDA_CAST_ELEMS * 2)
 
 /* What the backend takes out of the device's reservation before the model does:
@@ -84,7 +92,7 @@ typedef struct tr_cuda_ctx {
      * the device's reservation (tr_cuda_ctx_adopt), or cudaMalloc'ed by the first
      * tr_cuda_ctx_with_scratch in a process that reserves nothing (the kernel tests
      * and benchmarks); NULL until then */
-    double *d_partial;  /* [TR_CUDA_REDUCE_BLOCKS] */
+    double *d_partial;  /* [TR_CUDA_SPAN_CHUNK][TR_CUDA_REDUCE_BLOCKS] */
     double *d_result;   /* [1] */
     unsigned *d_flag;   /* [1] */
     float *d_col_partial; /* [TR_CUDA_COL_PARTIAL_FLOATS]: column sums' partials */

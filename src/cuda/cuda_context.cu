@@ -188,7 +188,7 @@ static enum { SCRATCH_NONE, SCRATCH_ADOPTED, SCRATCH_OWN } g_scratch;
 /* Lays the scratch out from base (256-byte aligned) in TR_CUDA_SCRATCH_BYTES. */
 static void place_scratch(tr_cuda_ctx *c, unsigned char *base)
 {
-    size_t partial = (TR_CUDA_REDUCE_BLOCKS * sizeof(double) + 255) & ~(size_t)255;
+    size_t partial = TR_CUDA_PARTIAL_BYTES;
     c->d_partial = (double *)base;
     c->d_result = (double *)(base + partial);
     c->d_flag = (unsigned *)(base + partial + 256);

@@ -24,6 +24,7 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .sgd_update = tr_cuda_sgd_update,
     .adamw_update = tr_cuda_adamw_update,
     .sum_squares = tr_cuda_sum_squares,
+    .sum_squares_spans = tr_cuda_sum_squares_spans,
     .scale = tr_cuda_scale,
     .round_lowp = tr_cuda_round_lowp,
     .set_gemm_precision = tr_cuda_set_gemm_precision,

@@ -114,6 +114,83 @@ __global__ static void sum_partials_kernel(double *result, const double *partial
         *result = s;
 }
 
+/* ---- the sum of squares of many spans, with one wait ------------------------------ */
+
+/* Each span's sum exactly as the two passes above make it (the same grid over its
+ * elements, the same trees); the host's sum of them, in span order in double, made on
+ * the device. A launch takes TR_CUDA_SPAN_CHUNK spans (blockIdx.y), by value. */
+typedef struct span_chunk {
+    const float *x[TR_CUDA_SPAN_CHUNK];
+    size_t n[TR_CUDA_SPAN_CHUNK];
+} span_chunk;
+
+__global__ static void span_squares_partial_kernel(double *partial, span_chunk c)
+{
+    __shared__ double sh[32];
+    const float *x = c.x[blockIdx.y];
+    size_t n = c.n[blockIdx.y];
+    double s = 0.0;
+    TR_GRID_STRIDE(i, n) s += (double)x[i] * x[i];
+    s = tr_block_sum(s, sh);
+    if (threadIdx.x == 0)
+        partial[(size_t)blockIdx.y * TR_CUDA_REDUCE_BLOCKS + blockIdx.x] = s;
+}
+
+/* *total (0 where first) + each of the count spans' sums, in order (every thread adds
+ * the same values; thread 0 stores) */
+__global__ static void add_span_sums_kernel(double *total, const double *partial, int count,
+                                            int first)
+{
+    __shared__ double sh[32];
+    double t = first ? 0.0 : *total;
+    for (int k = 0; k < count; k++)
+        t += tr_block_sum(partial[(size_t)k * TR_CUDA_REDUCE_BLOCKS + threadIdx.x], sh);
+    if (threadIdx.x == 0)
+        *total = t;
+}
+
+/* The global norm of a sharded model's gradients is one span a tensor: GPT-2 124M's
+ * 148, 1.5B's 580. One wait for them all, not one each (each wait leaves the GPU idle
+ * for a copy, the host's wake-up and the next launches: some 20 us). Empty spans add
+ * nothing (tr_cuda_sum_squares returns 0 for them without a kernel). */
+/* the k spans of ch, their sums added to the device's total */
+static void add_spans(const tr_cuda_ctx *c, const span_chunk *ch, int k, int first)
+{
+    dim3 grid(TR_CUDA_REDUCE_BLOCKS, (unsigned)k);
+    span_squares_partial_kernel<<<grid, TR_CUDA_BLOCK, 0, c->stream>>>(c->d_partial, *ch);
+    TR_CUDA_LAUNCHED();
+    add_span_sums_kernel<<<1, TR_CUDA_REDUCE_BLOCKS, 0, c->stream>>>(c->d_result, c->d_partial,
+                                                                      k, first);
+    TR_CUDA_LAUNCHED();
+}
+
+double tr_cuda_sum_squares_spans(const float *const *x, const size_t *n, int count)
+{
+    const tr_cuda_ctx *c = tr_cuda_ctx_with_scratch();
+    span_chunk ch;
+    int k = 0, first = 1;
+    for (int i = 0; i < count; i++) {
+        if (n[i] == 0)
+            continue;
+        ch.x[k] = x[i];
+        ch.n[k++] = n[i];
+        if (k == TR_CUDA_SPAN_CHUNK) {
+            add_spans(c, &ch, k, first);
+            k = 0, first = 0;
+        }
+    }
+    if (k) {
+        add_spans(c, &ch, k, first);
+        first = 0;
+    }
+    if (first) /* no elements */
+        return 0.0;
+    TR_CUDA_CHECK(cudaMemcpyAsync(c->h_result, c->d_result, sizeof(double),
+                                  cudaMemcpyDeviceToHost, c->stream));
+    tr_cuda_stream_wait(c->stream);
+    return *c->h_result;
+}
+
 double tr_cuda_sum_squares(const float *x, size_t n)
 {
     const tr_cuda_ctx *c = tr_cuda_ctx_with_scratch();

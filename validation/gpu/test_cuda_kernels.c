@@ -1160,6 +1160,26 @@ static void test_optim(void)
                   1e-12);
     compare_value("sum_squares run to run", gpu->sum_squares(x.d, big),
                   gpu->sum_squares(x.d, big), 0.0);
+    /* spans: 70 of them (three launches of up to TR_CUDA_SPAN_CHUNK), empty ones among
+     * them: each span's sum as sum_squares makes it, added in order, so the bits of the
+     * calls one by one; the CPU's within the sums' tolerance */
+    enum { NSPANS = 70 };
+    const float *xd[NSPANS], *xh[NSPANS];
+    size_t ns[NSPANS];
+    double one_by_one = 0.0;
+    for (int i = 0; i < NSPANS; i++) {
+        size_t off = (size_t)i * 9973 % (big / 2);
+        ns[i] = i % 11 == 3 ? 0 : (size_t)(i * i * 37 % 20011) + (i == 5 ? 400000 : 1);
+        xd[i] = x.d + off, xh[i] = x.h + off;
+        one_by_one += gpu->sum_squares(xd[i], ns[i]);
+    }
+    compare_value("sum_squares_spans (70 spans) vs one by one", one_by_one,
+                  gpu->sum_squares_spans(xd, ns, NSPANS), 0.0);
+    compare_value("sum_squares_spans (70 spans) vs the CPU",
+                  tr_cpu_sum_squares_spans(xh, ns, NSPANS), gpu->sum_squares_spans(xd, ns, NSPANS),
+                  1e-12);
+    compare_value("sum_squares_spans (all empty)", 0.0, gpu->sum_squares_spans(xd, ns + 3, 1),
+                  0.0);
     pair *all[] = {&p, &m, &v, &lp, &buf, &x};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);

@@ -596,6 +596,17 @@ static void test_sum_squares(void)
         CHECK(memcmp(&got1, &got2, sizeof got1) == 0,
               "sum_squares n=%zu: %.17g on 1 thread, %.17g on 2", n, got1, got2);
     }
+    /* spans (a sharded model's tensors): the calls' sums added in order, the same bits;
+     * empty spans add nothing, no spans sum to 0 */
+    const float *xs[5] = {x + 10, x, x + 4097, x + 7, x + 200000};
+    size_t ns[5] = {4097, 0, 1300000, 1, 33};
+    double one_by_one = 0.0;
+    for (int i = 0; i < 5; i++)
+        one_by_one += tr_cpu_sum_squares(xs[i], ns[i]);
+    double spans = tr_cpu_sum_squares_spans(xs, ns, 5);
+    CHECK(memcmp(&spans, &one_by_one, sizeof spans) == 0,
+          "sum_squares_spans: %.17g, the calls one by one %.17g", spans, one_by_one);
+    CHECK(tr_cpu_sum_squares_spans(xs, ns, 0) == 0.0, "sum_squares_spans of no spans");
     float y[3] = {1, -2, 4};
     tr_cpu_scale(y, 3, -0.5f);
     CHECK(y[0] == -0.5f && y[1] == 1.0f && y[2] == -2.0f, "scale");
