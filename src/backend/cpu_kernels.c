@@ -441,6 +441,7 @@ const tr_kernels tr_cpu_kernels = {
     .softmax_xent_backward = tr_cpu_softmax_xent_backward,
     .sgd_update = tr_cpu_sgd_update,
     .adamw_update = tr_cpu_adamw_update,
+    .adamw_update_spans = tr_cpu_adamw_update_spans,
     .sum_squares = tr_cpu_sum_squares,
     .sum_squares_spans = tr_cpu_sum_squares_spans,
     .scale = tr_cpu_scale,

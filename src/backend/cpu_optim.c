@@ -59,6 +59,14 @@ void tr_cpu_adamw_update(float *restrict param, float *restrict m, float *restri
     store_lowp(lowp, param, n, format);
 }
 
+void tr_cpu_adamw_update_spans(const tr_adamw_span *s, int count, float lr, double beta1,
+                               double beta2, float eps, long t, int format)
+{
+    for (int i = 0; i < count; i++)
+        tr_cpu_adamw_update(s[i].param, s[i].m, s[i].v, s[i].grad, s[i].n, lr, beta1, beta2, eps,
+                            s[i].weight_decay, t, s[i].lowp, format);
+}
+
 /* Sum of squares of one chunk in double. Eight explicit accumulators give the
  * compiler independent lanes to vectorise without reassociating anything, and
  * they are combined in a fixed tree. */

@@ -104,6 +104,13 @@ static void guarded_adamw_update(float *param, float *m, float *v, const float *
     tr_guarded_close();
 }
 
+static void guarded_adamw_update_spans(const tr_adamw_span *s, int count, float lr, double beta1, double beta2, float eps, long t, int format)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.adamw_update_spans(s, count, lr, beta1, beta2, eps, t, format);
+    tr_guarded_close();
+}
+
 static double guarded_sum_squares(const float *x, size_t n)
 {
     tr_guarded_open();
@@ -371,6 +378,7 @@ const tr_kernels tr_guarded_kernels = {
     .softmax_xent_backward = guarded_softmax_xent_backward,
     .sgd_update = guarded_sgd_update,
     .adamw_update = guarded_adamw_update,
+    .adamw_update_spans = guarded_adamw_update_spans,
     .sum_squares = guarded_sum_squares,
     .sum_squares_spans = guarded_sum_squares_spans,
     .scale = guarded_scale,

@@ -20,6 +20,15 @@ typedef struct tr_conv_shape {
     int ho, wo;         /* output [B, cout, ho, wo], ho = h + 2 pad - k + 1 */
 } tr_conv_shape;
 
+/* One tensor's part of an AdamW step: what adamw_update takes that varies by tensor. */
+typedef struct tr_adamw_span {
+    float *param, *m, *v;
+    const float *grad;
+    float *lowp; /* the working copy, or NULL */
+    size_t n;
+    float weight_decay;
+} tr_adamw_span;
+
 typedef struct tr_kernels {
     const char *name;
 
@@ -75,6 +84,12 @@ typedef struct tr_kernels {
     void (*adamw_update)(float *param, float *m, float *v, const float *grad, size_t n,
                          float lr, double beta1, double beta2, float eps, float weight_decay,
                          long t, float *lowp, int format);
+    /* adamw_update on each of count spans (a host array) with the step's shared
+     * arguments: the bits of those calls, in fewer launches on a GPU (a model's
+     * tensors, 148 for GPT-2 124M, most of them a few hundred values: one launch each
+     * would cost more than its work). */
+    void (*adamw_update_spans)(const tr_adamw_span *s, int count, float lr, double beta1,
+                               double beta2, float eps, long t, int format);
     double (*sum_squares)(const float *x, size_t n);
     /* The sum over i < count of sum_squares(x[i], n[i]), added in order in double:
      * the bits of those calls added one by one, with one wait for the result where a

@@ -23,6 +23,7 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .softmax_xent_backward = tr_cuda_softmax_xent_backward,
     .sgd_update = tr_cuda_sgd_update,
     .adamw_update = tr_cuda_adamw_update,
+    .adamw_update_spans = tr_cuda_adamw_update_spans,
     .sum_squares = tr_cuda_sum_squares,
     .sum_squares_spans = tr_cuda_sum_squares_spans,
     .scale = tr_cuda_scale,

@@ -165,6 +165,8 @@ void tr_cuda_sgd_update(float *param, float *momentum_buf, const float *grad, si
 void tr_cuda_adamw_update(float *param, float *m, float *v, const float *grad, size_t n,
                           float lr, double beta1, double beta2, float eps, float weight_decay,
                           long t, float *lowp, int format);
+void tr_cuda_adamw_update_spans(const tr_adamw_span *s, int count, float lr, double beta1,
+                                double beta2, float eps, long t, int format);
 double tr_cuda_sum_squares(const float *x, size_t n);
 double tr_cuda_sum_squares_spans(const float *const *x, const size_t *n, int count);
 void tr_cuda_scale(float *x, size_t n, float a);

@@ -27,6 +27,37 @@ __global__ static void sgd_kernel(float *param, float *buf, const float *grad, s
     }
 }
 
+/* AdamW on parameters [i, i + 4) of a tensor of n (fewer at its end) */
+__device__ static inline void adamw_group(float *param, float *m, float *v, const float *grad,
+                                          size_t n, size_t i, const tr_adamw_consts *c,
+                                          float *lowp, int format, int vec)
+{
+    if (vec && i + 4 <= n) {
+        float4 p4 = *reinterpret_cast<float4 *>(param + i);
+        float4 m4 = *reinterpret_cast<float4 *>(m + i);
+        float4 v4 = *reinterpret_cast<float4 *>(v + i);
+        float4 g4 = *reinterpret_cast<const float4 *>(grad + i);
+        tr_adamw_elem(&p4.x, &m4.x, &v4.x, g4.x, c);
+        tr_adamw_elem(&p4.y, &m4.y, &v4.y, g4.y, c);
+        tr_adamw_elem(&p4.z, &m4.z, &v4.z, g4.z, c);
+        tr_adamw_elem(&p4.w, &m4.w, &v4.w, g4.w, c);
+        *reinterpret_cast<float4 *>(param + i) = p4;
+        *reinterpret_cast<float4 *>(m + i) = m4;
+        *reinterpret_cast<float4 *>(v + i) = v4;
+        if (lowp) {
+            float4 r = {tr_round_lowp(p4.x, format), tr_round_lowp(p4.y, format),
+                        tr_round_lowp(p4.z, format), tr_round_lowp(p4.w, format)};
+            *reinterpret_cast<float4 *>(lowp + i) = r;
+        }
+    } else {
+        for (size_t j = i; j < i + 4 && j < n; j++) {
+            tr_adamw_elem(&param[j], &m[j], &v[j], grad[j], c);
+            if (lowp)
+                lowp[j] = tr_round_lowp(param[j], format);
+        }
+    }
+}
+
 /* Four parameters a thread, with 16-byte accesses where every pointer is aligned
  * (vec; a ZeRO slice may not be), else scalar ones: the update is bandwidth-bound,
  * 32 bytes a parameter (124 M of them in GPT-2 124M). Launch over
@@ -36,31 +67,47 @@ __global__ static void adamw_kernel(float *param, float *m, float *v, const floa
 {
     TR_GRID_STRIDE(g, (n + 3) / 4)
     {
-        size_t i = 4 * g;
-        if (vec && i + 4 <= n) {
-            float4 p4 = *reinterpret_cast<float4 *>(param + i);
-            float4 m4 = *reinterpret_cast<float4 *>(m + i);
-            float4 v4 = *reinterpret_cast<float4 *>(v + i);
-            float4 g4 = *reinterpret_cast<const float4 *>(grad + i);
-            tr_adamw_elem(&p4.x, &m4.x, &v4.x, g4.x, &c);
-            tr_adamw_elem(&p4.y, &m4.y, &v4.y, g4.y, &c);
-            tr_adamw_elem(&p4.z, &m4.z, &v4.z, g4.z, &c);
-            tr_adamw_elem(&p4.w, &m4.w, &v4.w, g4.w, &c);
-            *reinterpret_cast<float4 *>(param + i) = p4;
-            *reinterpret_cast<float4 *>(m + i) = m4;
-            *reinterpret_cast<float4 *>(v + i) = v4;
-            if (lowp) {
-                float4 r = {tr_round_lowp(p4.x, format), tr_round_lowp(p4.y, format),
-                            tr_round_lowp(p4.z, format), tr_round_lowp(p4.w, format)};
-                *reinterpret_cast<float4 *>(lowp + i) = r;
-            }
-        } else {
-            for (size_t j = i; j < i + 4 && j < n; j++) {
-                tr_adamw_elem(&param[j], &m[j], &v[j], grad[j], &c);
-                if (lowp)
-                    lowp[j] = tr_round_lowp(param[j], format);
-            }
+        adamw_group(param, m, v, grad, n, 4 * g, &c, lowp, format, vec);
+    }
+}
+
+/* Spans of adamw_spans_kernel in one launch, passed by value (1.8 KB of parameters) */
+#define TR_ADAMW_SPANS 32
+
+/* One launch's spans: span k covers the launch's groups of four [start, start +
+ * (n + 3) / 4), in order; c is the step's constants but for the decay factor, which
+ * is each span's own (tr_adamw_make_consts' for its weight decay). */
+typedef struct adamw_chunk {
+    tr_adamw_consts c;
+    int count;
+    size_t groups; /* of all count spans */
+    struct {
+        float *param, *m, *v, *lowp;
+        const float *grad;
+        size_t n, start;
+        float decay_factor;
+        int vec; /* every pointer 16-byte aligned */
+    } s[TR_ADAMW_SPANS];
+} adamw_chunk;
+
+/* adamw_kernel over several tensors: each group of four finds its span (a binary
+ * search over the starts) and is updated as adamw_kernel updates it, the same bits */
+__global__ static void adamw_spans_kernel(adamw_chunk ch, int format)
+{
+    TR_GRID_STRIDE(g, ch.groups)
+    {
+        int lo = 0, hi = ch.count - 1; /* the last span starting at or before g */
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (ch.s[mid].start <= g)
+                lo = mid;
+            else
+                hi = mid - 1;
         }
+        tr_adamw_consts c = ch.c;
+        c.decay_factor = ch.s[lo].decay_factor;
+        adamw_group(ch.s[lo].param, ch.s[lo].m, ch.s[lo].v, ch.s[lo].grad, ch.s[lo].n,
+                    4 * (g - ch.s[lo].start), &c, ch.s[lo].lowp, format, ch.s[lo].vec);
     }
 }
 

@@ -154,6 +154,11 @@ double tr_optim_clip_sharded(const tr_optim *o, tr_model *m, size_t lo, size_t h
 
 void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr)
 {
+    /* AdamW: every tensor's part in one call (a GPU's few launches, not one a tensor) */
+    tr_adamw_span *spans = o->kind == TR_OPT_SGD
+                               ? NULL
+                               : tr_alloc((size_t)m->ntensors * sizeof *spans, "adamw spans");
+    int count = 0;
     for (int t = 0; t < m->ntensors; t++) {
         tr_param *p = m->tensors[t];
         size_t a, b;
@@ -168,9 +173,13 @@ void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr)
                              lowp, o->lowp);
         } else {
             /* decoupled decay on weight matrices only, not on biases */
-            m->k->adamw_update(w, o->m + off, o->v + off, p->grad + a, n, lr, o->beta1,
-                               o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, step + 1,
-                               lowp, o->lowp);
+            spans[count++] = (tr_adamw_span){w, o->m + off, o->v + off, p->grad + a, lowp, n,
+                                             p->decay ? o->weight_decay : 0.0f};
         }
+    }
+    if (spans) {
+        m->k->adamw_update_spans(spans, count, lr, o->beta1, o->beta2, o->eps, step + 1,
+                                 o->lowp);
+        tr_free(spans);
     }
 }

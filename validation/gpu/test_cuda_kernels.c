@@ -1116,6 +1116,66 @@ static void test_logits_16(void)
 
 /* ---- optimizers and norms -------------------------------------------------------- */
 
+/* a second device copy of src's device values */
+static float *device_clone(const pair *src)
+{
+    float *h = malloc(src->n * sizeof *h), *d = tr_cuda_alloc(src->n * sizeof *d, "test copy");
+    tr_cuda_download(h, src->d, src->n * sizeof *h);
+    tr_cuda_upload(d, h, src->n * sizeof *h);
+    free(h);
+    return d;
+}
+
+/* n floats at a and b on the device: the same bits */
+static void same_device_bits(const char *what, const float *a, const float *b, size_t n)
+{
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    tr_cuda_download(x, a, n * sizeof *x);
+    tr_cuda_download(y, b, n * sizeof *y);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += memcmp(&x[i], &y[i], sizeof *x) != 0;
+    printf("  %-40s %zu of %zu differ (bit for bit)\n", what, bad, n);
+    CHECK(bad == 0, "%s: %zu of %zu values differ", what, bad, n);
+    free(x);
+    free(y);
+}
+
+/* AdamW on 40 spans of p, m, v at once (two launches of up to 32), some empty, some
+ * off 16-byte alignment, each its own weight decay, with a bf16 working copy: the
+ * bits of adamw_update on each, on a second copy of the state. */
+static void test_adamw_spans(const pair *p, const pair *m, const pair *v)
+{
+    enum { NS = 40 };
+    size_t n = p->n;
+    float *p1 = device_clone(p), *m1 = device_clone(m), *v1 = device_clone(v);
+    float *p2 = device_clone(p), *m2 = device_clone(m), *v2 = device_clone(v);
+    pair g = pair_rand(n, -1, 1), lp1 = pair_zero(n), lp2 = pair_zero(n);
+    tr_adamw_span s[NS];
+    size_t at = 0;
+    for (int i = 0; i < NS; i++) {
+        size_t len = i % 9 == 4 ? 0 : (size_t)(i * 37 % 301) + 1;
+        if (at + len > n)
+            len = 0;
+        float wd = i % 3 ? 0.1f : 0.0f;
+        s[i] = (tr_adamw_span){p2 + at, m2 + at, v2 + at, g.d + at, lp2.d + at, len, wd};
+        gpu->adamw_update(p1 + at, m1 + at, v1 + at, g.d + at, len, 1e-3f, 0.9, 0.999, 1e-8f, wd,
+                          5, lp1.d + at, TR_PREC_BF16);
+        at += len + (size_t)(i % 2); /* every other span starts off alignment */
+    }
+    gpu->adamw_update_spans(s, NS, 1e-3f, 0.9, 0.999, 1e-8f, 5, TR_PREC_BF16);
+    same_device_bits("adamw_update_spans params", p2, p1, n);
+    same_device_bits("adamw_update_spans m", m2, m1, n);
+    same_device_bits("adamw_update_spans v", v2, v1, n);
+    same_device_bits("adamw_update_spans working copy", lp2.d, lp1.d, n);
+    float *all[] = {p1, m1, v1, p2, m2, v2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tr_cuda_free(all[i]);
+    pair_free(&g);
+    pair_free(&lp1);
+    pair_free(&lp2);
+}
+
 static void test_optim(void)
 {
     printf("optimizers\n");
@@ -1133,6 +1193,7 @@ static void test_optim(void)
     compare("adamw_update m", &m, TOL_ELEM);
     compare("adamw_update v", &v, TOL_ELEM);
     compare_rounded("adamw_update working copy (bf16)", &lp, TR_PREC_BF16);
+    test_adamw_spans(&p, &m, &v);
 
     pair buf = pair_zero(n);
     for (int step = 0; step < 3; step++) {

@@ -523,6 +523,18 @@ static void test_optim(void)
     CHECK(close_to(p, 0.8714672987, 1e-6) && close_to(m, 0.02, 1e-6) &&
               close_to(v, 0.00031225, 3e-5),
           "adamw step 2: p %.9g m %.9g v %.9g", p, m, v);
+    /* spans: each tensor's call, its own weight decay (and none for an empty one) */
+    float sp[5] = {1, -2, 3, 0.5f, 7}, sm[5] = {0}, sv[5] = {0}, sg[5] = {0.1f, 0.2f, -1, 2, 9};
+    float cp[5] = {1, -2, 3, 0.5f, 7}, cm[5] = {0}, cv[5] = {0};
+    tr_adamw_span spans[3] = {{sp, sm, sv, sg, NULL, 3, 0.1f},
+                              {sp + 3, sm + 3, sv + 3, sg + 3, NULL, 0, 0.5f},
+                              {sp + 3, sm + 3, sv + 3, sg + 3, NULL, 2, 0.0f}};
+    tr_cpu_adamw_update_spans(spans, 3, 0.01f, 0.9, 0.95, 1e-8f, 3, TR_PREC_FP32);
+    tr_cpu_adamw_update(cp, cm, cv, sg, 3, 0.01f, 0.9, 0.95, 1e-8f, 0.1f, 3, NULL, 0);
+    tr_cpu_adamw_update(cp + 3, cm + 3, cv + 3, sg + 3, 2, 0.01f, 0.9, 0.95, 1e-8f, 0.0f, 3,
+                        NULL, 0);
+    CHECK(!memcmp(sp, cp, sizeof sp) && !memcmp(sm, cm, sizeof sm) && !memcmp(sv, cv, sizeof sv),
+          "adamw_update_spans differs from the calls one by one");
 
     /* a large slice (threaded) against the formulas written out in double, with the
      * hyperparameters as the kernels see them (floats) */

@@ -574,6 +574,37 @@ static void test_optim(size_t n, int off, int format)
     same_bits("adamw m", m, cm);
     same_bits("adamw v", v, cv);
     same_bits("adamw working copy", lowp, clowp);
+    /* several tensors in one launch: three spans of this buffer (a short one, an empty
+     * one, the rest; each its own decay) against the CPU's call on each */
+    p = p0, m = m0, v = v0, cp = p0, cm = m0, cv = v0;
+    std::fill(lowp.begin(), lowp.end(), NAN);
+    std::fill(clowp.begin(), clowp.end(), NAN);
+    size_t cut[4] = {0, 7, 7, n};
+    float wd[3] = {0.1f, 0.3f, 0.0f};
+    adamw_chunk ch;
+    memset(&ch, 0, sizeof ch);
+    ch.c = tr_adamw_make_consts(3e-3f, 0.9, 0.95, 1e-8f, 0.0f, 7);
+    for (int k = 0; k < 3; k++) {
+        size_t a = cut[k], len = cut[k + 1] - cut[k];
+        if (!len)
+            continue; /* (the host skips empty spans) */
+        int j = ch.count++;
+        ch.s[j].param = pp + a, ch.s[j].m = mp + a, ch.s[j].v = vp + a;
+        ch.s[j].grad = gp + a, ch.s[j].lowp = lw ? lw + a : nullptr;
+        ch.s[j].n = len, ch.s[j].start = ch.groups;
+        ch.s[j].decay_factor = tr_adamw_make_consts(3e-3f, 0.9, 0.95, 1e-8f, wd[k], 7).decay_factor;
+        ch.s[j].vec = ((uintptr_t)(pp + a) | (uintptr_t)(mp + a) | (uintptr_t)(vp + a) |
+                       (uintptr_t)(gp + a) | (uintptr_t)(lw ? lw + a : nullptr)) % 16 == 0;
+        ch.groups += (len + 3) / 4;
+        tr_cpu_adamw_update(cp.data() + off + a, cm.data() + off + a, cv.data() + off + a, gp + a,
+                            len, 3e-3f, 0.9, 0.95, 1e-8f, wd[k], 7, clw ? clw + a : nullptr,
+                            format);
+    }
+    emu::launch(dim3(2), dim3(TR_CUDA_BLOCK), 0, [&] { adamw_spans_kernel(ch, format); });
+    same_bits("adamw spans params", p, cp);
+    same_bits("adamw spans m", m, cm);
+    same_bits("adamw spans v", v, cv);
+    same_bits("adamw spans working copy", lowp, clowp);
     for (float mom : {0.9f, 0.0f}) {
         p = p0, m = m0, cp = p0, cm = m0;
         std::fill(lowp.begin(), lowp.end(), NAN);
