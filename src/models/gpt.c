@@ -386,6 +386,7 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
         g->dev = m->dev;
     g->stored_format = m->precision;
     g->lfmt = m->dev->k->logits_format(m->precision, c->C, g->Vl);
+    mem->logits_format = g->lfmt;
     size_t logits = (BT * (size_t)g->Vl * tr_stored_bytes(g->lfmt) + 3) / sizeof(float);
     for (int i = 0; i < g->nl * S; i++)
         block_buffers(m, &g->blk[i], BT, att, alloc, g->recompute, a);
@@ -398,7 +399,9 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
         g->lnf_out[i] = buf(m, alloc, stream, a, "activations");
         g->lnf_mean[i] = buf(m, alloc, BT, a, "activations");
         g->lnf_rstd[i] = buf(m, alloc, BT, a, "activations");
+        size_t before = *a;
         g->logits[i] = buf(m, alloc, logits, a, "logits");
+        mem->logits += *a - before;
         g->xstats[i] = buf(m, alloc, 2 * BT, a, "cross-entropy statistics");
     }
     if (g->last) {

@@ -41,6 +41,11 @@ typedef struct tr_model_layout {
 /* Bytes of a model's buffers by purpose (the memory plan). */
 typedef struct tr_model_memory {
     size_t parameters, gradients, activations, scratch;
+    /* of the activations: a language model's logits (its largest activation), 0 for
+     * the others, and how the backend stores them (a tr_precision: kernels.h,
+     * logits_format) */
+    size_t logits;
+    int logits_format;
 } tr_model_memory;
 
 /* Called after each layer's backward with the lowest flat offset whose gradient is

@@ -14,15 +14,23 @@ static double allreduce_sent(double bytes, int n) { return n > 1 ? 2.0 * (n - 1)
 static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int master,
                          FILE *out)
 {
-    char a[32];
+    char a[32], b[32];
     fprintf(out, "  parameters         %12s\n", B(a, sizeof a, (double)p->mem.parameters));
     fprintf(out, "  gradients          %12s%s\n", B(a, sizeof a, (double)p->mem.gradients),
             zero_note);
     fprintf(out, "  optimizer state    %12s  (%s%s)\n", B(a, sizeof a, p->optimizer),
             adamw ? "adamw: two moments" : "sgd: momentum",
             master ? ", fp32 master weights" : "");
-    fprintf(out, "  activations        %12s  (batch %d)\n",
-            B(a, sizeof a, (double)p->mem.activations), p->max_batch);
+    if (p->mem.logits) { /* a language model's largest activation: what micro-batches cut */
+        int f = p->mem.logits_format;
+        fprintf(out, "  activations        %12s  (batch %d; the logits %s of it, %s)\n",
+                B(a, sizeof a, (double)p->mem.activations), p->max_batch,
+                B(b, sizeof b, (double)p->mem.logits),
+                f == TR_PREC_BF16 ? "bf16" : f == TR_PREC_FP16 ? "fp16" : "fp32");
+    } else {
+        fprintf(out, "  activations        %12s  (batch %d)\n",
+                B(a, sizeof a, (double)p->mem.activations), p->max_batch);
+    }
     fprintf(out, "  scratch            %12s\n", B(a, sizeof a, (double)p->mem.scratch));
     if (p->backend > 0) /* the CPU has none: its plan stays as it was */
         fprintf(out, "  backend workspace  %12s  (CUDA: cuBLAS's workspace, the backend's "

@@ -16,6 +16,9 @@ for what in "parameters" "gradients" "optimizer state" "activations" "communicat
   check "plan shows $what" grep -q "$what" "$WORK/plan"
 done
 check "a plan trains nothing" [ ! -e "$WORK/run" ]
+# the logits' share of the activations and their form (4 x 64 x 50304 fp32 values)
+check "plan names the logits' part of the activations" \
+  grep -q "^  activations .*(batch 4; the logits 49.1 MiB of it, fp32)" "$WORK/plan"
 check "the CPU's plan has no backend workspace" bash -c "! grep -q 'backend workspace' '$WORK/plan'"
 # a CUDA build plans a GPU run without a GPU: cuBLAS's workspace (32 MiB) and the
 # backend's scratch (2.3 MiB of partial sums, 256 MiB of 16-bit GEMM operands) are a line
@@ -28,6 +31,11 @@ if "$TRAINER" --version | grep -q "^CUDA"; then
     "$WORK/plan_cuda"
   check "cuda plan does not judge the fit by host memory" grep -q "^fits: not checked" \
     "$WORK/plan_cuda"
+  # a GPU keeps bf16-mixed's logits in 16 bits (the head's weight fits a cast buffer)
+  "$TRAINER" --plan "${args[@]}" system.device=cuda train.precision=bf16-mixed \
+    >"$WORK/plan_cuda16" 2>"$WORK/err"
+  check "cuda plan in bf16-mixed: 16-bit logits" \
+    grep -q "^  activations .*(batch 4; the logits 24.6 MiB of it, bf16)" "$WORK/plan_cuda16"
   "$TRAINER" --plan "${args[@]}" system.device=cuda --device-memory 80GiB >"$WORK/plan_cuda80" \
     2>"$WORK/err"
   check "cuda plan with --device-memory judges the fit" grep -q "^fits: .*(--device-memory)" \
