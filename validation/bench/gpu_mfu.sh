@@ -14,7 +14,9 @@
 # leaves the first out of its rate), BATCH (16), SEQ (1024), PRECISION (bf16-mixed),
 # EXTRA (more deck overrides, e.g. "train.recompute=block train.micro_batches=2"),
 # TRAINER_CUDA_ATTENTION (wmma, the default, or mma: the mma.sync attention kernels,
-# opt-in until a GPU has run them; tools/gpu_stage_run.sh measures both).
+# opt-in until a GPU has run them; tools/gpu_stage_run.sh measures both), GEMM_BENCH
+# (1; 0 leaves out gpu_gemm_bench, about a minute, which does not depend on the
+# attention kernels).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
@@ -63,7 +65,7 @@ import json; d = json.load(open('$WORK/run/summary.json'))
 print(d['tokens_per_second'], d['mfu'], d['peak_gflops'])")
 printf 'trainer: %.0f tokens/s, MFU %.1f%% of %.1f TFLOP/s (target: above 40%% on an H100)\n' \
   "$tps" "$(awk -v m="$mfu" 'BEGIN {print 100 * m}')" "$(awk -v p="$peak" 'BEGIN {print p / 1000}')"
-if [ -x build/validation/gpu_gemm_bench ]; then
+if [ "${GEMM_BENCH:-1}" != 0 ] && [ -x build/validation/gpu_gemm_bench ]; then
   echo "-- the model's matrix products alone (gpu_gemm_bench $BATCH $SEQ):"
   build/validation/gpu_gemm_bench "$BATCH" "$SEQ" "$(awk -v p="$peak" 'BEGIN {print p / 1000}')" || true
 fi
