@@ -90,6 +90,17 @@ static inline void *tr_arena_take(tr_arena *a, size_t bytes, const char *what)
 void tr_guarded_open(void);
 void tr_guarded_close(void);
 extern const tr_kernels tr_guarded_kernels;
+/* Its own entries where a backend may keep a tensor in a form of its own: it keeps a
+ * language model's logits as a GPU does, in the format's 16 bits in bf16/fp16-mixed
+ * runs, so the model's code for 16-bit logits runs on the CPU too
+ * (device_guarded_logits.c); the kernel table's contract, kernels.h. */
+int tr_guarded_logits_format(int format, int C, int Vl);
+void tr_guarded_lm_head_forward(void *logits, const void *inp, const float *w, size_t BT, int C,
+                                int Vl, int format, int lfmt, float *scratch);
+void tr_guarded_xent_linear_backward(float *dinp, float *dw, void *logits, const float *stats,
+                                     const int *targets, float scale, size_t BT, int Vl, int v0,
+                                     int nreal, const void *inp, const float *w, int C,
+                                     int format, int lfmt);
 #ifdef __cplusplus
 }
 #endif

@@ -278,7 +278,7 @@ static void guarded_attention_backward(void *dqkv, float *datt, const void *dout
 static int guarded_logits_format(int format, int C, int Vl)
 {
     tr_guarded_open();
-    int r = tr_cpu_kernels.logits_format(format, C, Vl);
+    int r = tr_guarded_logits_format(format, C, Vl);
     tr_guarded_close();
     return r;
 }
@@ -286,7 +286,7 @@ static int guarded_logits_format(int format, int C, int Vl)
 static void guarded_lm_head_forward(void *logits, const void *inp, const float *w, size_t BT, int C, int Vl, int format, int lfmt, float *scratch)
 {
     tr_guarded_open();
-    tr_cpu_kernels.lm_head_forward(logits, inp, w, BT, C, Vl, format, lfmt, scratch);
+    tr_guarded_lm_head_forward(logits, inp, w, BT, C, Vl, format, lfmt, scratch);
     tr_guarded_close();
 }
 
@@ -351,7 +351,7 @@ static void guarded_xent_shard_backward(void *dlogits, const void *logits, const
 static void guarded_xent_linear_backward(float *dinp, float *dw, void *logits, const float *stats, const int *targets, float scale, size_t BT, int Vl, int v0, int nreal, const void *inp, const float *w, int C, int format, int lfmt)
 {
     tr_guarded_open();
-    tr_cpu_kernels.xent_linear_backward(dinp, dw, logits, stats, targets, scale, BT, Vl, v0, nreal, inp, w, C, format, lfmt);
+    tr_guarded_xent_linear_backward(dinp, dw, logits, stats, targets, scale, BT, Vl, v0, nreal, inp, w, C, format, lfmt);
     tr_guarded_close();
 }
 

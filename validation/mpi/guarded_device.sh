@@ -5,8 +5,12 @@
 # as GPU memory is to host code; any host code that reads or writes it directly dies
 # with SIGSEGV. Each run must finish, and give bit-identically the losses of the same
 # run on the plain CPU device (the same kernels): the MLP and the CNN at 2 ranks, the
-# layout GPT at 1 rank, tp 2, pp 2 with ZeRO 1 and fp16-mixed, dp 2 x tp 2 with
-# sampling, and a GPT checkpoint written and resumed through the guarded device.
+# layout GPT at 1 rank (fp32, and bf16-mixed with evaluations), tp 2, pp 2 with
+# ZeRO 1 and fp16-mixed, dp 2 x tp 2 with sampling (bf16-mixed), and a GPT checkpoint
+# written and resumed through the guarded device. In bf16/fp16-mixed the guarded
+# device keeps the logits in 16 bits as a GPU does (device_guarded_logits.c), so these
+# runs take the model's 16-bit-logits code: the whole and the split vocabulary's
+# cross-entropy, the accuracy, the pipeline's last stage and the sampler.
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
 G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" train.steps=8)
@@ -31,9 +35,16 @@ fi
 same gpt_3d 4 "${G[@]}" parallel.tp=2 parallel.pp=2 parallel.zero=1 train.precision=fp16-mixed
 if [ "$ASAN" = 0 ]; then
   same gpt1 1 "${G[@]}"
+  same gpt1_bf16 1 "${G[@]}" train.precision=bf16-mixed train.eval_every=4
+  check "gpt1_bf16: the guarded device keeps 16-bit logits (its plan)" bash -c \
+    '"$0" --plan "$@" | grep -q "the logits .* of it, bf16)"' "$TRAINER" "${G[@]}" \
+    train.precision=bf16-mixed system.device=cpu-guarded
   same gpt_tp2 2 "${G[@]}" parallel.tp=2
-  same gpt_sample 4 "${G[@]}" parallel.tp=2 sample.length=6
-  sample_text() { grep -A2 '^sample' "$1" | tail -n +2; } # the text, not the timing
+  # top-k sampling draws by the logits' values (greedy text from a model this young
+  # is one letter over and over, whatever the logits); -a: byte tokens are binary
+  same gpt_sample 4 "${G[@]}" parallel.tp=2 sample.length=12 sample.top_k=50 \
+    sample.temperature=1 train.precision=bf16-mixed
+  sample_text() { grep -a -A2 '^sample' "$1" | tail -n +2; } # the text, not the timing
   check "sampling printed the same text" diff <(sample_text "$WORK/gpt_sample.cpu.out") \
     <(sample_text "$WORK/gpt_sample.out")
 fi
