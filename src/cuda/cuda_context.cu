@@ -147,8 +147,13 @@ static tr_cuda_ctx make_ctx(int device)
      * TF32 (10-bit mantissa) by accident; the CPU comparison tests assume fp32. It
      * governs cublasSgemm*, which fp32 runs use. Mixed precision's tensor cores are
      * asked for per call instead, by the compute type of cublasGemmEx (cuda_gemm.cu),
-     * which this mode does not override. */
-    TR_CUBLAS_CHECK(cublasSetMathMode(c.blas, CUBLAS_DEFAULT_MATH));
+     * which this mode does not override. The products that write a 16-bit C
+     * (cuda_gemm.cu: the logits, attention's output gradient, the MLP's hidden
+     * gradient) promise fp32 sums rounded once, as the CPU rounds them: the flag keeps
+     * any split-K reduction of theirs in fp32, the accumulator's type, rather than in
+     * C's (cublas_api.h), as cuBLASLt's calls do by allowing no reduction scheme. */
+    int math = CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+    TR_CUBLAS_CHECK(cublasSetMathMode(c.blas, (cublasMath_t)math));
     /* no atomics inside cuBLAS either: its results stay identical run to run (cuBLAS
      * promises bit-wise equal results from run to run on GPUs of one architecture and
      * SM count with one toolkit, while one stream is active, as here; the atomics mode

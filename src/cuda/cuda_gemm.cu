@@ -340,6 +340,16 @@ static int whole_16(int B, int IN, int OUT)
     return B > 0 && IN > 0 && OUT > 0 && casts((size_t)B * OUT, (size_t)OUT * IN);
 }
 
+/* linear_backward with dout and the input both stored in the 16-bit format, taken as
+ * they are: only the weight's copy (for the input-gradient product) must fit a cast
+ * buffer, at any number of rows. (whole_16's dout bound would send c_attn's backward
+ * at 32 x 1024 tokens and past, and c_fc's at 22 K rows and past, to the fp32-buffer
+ * path: a TF32-rate product and widening passes, for no copy it makes.) */
+static int weight_16(int B, int IN, int OUT)
+{
+    return B > 0 && IN > 0 && OUT > 0 && casts((size_t)OUT * IN, 0);
+}
+
 /* The products of linear_backward on 16-bit operands: d16, dout's 16-bit form (packed
  * [B, OUT]), and inp16, the input's (or, NULL, a copy of inp made here); dinp (=) of
  * type dinp_type: fp32, or the 16-bit format (mlp_backward's hidden gradient). */
@@ -513,7 +523,7 @@ void tr_cuda_linear_backward_stored_dout(float *dinp, float *dw, float *db, cons
                                        format);
         return;
     }
-    if (takes_stored(format) && whole_16(B, IN, OUT) &&
+    if (takes_stored(format) && weight_16(B, IN, OUT) &&
         (!db || (size_t)OUT <= TR_CUDA_COL_PARTIAL_FLOATS)) {
         const tr_cuda_ctx *ctx = tr_cuda_ctx_with_scratch();
         int RB = db ? colsum_partials(ctx, dout, format, B, OUT, NULL) : 0;
@@ -590,7 +600,7 @@ void tr_cuda_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_pro
                           int HID, int format, float *scratch)
 {
     size_t nh = (size_t)(B > 0 ? B : 0) * (HID > 0 ? HID : 0);
-    if (!dinp_16(B, HID, IN, format, db_proj) || !whole_16(B, IN, HID) ||
+    if (!dinp_16(B, HID, IN, format, db_proj) || !weight_16(B, IN, HID) ||
         (size_t)HID > TR_CUDA_COL_PARTIAL_FLOATS) {
         tr_cuda_linear_backward_stored(scratch, dw_proj, db_proj, dout, hid, w_proj, B, HID, IN,
                                        format);

@@ -444,6 +444,71 @@ static void test_stored_hidden(void)
     gpu->set_gemm_precision(TR_PREC_FP32);
 }
 
+/* c_attn's backward (linear_backward_stored_dout) and the MLP's (mlp_backward) with
+ * more rows than a cast buffer holds of dout (the 16-bit dqkv, the 16-bit hidden
+ * gradient), as at GPT-2 124M's 32 x 1024 tokens and past: they take their 16-bit
+ * operands as they are and copy only the weight, so they stay on the 16-bit path;
+ * the cast limit is lowered to between the weight and dout to reach that at a small
+ * shape (128 rows, C 32, 4C 128: weight 4096 values, dout 16384, limit 8192). The
+ * CPU's entries are the oracle, at the tolerances of test_stored_hidden. */
+static void test_stored_past_cast_limit(void)
+{
+    enum { R = 128, CC = 32, FF = 4 * CC };
+    size_t nx = (size_t)R * CC, nh = (size_t)R * FF;
+    static const int formats[] = {TR_PREC_BF16, TR_PREC_FP16};
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
+        int f = formats[i];
+        printf("rows past the cast buffer's room for dout, %s\n",
+               f == TR_PREC_BF16 ? "bf16" : "fp16");
+        gpu->set_gemm_precision(f);
+        pair x = pair_rand(nx, -1, 1), dout = pair_rand(nx, -1, 1);
+        pair hid = pair_rand(nh, -1, 1), pre = pair_rand(nh, -2, 2);
+        pair wfc = pair_rand((size_t)FF * CC, -0.5, 0.5);
+        pair wpr = pair_rand((size_t)CC * FF, -0.5, 0.5);
+        pair dqkv = pair_rand(nh, -1, 1); /* c_attn's dout, [R, FF] as 3C would be */
+        pair *in[] = {&x, &dout, &hid, &pre, &wfc, &wpr, &dqkv};
+        for (size_t k = 0; k < sizeof in / sizeof *in; k++)
+            tr_cpu_round_lowp(in[k]->h, in[k]->n, f);
+        stored xs = stored_of(x.h, nx, f), hs = stored_of(hid.h, nh, f);
+        stored ps = stored_of(pre.h, nh, f), ds = stored_of(dqkv.h, nh, f);
+        tr_cuda_upload(dout.d, dout.h, nx * sizeof(float));
+        tr_cuda_upload(wfc.d, wfc.h, wfc.n * sizeof(float));
+        tr_cuda_upload(wpr.d, wpr.h, wpr.n * sizeof(float));
+        pair scratch = pair_zero(nh), dinp = pair_rand(nx, -1, 1);
+        pair dw = pair_rand((size_t)FF * CC, -1, 1), db = pair_rand(FF, -1, 1);
+        tr_cuda_set_cast_limit((size_t)2 * FF * CC);
+        /* c_attn: dinp [R, CC] = dqkv [R, FF] w [FF, CC]; dw, db += */
+        tr_cpu_linear_backward_stored_dout(dinp.h, dw.h, db.h, ds.h, xs.h, wfc.h, R, CC, FF, f,
+                                           scratch.h);
+        gpu->linear_backward_stored_dout(dinp.d, dw.d, db.d, ds.d, xs.d, wfc.d, R, CC, FF, f,
+                                         scratch.d);
+        compare("linear_backward_stored_dout dinp, rows past the limit", &dinp, TOL_GEMM);
+        compare("linear_backward_stored_dout dw (+=), rows past the limit", &dw, TOL_GEMM);
+        compare("linear_backward_stored_dout db (+=), rows past the limit", &db, TOL_ELEM);
+        /* the MLP: c_proj on hid, GELU's backward on pre, c_fc on ln_2's output */
+        pair dln = pair_zero(nx), dwf = pair_rand((size_t)FF * CC, -1, 1);
+        pair dbf = pair_rand(FF, -1, 1), dwp = pair_rand((size_t)CC * FF, -1, 1);
+        pair dbp = pair_rand(CC, -1, 1);
+        tr_cpu_mlp_backward(dln.h, dwf.h, dbf.h, dwp.h, dbp.h, dout.h, xs.h, ps.h, hs.h, wfc.h,
+                            wpr.h, R, CC, FF, f, scratch.h);
+        gpu->mlp_backward(dln.d, dwf.d, dbf.d, dwp.d, dbp.d, dout.d, xs.d, ps.d, hs.d, wfc.d,
+                          wpr.d, R, CC, FF, f, scratch.d);
+        tr_cuda_set_cast_limit(0);
+        compare("mlp_backward c_proj dw (+=), rows past the limit", &dwp, TOL_GEMM);
+        compare("mlp_backward c_proj db (+=), rows past the limit", &dbp, TOL_ELEM);
+        compare("mlp_backward dinp, rows past the limit", &dln, TOL_BF16_STORE);
+        compare("mlp_backward c_fc dw (+=), rows past the limit", &dwf, TOL_BF16_STORE);
+        compare("mlp_backward c_fc db (+=), rows past the limit", &dbf, TOL_BF16_STORE);
+        stored *st[] = {&xs, &hs, &ps, &ds};
+        for (size_t k = 0; k < sizeof st / sizeof *st; k++)
+            stored_free(st[k]);
+        pair *all[] = {&x, &dout, &hid, &pre, &wfc, &wpr, &dqkv, &scratch, &dinp, &dw, &db,
+                       &dln, &dwf, &dbf, &dwp, &dbp};
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++)
+            pair_free(all[k]);
+    }
+}
+
 /* The bias gradient's column sums past one row block: B 1200 rows (64 row blocks of
  * 19), OUT 320 (the last 32-column block part-filled); a small IN keeps the GEMMs
  * cheap. db within TOL_ELEM: a float sum of 1200 terms in another order. */
@@ -1535,6 +1600,7 @@ int main(int argc, char **argv)
     test_linear();
     test_linear_bias_long();
     test_stored_hidden();
+    test_stored_past_cast_limit();
     test_embedding();
     test_embedding_long();
     test_layernorm(B, T, C);
