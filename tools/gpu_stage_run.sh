@@ -11,10 +11,10 @@
 #      target: GPT-2 124M at 16 x 1024 in bf16-mixed), then with
 #      TRAINER_CUDA_ATTENTION=mma                                  -> mfu.log
 #   2. ctest -L gpu                                                 -> ctest.log
-#   3. gpu_attention_bench (the two attention forms alone) and
-#      gpu_gemm_bench (the model's products alone)                  -> bench.log
+#   3. gpu_attention_bench (the two attention forms alone)          -> bench.log
 #   4. compute-sanitizer on the kernel tests                        -> sanitizer.log
-#   5. with PROFILE=1, validation/bench/gpu_profile.sh (a step's time per kernel
+#   5. gpu_gemm_bench (the model's products alone)                  -> bench.log
+#   6. with PROFILE=1, validation/bench/gpu_profile.sh (a step's time per kernel
 #      under ncu: minutes), its CSV kept                -> profile.log, kernels.csv
 # and last summary.log: each part's exit code and seconds ("stopped at its limit"
 # where the limit ended it), then the lines that say what passed and how fast.
@@ -96,12 +96,13 @@ exec 1>&3 2>&4 # the set-up's log ends here; each part writes its own
 part mfu mfu_wmma 150 env GEMM_BENCH=0 validation/bench/gpu_mfu.sh
 part mfu mfu_mma 120 env GEMM_BENCH=0 TRAINER_CUDA_ATTENTION=mma validation/bench/gpu_mfu.sh
 # shellcheck disable=SC2086  # CTEST_ARGS is words
-part ctest ctest 240 bash -c "cd build && ctest -L gpu --output-on-failure ${CTEST_ARGS:-}"
+part ctest ctest 300 bash -c "cd build && ctest -L gpu --output-on-failure ${CTEST_ARGS:-}"
 part bench attention_bench 90 build/validation/gpu_attention_bench
-part bench gemm_bench 90 build/validation/gpu_gemm_bench 16 1024 989
 CS=$(command -v compute-sanitizer || find /usr/local /opt -name compute-sanitizer -type f | head -1)
 part sanitizer sanitizer 180 bash -c \
   "'$CS' --error-exitcode 9 build/validation/test_cuda_kernels 2>&1 | tail -5; exit \${PIPESTATUS[0]}"
+# the products alone do not depend on this checkout's kernels: last
+part bench gemm_bench 90 build/validation/gpu_gemm_bench 16 1024 989
 if [ "${PROFILE:-0}" = 1 ]; then
   part profile profile 300 env CSV="$OUT/kernels.csv" validation/bench/gpu_profile.sh
 fi
