@@ -1,8 +1,9 @@
 /* warp_emulator.h: runs CUDA kernels on the CPU, so that the CPU test suite can prove
  * the index arithmetic, masking and rounding of kernels that only a GPU could
  * otherwise run. It takes kernels written as device code free of CUDA headers
- * (src/cuda/ headers: attention_mma_kernels.cuh, xent_kernels.cuh, gemm_kernels.cuh,
- * norm_kernels.cuh, with cuda_launch.cuh's reductions), compiled by g++ as C++.
+ * (src/cuda/ headers: attention_mma_kernels.cuh, attention_wmma_kernels.cuh,
+ * xent_kernels.cuh, gemm_kernels.cuh, norm_kernels.cuh, with cuda_launch.cuh's
+ * reductions), compiled by g++ as C++.
  *
  * Each CUDA thread of a block is a coroutine (ucontext) with its own stack; one OS
  * thread runs them. A thread runs until it reaches a synchronising operation
@@ -24,8 +25,14 @@
  *  - __shfl_xor_sync and __shfl_sync of any type up to 8 bytes over the full warp;
  *    __syncthreads over the block; __shared__ variables (one copy: blocks run one at
  *    a time);
- *  - dynamic shared memory: one buffer of exactly the launch's size, so an access past
- *    it is a heap overflow that the sanitizer build reports;
+ *  - dynamic shared memory: one buffer of exactly the launch's size (128-byte aligned),
+ *    so an access past it is a heap overflow that the sanitizer build reports;
+ *  - WMMA (nvcuda::wmma, 16 x 16 x 16, 16-bit in, fp32 accumulators): fragments on a
+ *    layout of the emulator's own (scrambled, as the GPU's is unspecified), loads,
+ *    stores and products as warp collectives that check their arguments agree across
+ *    the warp and their pointers' alignment, each lane moving only its own elements
+ *    (so a lane's plain access to the tile, unordered by a __syncwarp, can race);
+ *    __any_sync;
  *  - ldmatrix .x4.trans as the PTX ISA lays out its fragments, checking that
  *    each row address is 16 aligned bytes of shared memory;
  *  - cp.async of 16 bytes (with zero fill) in commit groups, each copy done only at
@@ -48,7 +55,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <random>
+#include <type_traits>
 #include <vector>
 #include <ucontext.h>
 
@@ -75,8 +84,16 @@ struct __nv_bfloat16 {
 struct __half {
     uint16_t bits;
 };
+struct __nv_bfloat162 {
+    __nv_bfloat16 x, y;
+};
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{tr_f32_to_bf16(f)}; }
 inline __half __float2half_rn(float f) { return __half{tr_f32_to_f16(f)}; }
+inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi)
+{
+    return __nv_bfloat162{__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
+}
 /* the named roundings: C's own float operations, which g++ does not contract here */
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
@@ -93,6 +110,8 @@ struct lane_slot { /* what a lane hands its warp at a collective */
     float c[4];
     unsigned char x[8]; /* a shuffled value's bytes */
     const uint16_t *row;  /* the row this lane gives an ldmatrix */
+    const void *frag[3];  /* a WMMA collective's fragments (or memory) and stride */
+    unsigned ldm;
 };
 
 /* A cp.async a thread issued: done (16 bytes copied, or zeros) only at the
@@ -114,7 +133,7 @@ struct machine {
     std::vector<std::vector<async_copy>> copies; /* each thread's, in flight */
     std::vector<long> groups;                    /* each thread's groups committed */
     size_t smem_bytes = 0;
-    unsigned char *smem = nullptr;        /* exactly the launch's bytes (new[]) */
+    unsigned char *smem = nullptr;        /* exactly the launch's bytes (aligned new[]) */
     ucontext_t sched;
     int current = 0;
     std::mt19937 rng{1};
@@ -123,6 +142,7 @@ struct machine {
 };
 inline machine M;
 static const size_t STACK = 64 * 1024;
+static const size_t SMEM_ALIGN = 128; /* the GPU's dynamic shared memory is at least this */
 
 inline void wait(state s)
 {
@@ -212,8 +232,9 @@ inline void launch(dim3 grid, dim3 block, size_t smem, std::function<void()> bod
     M.smem_bytes = smem;
     M.body = std::move(body);
     std::vector<int> order(32), warps(nwarps);
-    delete[] M.smem;
-    M.smem = new unsigned char[smem > 0 ? smem : 1];
+    ::operator delete[](M.smem, std::align_val_t(SMEM_ALIGN));
+    M.smem = static_cast<unsigned char *>(
+        ::operator new[](smem > 0 ? smem : 1, std::align_val_t(SMEM_ALIGN)));
     blockDim = block;
     gridDim = grid;
     for (unsigned bz = 0; bz < grid.z; bz++)
@@ -435,5 +456,172 @@ template <int N> inline void tr_cp_async_wait()
     }
     v.resize(keep);
 }
+
+/* __any_sync over the full warp: whether any lane's predicate is true */
+inline int __any_sync(unsigned mask, int pred)
+{
+    (void)mask;
+    emu::lane_slot *w = emu::warp_slots();
+    w[emu::M.current & 31].x[0] = pred != 0;
+    emu::wait(emu::AT_WARP);
+    int any = 0;
+    for (int l = 0; l < 32; l++)
+        any |= w[l].x[0];
+    emu::wait(emu::AT_WARP); /* all read before any lane writes its next value */
+    return any;
+}
+
+/* ---- WMMA ------------------------------------------------------------------------
+ * A 16 x 16 fragment's 256 elements, 8 a lane. Which lane holds which element the GPU
+ * leaves unspecified, and the kernels never ask; the emulator scrambles them (element
+ * e = 16 row + column is slot p % 8 of lane p / 8, p = 37 e + 11 mod 256), so that a
+ * kernel that read a fragment's x[] as if it knew would get wrong results. */
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int m, int n, int k, typename T, typename Layout = void>
+struct fragment {
+    static_assert(m == 16 && n == 16 && k == 16, "the emulator has the 16 x 16 x 16 shape only");
+    static const int num_elements = 8;
+    T x[8];
+};
+} /* namespace wmma */
+} /* namespace nvcuda */
+
+namespace emu {
+/* Element (row, column) of slot s of this lane, for a 16 x 16 fragment */
+inline void wmma_element(int s, int &row, int &col)
+{
+    int p = 8 * (M.current & 31) + s, e = (p + 245) * 173 & 255; /* 173 = 1 / 37, 245 = -11 */
+    row = e / 16;
+    col = e % 16;
+}
+/* The slot and lane holding element (row, column) */
+inline void wmma_owner(int row, int col, int &lane, int &s)
+{
+    int p = (37 * (16 * row + col) + 11) & 255;
+    lane = p / 8;
+    s = p % 8;
+}
+inline float wmma_value(float v) { return v; }
+inline float wmma_value(__nv_bfloat16 v) { return tr_bf16_to_f32(v.bits); }
+inline float wmma_value(__half v) { return tr_f16_to_f32(v.bits); }
+inline void wmma_set(float &d, float v) { d = v; }
+inline void wmma_set(__nv_bfloat16 &d, float v) { d = __float2bfloat16_rn(v); }
+inline void wmma_set(__half &d, float v) { d = __half{tr_f32_to_f16(v)}; }
+
+/* A load's or a store's arrival: every lane of the warp names the same memory and
+ * stride (the GPU requires it), 32-byte aligned, the stride a multiple of 16 bytes */
+inline void wmma_arrive(const char *what, const void *p, unsigned ldm, size_t elem)
+{
+    lane_slot *w = warp_slots();
+    w[M.current & 31].frag[0] = p;
+    w[M.current & 31].ldm = ldm;
+    wait(AT_WARP);
+    for (int l = 0; l < 32; l++)
+        if (w[l].frag[0] != p || w[l].ldm != ldm) {
+            fprintf(stderr, "warp_emulator: %s: the warp's lanes name different memory or "
+                            "strides\n", what);
+            exit(1);
+        }
+    wait(AT_WARP); /* all checked before any lane names its next collective's */
+    if ((uintptr_t)p % 32 || ldm * elem % 16) {
+        fprintf(stderr, "warp_emulator: %s at %p, stride %u: not 32-byte aligned, or the "
+                        "stride not a multiple of 16 bytes\n", what, p, ldm);
+        exit(1);
+    }
+}
+/* Element (row, column) of a matrix at p, stride ldm, laid out row- or column-major */
+template <typename T> inline T &wmma_at(T *p, unsigned ldm, bool row_major, int row, int col)
+{
+    return row_major ? p[(size_t)row * ldm + col] : p[(size_t)col * ldm + row];
+}
+template <typename L> constexpr bool wmma_row_major() { return std::is_same<L, nvcuda::wmma::row_major>::value; }
+} /* namespace emu */
+
+namespace nvcuda {
+namespace wmma {
+template <typename Use, typename T, typename L, typename E>
+inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, E v)
+{
+    for (int s = 0; s < 8; s++)
+        emu::wmma_set(f.x[s], (float)v);
+}
+
+/* matrix_a / matrix_b: the layout is the fragment's */
+template <typename Use, typename T, typename L>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm)
+{
+    static_assert(!std::is_same<Use, accumulator>::value, "an accumulator's load names its layout");
+    emu::wmma_arrive("load_matrix_sync", p, ldm, sizeof(T));
+    for (int s = 0; s < 8; s++) {
+        int r, c;
+        emu::wmma_element(s, r, c);
+        f.x[s] = emu::wmma_at(p, ldm, emu::wmma_row_major<L>(), r, c);
+    }
+}
+template <typename T>
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, T, void> &f, const T *p,
+                             unsigned ldm, layout_t layout)
+{
+    emu::wmma_arrive("load_matrix_sync", p, ldm, sizeof(T));
+    for (int s = 0; s < 8; s++) {
+        int r, c;
+        emu::wmma_element(s, r, c);
+        f.x[s] = emu::wmma_at(p, ldm, layout == mem_row_major, r, c);
+    }
+}
+template <typename T>
+inline void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T, void> &f,
+                              unsigned ldm, layout_t layout)
+{
+    emu::wmma_arrive("store_matrix_sync", p, ldm, sizeof(T));
+    for (int s = 0; s < 8; s++) {
+        int r, c;
+        emu::wmma_element(s, r, c);
+        emu::wmma_at(p, ldm, layout == mem_row_major, r, c) = f.x[s];
+    }
+}
+
+/* d = a b + c: each element of d the fp32 sum, in k order, of c's and the 16
+ * products (the tensor core's order is unspecified) */
+template <typename T, typename LA, typename LB>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float, void> &d,
+                     const fragment<matrix_a, 16, 16, 16, T, LA> &a,
+                     const fragment<matrix_b, 16, 16, 16, T, LB> &b,
+                     const fragment<accumulator, 16, 16, 16, float, void> &c)
+{
+    typedef fragment<matrix_a, 16, 16, 16, T, LA> fa;
+    typedef fragment<matrix_b, 16, 16, 16, T, LB> fb;
+    emu::lane_slot *w = emu::warp_slots();
+    w[emu::M.current & 31].frag[0] = &a;
+    w[emu::M.current & 31].frag[1] = &b;
+    emu::wait(emu::AT_WARP);
+    float out[8];
+    for (int s = 0; s < 8; s++) {
+        int r, col, lane, slot;
+        emu::wmma_element(s, r, col);
+        float acc = c.x[s];
+        for (int k = 0; k < 16; k++) {
+            emu::wmma_owner(r, k, lane, slot);
+            float av = emu::wmma_value(static_cast<const fa *>(w[lane].frag[0])->x[slot]);
+            emu::wmma_owner(k, col, lane, slot);
+            float bv = emu::wmma_value(static_cast<const fb *>(w[lane].frag[1])->x[slot]);
+            acc += av * bv;
+        }
+        out[s] = acc;
+    }
+    emu::wait(emu::AT_WARP); /* all read before any lane changes its fragments */
+    for (int s = 0; s < 8; s++)
+        d.x[s] = out[s];
+}
+} /* namespace wmma */
+} /* namespace nvcuda */
 
 #endif
