@@ -1,0 +1,98 @@
+/* checkpoint_internal.h: what the checkpoint files share (checkpoint.c lists them).
+ * Not part of the public API: checkpoint.h is. */
+#ifndef TR_CHECKPOINT_INTERNAL_H
+#define TR_CHECKPOINT_INTERNAL_H
+
+#include "io/checkpoint.h"
+#include "comm/comm_mpi.h"
+#include "core/error.h"
+
+#include <hdf5.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- HDF5 and messages (checkpoint_hdf5.c) ----------------------------------- */
+
+/* err gets the message unless it has one already: the first, most direct reason */
+void ckpt_fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The innermost description on HDF5's error stack (which it clears), in buf[256] */
+const char *ckpt_h5_why(char *buf);
+int ckpt_attr_write(hid_t obj, const char *name, hid_t type, const void *v);
+int ckpt_attr_str(hid_t obj, const char *name, const char *v);
+int ckpt_attr_i64(hid_t obj, const char *name, int64_t v);
+/* -1 where the attribute is missing or unreadable */
+int ckpt_attr_read(hid_t obj, const char *name, hid_t type, void *v);
+int ckpt_attr_read_str(hid_t obj, const char *name, char *buf, size_t len);
+hid_t ckpt_mpio_fapl(tr_group *g, int collective_metadata);
+
+/* ---- where a rank's elements are (checkpoint_layout.c) ------------------------ */
+
+/* A rectangle of the matrix view, rows [row, row + rows) x columns [col, col + cols),
+ * whose first element is local element `local`. */
+typedef struct rect {
+    uint64_t row, rows, col, cols, local;
+} rect;
+
+typedef int (*rect_fn)(const rect *r, void *ctx);
+
+/* A contiguous piece of the file: elements [off, off + len) of the logical tensor
+ * in row-major order, which are the local elements [local, local + len) of the
+ * caller's tensor t. */
+typedef struct run {
+    int t;
+    uint64_t off, local, len;
+} run;
+
+/* The product of ndim dims (1 for none): a shape's element count */
+uint64_t ckpt_product(const uint64_t *dims, int ndim);
+/* The rank's blocks: its own, or the whole tensor as one. Returns how many. */
+int ckpt_blocks_of(const tr_ckpt_tensor *t, tr_ckpt_block *b);
+int ckpt_block_rects(const tr_ckpt_block *b, uint64_t base, uint64_t a, uint64_t e, rect_fn fn,
+                     void *ctx);
+/* This rank's own elements of all its tensors as runs, in the caller's order */
+run *ckpt_own_runs(const tr_ckpt_tensor *t, int n, size_t *count);
+const float *ckpt_run_data(const tr_ckpt_tensor *t, const run *r);
+/* 0, or TR_EXIT_SOFTWARE with err: a description that does not fit its shape */
+int ckpt_check_descs(const tr_ckpt_tensor *t, int n, char *err, size_t errlen);
+
+/* ---- agreement and the catalogue (checkpoint_catalogue.c) --------------------- */
+
+/* An MPI call's failure inside an exchange ends the job (never a hang) */
+void ckpt_mpi_ok(int rc, const char *what);
+/* Collective: the worst code over the group, and on every rank the message of the
+ * lowest rank that has it */
+int ckpt_agree(tr_group *g, int code, char *err, size_t errlen);
+
+/* What the ranks must agree on to create a tensor's dataset: a fixed-size record
+ * for the all-gather. */
+typedef struct cat_entry {
+    char path[sizeof(((tr_ckpt_tensor *)0)->path)];
+    char kind[sizeof(((tr_ckpt_tensor *)0)->kind)];
+    char layer[sizeof(((tr_ckpt_tensor *)0)->layer)];
+    int64_t ndim;
+    uint64_t dims[TR_CKPT_MAX_DIMS];
+} cat_entry;
+
+typedef struct catalogue {
+    cat_entry *e; /* every tensor of the file, in file order; the same on all ranks */
+    int n;
+    const cat_entry **sorted; /* e by path, for lookups */
+    int *gid;                 /* the caller's tensor i is e[gid[i]] */
+} catalogue;
+
+void ckpt_cat_free(catalogue *c);
+/* Collective: the catalogue, and the caller's tensors found in it (0, or
+ * TR_EXIT_SOFTWARE with err, for the caller to agree on) */
+int ckpt_cat_build(catalogue *c, const tr_ckpt_tensor *t, int n, tr_group *g, char *err,
+                   size_t errlen);
+
+/* ---- checksums (checkpoint_checksums.c) --------------------------------------- */
+
+enum { CRC_OK = 0, CRC_GAP = 1, CRC_MISMATCH = 2 };
+
+/* Collective: every catalogue tensor's CRC-32 combined from the ranks' own runs, and a
+ * status (CRC_*; with expect, the file's crc32 of each caller tensor, a mismatch) */
+void ckpt_checksums(const catalogue *c, const tr_ckpt_tensor *t, int n, const uint32_t *expect,
+                    tr_group *g, uint32_t **crc, int **status);
+
+#endif

@@ -1,0 +1,308 @@
+/* checkpoint_read.c: tr_ckpt_read. Each rank reads the elements it keeps in memory
+ * through HDF5 hyperslabs; the owners' CRCs are combined and compared with the
+ * file's (checkpoint.h). */
+#include "io/checkpoint_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static int read_meta(hid_t f, const char *path, tr_ckpt_meta *m, char *err, size_t errlen)
+{
+    char format[64] = "", model[64] = "", opt[32] = "";
+    int64_t version = 0, step = 0, ranks = 0, dp = 0, tp = 0, pp = 0, zero = 0;
+    if (ckpt_attr_read_str(f, "format", format, sizeof format) || strcmp(format, TR_CKPT_FORMAT)) {
+        ckpt_fail(
+            err, errlen,
+            "'%s' is an HDF5 file but not a trainer checkpoint (no format = \"%s\" attribute)",
+            path, TR_CKPT_FORMAT);
+        return -1;
+    }
+    if (ckpt_attr_read(f, "format_version", H5T_NATIVE_INT64, &version) || version < 1 ||
+        version > TR_CKPT_VERSION) {
+        ckpt_fail(err, errlen,
+                  "'%s' has checkpoint format version %lld; this trainer reads versions 1 to %d",
+                  path, (long long)version, TR_CKPT_VERSION);
+        return -1;
+    }
+    if (ckpt_attr_read_str(f, "model", model, sizeof model) ||
+        ckpt_attr_read_str(f, "optimizer", opt, sizeof opt) ||
+        ckpt_attr_read(f, "step", H5T_NATIVE_INT64, &step) ||
+        ckpt_attr_read(f, "epoch", H5T_NATIVE_DOUBLE, &m->epoch) ||
+        ckpt_attr_read(f, "seed", H5T_NATIVE_UINT64, &m->seed) ||
+        ckpt_attr_read(f, "written_ranks", H5T_NATIVE_INT64, &ranks) ||
+        ckpt_attr_read(f, "written_dp", H5T_NATIVE_INT64, &dp) ||
+        ckpt_attr_read(f, "written_tp", H5T_NATIVE_INT64, &tp) ||
+        ckpt_attr_read(f, "written_pp", H5T_NATIVE_INT64, &pp)) {
+        ckpt_fail(err, errlen, "'%s' lacks some of the checkpoint's root attributes", path);
+        return -1;
+    }
+    /* written_zero came later: files without it were written without ZeRO */
+    if (H5Aexists(f, "written_zero") > 0 &&
+        ckpt_attr_read(f, "written_zero", H5T_NATIVE_INT64, &zero)) {
+        ckpt_fail(err, errlen, "'%s': cannot read its written_zero attribute", path);
+        return -1;
+    }
+    if (strcmp(model, m->model)) {
+        ckpt_fail(err, errlen, "'%s' was written for model '%s'; this deck trains '%s'", path,
+                  model, m->model);
+        return -1;
+    }
+    if (strcmp(opt, m->optimizer)) {
+        ckpt_fail(err, errlen,
+                  "'%s' holds %s optimizer state; this deck uses %s, which cannot resume from it",
+                  path, opt, m->optimizer);
+        return -1;
+    }
+    m->step = (long)step;
+    m->ranks = (int)ranks, m->dp = (int)dp, m->tp = (int)tp, m->pp = (int)pp;
+    m->zero = (int)zero;
+    /* mixed precision's attributes came later still: absent, nothing was skipped */
+    int64_t good = 0, skipped = 0;
+    m->loss_scale = 0;
+    snprintf(m->precision, sizeof m->precision, "fp32");
+    if ((H5Aexists(f, "precision") > 0 &&
+         ckpt_attr_read_str(f, "precision", m->precision, sizeof m->precision)) ||
+        (H5Aexists(f, "loss_scale") > 0 &&
+         ckpt_attr_read(f, "loss_scale", H5T_NATIVE_DOUBLE, &m->loss_scale)) ||
+        (H5Aexists(f, "loss_scale_good_steps") > 0 &&
+         ckpt_attr_read(f, "loss_scale_good_steps", H5T_NATIVE_INT64, &good)) ||
+        (H5Aexists(f, "skipped_steps") > 0 &&
+         ckpt_attr_read(f, "skipped_steps", H5T_NATIVE_INT64, &skipped))) {
+        ckpt_fail(err, errlen, "'%s': cannot read its precision or loss-scale attributes", path);
+        return -1;
+    }
+    m->loss_scale_good = (long)good;
+    m->skipped_steps = (long)skipped;
+    return 0;
+}
+
+static void dims_str(char *buf, size_t len, int nd, const hsize_t *d)
+{
+    size_t used = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < nd && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, i ? ", %llu" : "%llu",
+                                 (unsigned long long)d[i]);
+    if (used < len)
+        snprintf(buf + used, len - used, "]");
+}
+
+/* A selection being built in a dataset's file space of nd dims. */
+typedef struct sel {
+    hid_t space;
+    int nd;
+    hsize_t dims[TR_CKPT_MAX_DIMS];
+    hsize_t start[TR_CKPT_MAX_DIMS], count[TR_CKPT_MAX_DIMS];
+} sel;
+
+static int sel_box(sel *s)
+{
+    return H5Sselect_hyperslab(s->space, H5S_SELECT_OR, s->start, NULL, s->count, NULL) < 0 ? -1
+                                                                                            : 0;
+}
+
+/* Adds the flat range [lo, hi) of dims d..nd-1 (the earlier dims already fixed in
+ * start/count) as boxes: a flat range of an N-D block is an end piece, whole
+ * slabs, and a start piece, at most 2N - 1 boxes. */
+static int sel_flat(sel *s, int d, uint64_t lo, uint64_t hi)
+{
+    if (lo >= hi)
+        return 0;
+    uint64_t inner = 1;
+    for (int e = d + 1; e < s->nd; e++)
+        inner *= s->dims[e];
+    uint64_t i0 = lo / inner, i1 = hi / inner;
+    int rc = 0;
+    if (lo % inner) { /* the end of slab i0 */
+        uint64_t end = (i0 + 1) * inner < hi ? (i0 + 1) * inner : hi;
+        s->start[d] = i0, s->count[d] = 1;
+        rc |= sel_flat(s, d + 1, lo - i0 * inner, end - i0 * inner);
+        if (end == hi)
+            return rc;
+        i0++;
+    }
+    if (i1 > i0) { /* whole slabs */
+        s->start[d] = i0, s->count[d] = i1 - i0;
+        for (int e = d + 1; e < s->nd; e++)
+            s->start[e] = 0, s->count[e] = s->dims[e];
+        rc |= sel_box(s);
+    }
+    if (hi % inner) { /* the start of slab i1 */
+        s->start[d] = i1, s->count[d] = 1;
+        rc |= sel_flat(s, d + 1, 0, hi - i1 * inner);
+    }
+    return rc;
+}
+
+/* A rectangle of the matrix view: its rows in dim 0, its columns as a flat range of
+ * the other dims. */
+static int sel_rect(const rect *x, void *ctx)
+{
+    sel *s = ctx;
+    s->start[0] = x->row, s->count[0] = x->rows;
+    if (s->nd == 1)
+        return sel_box(s);
+    return sel_flat(s, 1, x->col, x->col + x->cols);
+}
+
+/* Reads t's local elements [data_lo, data_hi) and nothing else: one hyperslab read
+ * per block, since HDF5 delivers a selection's elements in row-major order and
+ * within a block that is the local order. */
+static int read_data(hid_t ds, const tr_ckpt_tensor *t)
+{
+    sel s = {.space = H5Dget_space(ds), .nd = t->ndim};
+    for (int d = 0; d < t->ndim; d++)
+        s.dims[d] = t->dims[d];
+    tr_ckpt_block b[TR_CKPT_MAX_BLOCKS];
+    int nb = ckpt_blocks_of(t, b), rc = s.space < 0 ? -1 : 0;
+    uint64_t base = 0;
+    for (int i = 0; i < nb && !rc; i++) {
+        uint64_t n = b[i].rows * b[i].cols;
+        uint64_t a = t->data_lo > base ? t->data_lo : base;
+        uint64_t e = t->data_hi < base + n ? t->data_hi : base + n;
+        base += n;
+        if (a >= e)
+            continue;
+        hsize_t count = e - a;
+        hid_t ms = H5Screate_simple(1, &count, NULL);
+        rc = H5Sselect_none(s.space) < 0 || ckpt_block_rects(&b[i], base - n, a, e, sel_rect, &s) ||
+                     H5Dread(ds, H5T_NATIVE_FLOAT, ms, s.space, H5P_DEFAULT,
+                             t->data + (a - t->data_lo)) < 0
+                 ? -1
+                 : 0;
+        H5Sclose(ms);
+    }
+    if (s.space >= 0)
+        H5Sclose(s.space);
+    return rc;
+}
+
+/* Checks t's presence and shape, reads its crc32 attribute into *crc and its data
+ * range. Rank-local: each rank opens only its own tensors. */
+static int read_tensor(hid_t f, const char *path, const tr_ckpt_tensor *t, uint32_t *crc, char *err,
+                       size_t errlen)
+{
+    char why[256];
+    if (H5Lexists(f, t->path, H5P_DEFAULT) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        ckpt_fail(err, errlen, "'%s' has no %s: written for another model or optimizer", path,
+                  t->path);
+        return -1;
+    }
+    hid_t ds = H5Dopen2(f, t->path, H5P_DEFAULT);
+    if (ds < 0) {
+        ckpt_fail(err, errlen, "'%s': cannot open %s: %s", path, t->path, ckpt_h5_why(why));
+        return -1;
+    }
+    hid_t fs = H5Dget_space(ds);
+    hsize_t dims[8];
+    int nd = H5Sget_simple_extent_ndims(fs);
+    int same = nd == t->ndim;
+    if (nd > 0 && nd <= 8)
+        H5Sget_simple_extent_dims(fs, dims, NULL);
+    for (int d = 0; same && d < nd; d++)
+        same = dims[d] == t->dims[d];
+    H5Sclose(fs);
+    if (!same) {
+        char a[128], b[128];
+        hsize_t want[TR_CKPT_MAX_DIMS];
+        for (int d = 0; d < t->ndim; d++)
+            want[d] = t->dims[d];
+        dims_str(a, sizeof a, nd > 0 && nd <= 8 ? nd : 0, dims);
+        dims_str(b, sizeof b, t->ndim, want);
+        ckpt_fail(err, errlen, "'%s': %s has shape %s, the model has %s (another model size?)",
+                  path, t->path, a, b);
+        H5Dclose(ds);
+        return -1;
+    }
+    int rc = 0;
+    if (ckpt_attr_read(ds, "crc32", H5T_NATIVE_UINT32, crc)) {
+        ckpt_fail(err, errlen, "'%s': %s has no crc32 attribute", path, t->path);
+        rc = -1;
+    } else if (read_data(ds, t)) {
+        ckpt_fail(err, errlen, "'%s': reading %s failed: %s (truncated or corrupt file)", path,
+                  t->path, ckpt_h5_why(why));
+        rc = -1;
+    }
+    H5Dclose(ds);
+    return rc;
+}
+
+/* Collective: every tensor's CRC combined from the owners' runs of what they read,
+ * against the file's crc32 (expect, per caller tensor). The verdict and the
+ * message are the same on every rank: the first bad tensor in file order. */
+static int verify(const char *path, const tr_ckpt_tensor *t, int n, const uint32_t *expect,
+                  tr_group *g, char *err, size_t errlen)
+{
+    catalogue c = {0};
+    int code = ckpt_agree(g, ckpt_cat_build(&c, t, n, g, err, errlen), err, errlen);
+    if (!code) {
+        uint32_t *crc = NULL;
+        int *status = NULL;
+        ckpt_checksums(&c, t, n, expect, g, &crc, &status);
+        for (int i = 0; i < c.n && !code; i++)
+            if (status[i] == CRC_MISMATCH) {
+                ckpt_fail(err, errlen, "'%s': checksum mismatch in %s: the file is corrupt", path,
+                          c.e[i].path);
+                code = TR_EXIT_DATA;
+            } else if (status[i]) {
+                ckpt_fail(err, errlen,
+                          "internal error: the ranks' parts of %s do not cover it "
+                          "exactly once",
+                          c.e[i].path);
+                code = TR_EXIT_SOFTWARE;
+            }
+        tr_free(crc);
+        tr_free(status);
+    }
+    ckpt_cat_free(&c);
+    return code;
+}
+
+int tr_ckpt_read(const char *path, tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n, tr_group *g,
+                 char *err, size_t errlen)
+{
+    char why[256];
+    err[0] = '\0';
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    int code = ckpt_check_descs(t, n, err, errlen);
+    if (!code && access(path, R_OK)) {
+        ckpt_fail(err, errlen, "cannot read checkpoint '%s': %s", path, strerror(errno));
+        code = TR_EXIT_NOINPUT;
+    }
+    hid_t f = -1;
+    if (!code) {
+        /* opened collectively; each rank then reads its own tensors independently */
+        hid_t fapl = ckpt_mpio_fapl(g, 0);
+        f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+        H5Pclose(fapl);
+        if (f < 0) {
+            ckpt_fail(err, errlen,
+                      "'%s' is not a readable checkpoint: %s (truncated, corrupt or not HDF5)",
+                      path, ckpt_h5_why(why));
+            code = TR_EXIT_DATA;
+        }
+    }
+    code = ckpt_agree(g, code, err, errlen);
+    if (code) {
+        if (f >= 0)
+            H5Fclose(f);
+        return code;
+    }
+    uint32_t *expect = tr_alloc((size_t)(n ? n : 1) * sizeof *expect, "checkpoint checksums");
+    if (read_meta(f, path, meta, err, errlen))
+        code = TR_EXIT_DATA;
+    for (int i = 0; !code && i < n; i++)
+        if (read_tensor(f, path, &t[i], &expect[i], err, errlen))
+            code = TR_EXIT_DATA;
+    if (H5Fclose(f) < 0 && !code) {
+        ckpt_fail(err, errlen, "'%s': closing failed: %s", path, ckpt_h5_why(why));
+        code = TR_EXIT_DATA;
+    }
+    code = ckpt_agree(g, code, err, errlen);
+    if (!code)
+        code = verify(path, t, n, expect, g, err, errlen);
+    tr_free(expect);
+    return code;
+}
