@@ -131,10 +131,7 @@ static void test_shape(int B, int T, int C, int NH, bool growing_keys = false)
     vec qkv, dout;
     random_inputs(qkv, dout, B, T, C);
     if (growing_keys) {
-        for (int b = 0; b < B; b++)
-            for (int j = 0; j < T; j++)
-                for (int c = 0; c < C; c++)
-                    qkv[((size_t)b * T + j) * 3 * C + C + c] *= 1.0f + (float)j / 4.0f;
+        grow_keys(qkv, B, T, C);
         size_t n = rows_rescaled(qkv, B, T, C, NH);
         printf("  rows forward rescales: %zu of %d\n", n, B * NH * T);
         CHECK(n > 0, "the growing keys moved no row's max by more than LAZY");
