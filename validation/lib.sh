@@ -105,14 +105,23 @@ gpu_setup() {
   GPUS=${GPUS:-0}
 }
 
+# gpu_staged NP: 1 where NP ranks are more than the usable GPUs ($GPUS): their GPU
+# run then shares the GPUs, its collectives and messages staged through host copies
+# over MPI (TRAINER_STAGED_COMM=1: NCCL refuses one device twice), which tests the
+# layout's device code on one GPU, all but NCCL; else 0.
+gpu_staged() { if [ "$1" -gt "${GPUS:-0}" ]; then echo 1; else echo 0; fi; }
+
 # gpu_pair NAME NP RTOL ARGS...: the same run on the CPU ($WORK/NAME.cpu) and on
-# GPUs ($WORK/NAME); the training loss curves must agree within RTOL per step.
+# GPUs ($WORK/NAME), staged (gpu_staged) where NP ranks are more than the GPUs; the
+# training loss curves must agree within RTOL per step.
 gpu_pair() {
-  local name=$1 np=$2 rtol=$3; shift 3
+  local name=$1 np=$2 rtol=$3 staged; shift 3
+  staged=$(gpu_staged "$np")
   run "$np" "$WORK/$name.cpu.out" "$WORK/err" "$@" run.dir="$WORK/$name.cpu"
   check "$name, cpu: exit $RC" [ "$RC" = 0 ]
-  run "$np" "$WORK/$name.out" "$WORK/err" "$@" system.device=cuda run.dir="$WORK/$name"
-  check "$name, cuda: exit $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
+  TRAINER_STAGED_COMM=$staged run "$np" "$WORK/$name.out" "$WORK/err" "$@" system.device=cuda \
+    run.dir="$WORK/$name"
+  check "$name, cuda$([ "$staged" = 1 ] && echo " ($np ranks on $GPUS GPU(s), staged)"): exit $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
   check "$name: cuda follows cpu within $rtol" "$PYTHON" validation/compare_metrics.py \
     "$WORK/$name.cpu/metrics.csv" "$WORK/$name/metrics.csv" --rtol "$rtol"
 }

@@ -52,6 +52,7 @@ const tr_device tr_cpu_device = {
     .download = cpu_move,
     .copy = cpu_move,
     .peak_gflops = cpu_peak,
+    .holds = NULL,
     .open = NULL,
     .close = NULL,
 };
@@ -127,6 +128,12 @@ static void guarded_move(void *dst, const void *src, size_t bytes)
     tr_guarded_close();
 }
 
+static int guarded_holds(const void *p)
+{
+    const unsigned char *c = p;
+    return g_arena.base && c >= g_arena.base && c < g_arena.base + g_arena.size;
+}
+
 const tr_device tr_guarded_device = {
     .name = "cpu-guarded",
     .k = &tr_guarded_kernels,
@@ -140,6 +147,7 @@ const tr_device tr_guarded_device = {
     .download = guarded_move,
     .copy = guarded_move,
     .peak_gflops = cpu_peak,
+    .holds = guarded_holds,
     .open = tr_guarded_open,
     .close = tr_guarded_close,
 };

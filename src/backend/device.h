@@ -50,6 +50,9 @@ typedef struct tr_device {
      * products run in (set_gemm_precision comes first), with where the figure comes
      * from in source[n] for the banner; 0: unknown. */
     double (*peak_gflops)(char *source, size_t n);
+    /* Whether p is this device's memory (comm.h's staging asks); NULL where its
+     * memory is the host's (the CPU). */
+    int (*holds)(const void *p);
     /* Collectives on device memory run between these (guarded device; else NULL). */
     void (*open)(void);
     void (*close)(void);

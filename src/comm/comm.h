@@ -66,9 +66,9 @@ static inline size_t tr_dtype_size(tr_dtype t)
  * allocates (buckets start in the middle of backward). Zero-initialise a new one. */
 typedef struct tr_request {
     TR_ALIGNAS(8) unsigned char storage[32]; /* an MPI_Request, or NCCL's CUDA event */
-    int active; /* 0: none pending; TR_REQ_MPI or TR_REQ_NCCL: which one runs it */
+    int active; /* 0: none pending; TR_REQ_MPI, TR_REQ_NCCL or TR_REQ_STAGED: which one runs it */
 } tr_request;
-enum { TR_REQ_MPI = 1, TR_REQ_NCCL = 2 };
+enum { TR_REQ_MPI = 1, TR_REQ_NCCL = 2, TR_REQ_STAGED = 3 };
 
 typedef struct tr_world {
     int rank, size;             /* in MPI_COMM_WORLD */
@@ -165,6 +165,23 @@ void tr_barrier(tr_group *g);
  * guarded CPU device of backend/device.h): every MPI call is made between them.
  * NULL, NULL (the default) for none. */
 void tr_comm_set_memory_guard(void (*open)(void), void (*close)(void));
+
+/* Staged device memory (comm_staged.c), for testing parallel layouts where NCCL cannot
+ * run: several ranks on one GPU (NCCL refuses one device twice in a communicator), and
+ * the guarded CPU device, which proves this path without a GPU. Once set, every call
+ * above on device memory (is_device) of a group without an NCCL communicator copies
+ * its buffer to the host (download), makes the host call (MPI, or the node's shared
+ * memory) and copies the result back (upload): the host path's arithmetic, and slow.
+ * A non-blocking call completes its copy back in tr_test or tr_wait; the host then
+ * waits for it. NULL turns it off (the default). */
+typedef struct tr_comm_staging {
+    int (*is_device)(const void *p);
+    void (*download)(void *host_dst, const void *device_src, size_t bytes);
+    void (*upload)(void *device_dst, const void *host_src, size_t bytes);
+} tr_comm_staging;
+void tr_comm_stage_device_memory(const tr_comm_staging *s);
+int tr_comm_staging_on(void);
+
 double tr_wtime(void);
 
 #ifdef __cplusplus

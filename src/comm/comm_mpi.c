@@ -1,10 +1,12 @@
 /* comm_mpi.c: the comm API over MPI: world set-up, grid, agreement, collectives.
  * In a CUDA build a group may also hold an NCCL communicator (tr_comm_use_nccl);
  * the calls on device buffers then go to comm_nccl.cu (see comm.h), and everything
- * on host memory stays here. */
+ * on host memory stays here. Calls on device memory of a group without NCCL go to
+ * comm_staged.c once staging is on (tr_comm_stage_device_memory). */
 #include "comm.h"
 #include "comm_mpi.h"
 #include "comm_shm.h"
+#include "comm_staged.h"
 #include "core/error.h"
 #ifdef TRAINER_HAVE_CUDA
 #include "comm_nccl.h"
@@ -460,6 +462,10 @@ void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dty
 {
     NCCL_IF_DEVICE(g, recvbuf, sendbuf,
                    tr_nccl_allreduce(n_, sendbuf, recvbuf, count, dtype, op, NULL));
+    if (tr_staged(recvbuf, sendbuf)) {
+        tr_staged_allreduce(sendbuf, recvbuf, count, dtype, op, g);
+        return;
+    }
     if (g->shm && dtype == TR_F32 && op == TR_SUM && count >= SHM_MIN_COUNT) {
         tr_shm_allreduce_f32(g->shm, sendbuf, recvbuf, count, g_guard_open, g_guard_close);
         return;
@@ -478,6 +484,10 @@ void tr_iallreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dt
 {
     NCCL_IF_DEVICE(g, recvbuf, sendbuf,
                    tr_nccl_allreduce(n_, sendbuf, recvbuf, count, dtype, op, req));
+    if (tr_staged(recvbuf, sendbuf)) {
+        tr_staged_iallreduce(sendbuf, recvbuf, count, dtype, op, g, req);
+        return;
+    }
     if (count > CHUNK)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: non-blocking all-reduce of %zu elements; use buckets",
                  count);
@@ -496,6 +506,8 @@ int tr_test(tr_request *req)
     if (req->active == TR_REQ_NCCL)
         return tr_nccl_test(req);
 #endif
+    if (req->active == TR_REQ_STAGED)
+        return tr_staged_test(req);
     int done = 0;
     MPI_CHECK(MPI_Test((MPI_Request *)req->storage, &done, MPI_STATUS_IGNORE));
     if (done)
@@ -513,6 +525,10 @@ void tr_wait(tr_request *req)
         return;
     }
 #endif
+    if (req->active == TR_REQ_STAGED) {
+        tr_staged_wait(req);
+        return;
+    }
     MPI_CHECK(MPI_Wait((MPI_Request *)req->storage, MPI_STATUS_IGNORE));
     req->active = 0;
 }
@@ -521,6 +537,10 @@ void tr_ireduce(void *buf, size_t count, tr_dtype dtype, tr_redop op, int root, 
                 tr_request *req)
 {
     NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_reduce(n_, buf, count, dtype, op, root, req));
+    if (tr_staged(buf, NULL)) {
+        tr_staged_ireduce(buf, count, dtype, op, root, g, req);
+        return;
+    }
     if (count > CHUNK)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: non-blocking reduce of %zu elements; use buckets",
                  count);
@@ -537,6 +557,10 @@ void tr_reduce_scatterv(float *buf, const size_t *counts, const size_t *displs, 
     if (nccl_for(g, buf, NULL))
         tr_fatal(TR_EXIT_SOFTWARE, "bug: tr_reduce_scatterv on device memory");
 #endif
+    if (tr_staged(buf, NULL)) {
+        tr_staged_reduce_scatterv(buf, counts, displs, g);
+        return;
+    }
     if (g->shm) {
         tr_shm_reduce_scatterv_f32(g->shm, buf, counts, displs, g_guard_open, g_guard_close);
         return;
@@ -554,6 +578,10 @@ void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dty
                    tr_group *g)
 {
     NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_allgatherv(n_, buf, counts, displs, dtype));
+    if (tr_staged(buf, NULL)) {
+        tr_staged_allgatherv(buf, counts, displs, dtype, g);
+        return;
+    }
     if (g->shm && dtype == TR_F32) {
         tr_shm_allgatherv_f32(g->shm, buf, counts, displs, g_guard_open, g_guard_close);
         return;
@@ -574,6 +602,10 @@ void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dty
 void tr_send(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g)
 {
     NCCL_P2P_IF_DEVICE(g, buf, peer, 1, tr_nccl_send(n_, buf, count, dtype, peer, NULL));
+    if (tr_staged(buf, NULL)) {
+        tr_staged_send(buf, count, dtype, peer, tag, g);
+        return;
+    }
     if (count > INT_MAX)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: send of %zu elements", count);
     MPI_CHECK(MPI_Send(buf, (int)count, mpi_type(dtype), peer, tag, g->comm));
@@ -583,6 +615,10 @@ void tr_isend(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, 
               tr_request *req)
 {
     NCCL_P2P_IF_DEVICE(g, buf, peer, 1, tr_nccl_send(n_, buf, count, dtype, peer, req));
+    if (tr_staged(buf, NULL)) {
+        tr_staged_isend(buf, count, dtype, peer, tag, g, req);
+        return;
+    }
     if (count > INT_MAX)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: send of %zu elements", count);
     MPI_CHECK(MPI_Isend(buf, (int)count, mpi_type(dtype), peer, tag, g->comm,
@@ -593,6 +629,10 @@ void tr_isend(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, 
 void tr_recv(void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g)
 {
     NCCL_P2P_IF_DEVICE(g, buf, peer, 0, tr_nccl_recv(n_, buf, count, dtype, peer));
+    if (tr_staged(buf, NULL)) {
+        tr_staged_recv(buf, count, dtype, peer, tag, g);
+        return;
+    }
     if (count > INT_MAX)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: receive of %zu elements", count);
     MPI_CHECK(MPI_Recv(buf, (int)count, mpi_type(dtype), peer, tag, g->comm, MPI_STATUS_IGNORE));
@@ -601,6 +641,10 @@ void tr_recv(void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_grou
 void tr_bcast(void *buf, size_t count, tr_dtype dtype, int root, tr_group *g)
 {
     NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_bcast(n_, buf, count, dtype, root));
+    if (tr_staged(buf, NULL)) {
+        tr_staged_bcast(buf, count, dtype, root, g);
+        return;
+    }
     size_t es = tr_dtype_size(dtype);
     for (size_t off = 0; off < count; off += CHUNK) {
         int n = (int)(count - off < CHUNK ? count - off : CHUNK);

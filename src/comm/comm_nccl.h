@@ -1,4 +1,5 @@
-/* comm_nccl.h: the NCCL side of comm.h, for comm_mpi.c only. Implemented in
+/* comm_nccl.h: the NCCL side of comm.h, for comm_mpi.c (and tr_nccl_is_device for the
+ * CUDA device's table, backend/device.h's holds). Implemented in
  * comm_nccl.cu, which exists only in a build with the CUDA backend
  * (TRAINER_HAVE_CUDA); comm_mpi.c includes this header and calls it only there.
  *

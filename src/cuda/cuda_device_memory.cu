@@ -11,6 +11,7 @@
 #include "cuda/cuda_ops.h"
 
 #include "backend/device.h"
+#include "comm/comm_nccl.h" /* tr_nccl_is_device */
 
 #include <stdio.h>
 
@@ -101,6 +102,7 @@ extern "C" const tr_device tr_gpu_device = {
     .download = tr_cuda_download,
     .copy = gpu_copy,
     .peak_gflops = tr_cuda_peak_gflops,
+    .holds = tr_nccl_is_device, /* (CUDA's pointer attributes) */
     .open = NULL,
     .close = NULL,
 };

@@ -10,10 +10,26 @@
 #ifdef TRAINER_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_device.h"
+#include "cuda/cuda_probe.h"
 #endif
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+int tr_staged_comm_requested(char *err, size_t errlen)
+{
+    const char *v = getenv("TRAINER_STAGED_COMM");
+    if (!v || !*v || !strcmp(v, "0"))
+        return 0;
+    if (!strcmp(v, "1"))
+        return 1;
+    if (err)
+        snprintf(err, errlen, "TRAINER_STAGED_COMM=%s in the environment: expected 1 "
+                 "(collectives on device memory staged through the host, ranks may share a "
+                 "GPU: for tests) or 0", v);
+    return -1;
+}
 
 #ifdef TRAINER_HAVE_CUDA
 /* What each rank of a node tells the others about its GPU. */
@@ -73,9 +89,11 @@ static int check_one_rank_per_gpu(const tr_world *w, const tr_cuda_device *dev, 
 
 int tr_device_select(const tr_deck *d, const tr_world *w)
 {
+    char where[1400], err[4096] = "";
+    if (tr_staged_comm_requested(err, sizeof err) < 0)
+        return tr_comm_agree(w, TR_EXIT_USAGE, err);
     if (strcmp(tr_deck_str(d, "system", "device"), "cuda"))
         return 0; /* cpu: main.c has set up the CPU backend */
-    char where[1400], err[4096] = "";
     tr_deck_where(d, "system", "device", where, sizeof where);
 #ifndef TRAINER_HAVE_CUDA
     snprintf(err, sizeof err,
@@ -87,12 +105,17 @@ int tr_device_select(const tr_deck *d, const tr_world *w)
 #else
     tr_cuda_device dev;
     char why[2048];
-    int rc = tr_cuda_device_choose(w->local_rank, w->local_size, &dev, why, sizeof why);
+    int may_share = tr_staged_comm_requested(NULL, 0) > 0; /* (no NCCL then, which would refuse) */
+    int local_rank = w->local_rank, local_size = w->local_size, gpus;
+    if (may_share && (gpus = tr_cuda_device_count(why, sizeof why)) >= 1 && local_size > gpus)
+        local_rank %= gpus, local_size = gpus; /* the ranks take the GPUs in turn */
+    int rc = tr_cuda_device_choose(local_rank, local_size, &dev, why, sizeof why);
     if (rc)
         snprintf(err, sizeof err, "%s: [system] device = cuda, but %s; or set device = cpu",
                  where, why);
     char shared[2048]; /* every rank takes part, whatever its own verdict */
-    if (check_one_rank_per_gpu(w, &dev, rc == 0, where, shared, sizeof shared) && !rc) {
+    if (!may_share && check_one_rank_per_gpu(w, &dev, rc == 0, where, shared, sizeof shared) &&
+        !rc) {
         rc = TR_EXIT_USAGE;
         snprintf(err, sizeof err, "%s", shared);
     }
@@ -101,8 +124,9 @@ int tr_device_select(const tr_deck *d, const tr_world *w)
         return rc;
     tr_cuda_init(dev.index); /* the backend's stream and cuBLAS handle, on this GPU */
     if (w->rank == 0) {
-        printf("device: cuda, one GPU per rank (rank 0: %s, device %d of %d, PCI %s, %.0f GiB, "
-               "host %s)\n",
+        printf("device: cuda, %s (rank 0: %s, device %d of %d, PCI %s, %.0f GiB, host %s)\n",
+               may_share ? "ranks may share a GPU (TRAINER_STAGED_COMM=1, for tests)"
+                         : "one GPU per rank",
                dev.name, dev.index, dev.visible, dev.pci_bus_id,
                (double)dev.memory_bytes / (1024.0 * 1024.0 * 1024.0), dev.host);
         fflush(stdout);

@@ -233,7 +233,12 @@ static void print_groups(const tr_world *w, const char *what, int size, int stri
 /* what carries a group's sums (rank 0's group; the others are alike) */
 static const char *summed_by(const tr_group *g)
 {
-    return tr_group_has_nccl(g) ? "NCCL" : tr_group_shares_memory(g) ? "shared memory" : "MPI";
+    if (tr_group_has_nccl(g))
+        return "NCCL";
+    if (tr_comm_staging_on()) /* (the device's buffers; the host path below carries them) */
+        return tr_group_shares_memory(g) ? "shared memory, device memory staged through the host"
+                                         : "MPI, device memory staged through the host";
+    return tr_group_shares_memory(g) ? "shared memory" : "MPI";
 }
 
 static void print_layout(const run *r)
@@ -453,7 +458,15 @@ static int setup(run *r)
         r->w->dp = r->w->size / (tp * pp), r->w->tp = tp, r->w->pp = pp, r->w->dp_rank = 0;
     else
         tr_comm_make_grid(r->w, r->w->size / (tp * pp), tp, pp);
-    if (!rc && !r->rt->plan_ranks && !strcmp(tr_deck_str(r->d, "system", "device"), "cuda")) {
+    if (!r->rt->plan_ranks && r->dev->holds && tr_staged_comm_requested(NULL, 0) > 0) {
+        /* for tests: device memory's collectives through host copies, no NCCL; and
+         * MPI itself gets no access to the guarded device's memory, so a call on it
+         * that is not staged dies there */
+        tr_comm_stage_device_memory(&(tr_comm_staging){r->dev->holds, r->dev->download,
+                                                       r->dev->upload});
+        tr_comm_set_memory_guard(NULL, NULL);
+    } else if (!rc && !r->rt->plan_ranks &&
+               !strcmp(tr_deck_str(r->d, "system", "device"), "cuda")) {
         /* pp > 1 too: the pipeline's messages go over links, a stream per direction */
         rc = tr_comm_use_nccl(r->w, r->err, sizeof r->err);
         rc = tr_comm_agree(r->w, rc, r->err);

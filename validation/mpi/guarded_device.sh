@@ -6,8 +6,9 @@
 # with SIGSEGV. Each run must finish, and give bit-identically the losses of the same
 # run on the plain CPU device (the same kernels): the MLP and the CNN at 2 ranks, the
 # layout GPT at 1 rank (fp32, and bf16-mixed with evaluations), tp 2, pp 2 with
-# ZeRO 1 and fp16-mixed, dp 2 x tp 2 with sampling (bf16-mixed), and a GPT checkpoint
-# written and resumed through the guarded device. In bf16/fp16-mixed the guarded
+# ZeRO 1 and fp16-mixed (also with its collectives staged through host copies, as
+# when ranks share a GPU, and dp 2 so), dp 2 x tp 2 with sampling (bf16-mixed), and a
+# GPT checkpoint written and resumed through the guarded device. In bf16/fp16-mixed the guarded
 # device keeps the logits in 16 bits as a GPU does (device_guarded_logits.c), so these
 # runs take the model's 16-bit-logits code: the whole and the split vocabulary's
 # cross-entropy, the accuracy, the pipeline's last stage and the sampler.
@@ -33,6 +34,22 @@ if [ "$ASAN" = 0 ] && [ -f "$SRC/data/mnist/train-images-idx3-ubyte" ]; then
     data.train_limit=2000 run.progress=off
 fi
 same gpt_3d 4 "${G[@]}" parallel.tp=2 parallel.pp=2 parallel.zero=1 train.precision=fp16-mixed
+# collectives and messages on device memory staged through host copies
+# (TRAINER_STAGED_COMM=1, how ranks sharing one GPU run: gpu.trainer_on_gpu): the same
+# bits, and MPI gets no access to the guarded memory then, so a call on it that is not
+# staged dies. The 3-D layout's tp sums, pipeline messages and ZeRO's reduce to owner
+# and all-gather; and dp 2's bucketed non-blocking all-reduces over MPI.
+TRAINER_STAGED_COMM=1 same gpt_3d_staged 4 "${G[@]}" parallel.tp=2 parallel.pp=2 \
+  parallel.zero=1 train.precision=fp16-mixed
+check "the banner says the device's memory is staged" \
+  grep -q "sums through .*device memory staged through the host" "$WORK/gpt_3d_staged.out"
+TRAINER_STAGED_COMM=1 same gpt_dp2_staged 2 "${G[@]}" parallel.shm_allreduce=false \
+  parallel.bucket_kib=16
+TRAINER_STAGED_COMM=yes run 2 "$WORK/out" "$WORK/err" "${G[@]}" system.device=cpu-guarded \
+  run.dir="$WORK/bad_env"
+check "TRAINER_STAGED_COMM=yes: exit $RC (64 expected)" [ "$RC" = 64 ]
+check "... said once what it takes" \
+  [ "$(grep -c "TRAINER_STAGED_COMM=yes in the environment: expected 1" "$WORK/err")" = 1 ]
 if [ "$ASAN" = 0 ]; then
   same gpt1 1 "${G[@]}"
   same gpt1_bf16 1 "${G[@]}" train.precision=bf16-mixed train.eval_every=4
