@@ -8,13 +8,14 @@
 # of them within STAGE_SECONDS (480; a lent machine's command may run 600 s, and
 # its session has 15 minutes of device time, start-up included):
 #   1. validation/bench/gpu_mfu.sh with the default attention kernels (the issue's
-#      target: GPT-2 124M at 16 x 1024 in bf16-mixed), then with
-#      TRAINER_CUDA_ATTENTION=mma                                  -> mfu.log
-#   2. ctest -L gpu                                                 -> ctest.log
-#   3. gpu_attention_bench (the two attention forms alone)          -> bench.log
-#   4. compute-sanitizer on the kernel tests                        -> sanitizer.log
-#   5. gpu_gemm_bench (the model's products alone)                  -> bench.log
-#   6. with PROFILE=1, validation/bench/gpu_profile.sh (a step's time per kernel
+#      target: GPT-2 124M at 16 x 1024 in bf16-mixed)             -> mfu.log
+#   2. ctest -L gpu but gpu.pipeline_on_gpu                         -> ctest.log
+#   3. gpu_mfu.sh with TRAINER_CUDA_ATTENTION=mma                   -> mfu.log
+#   4. gpu.pipeline_on_gpu (its layouts staged on one GPU: slow)    -> ctest.log
+#   5. gpu_attention_bench (the two attention forms alone)          -> bench.log
+#   6. compute-sanitizer on the kernel tests                        -> sanitizer.log
+#   7. gpu_gemm_bench (the model's products alone)                  -> bench.log
+#   8. with PROFILE=1, validation/bench/gpu_profile.sh (a step's time per kernel
 #      under ncu: minutes), its CSV kept                -> profile.log, kernels.csv
 # and last summary.log: each part's exit code and seconds ("stopped at its limit"
 # where the limit ended it), then the lines that say what passed and how fast.
@@ -94,9 +95,15 @@ part() {
 }
 exec 1>&3 2>&4 # the set-up's log ends here; each part writes its own
 part mfu mfu_wmma 150 env GEMM_BENCH=0 validation/bench/gpu_mfu.sh
-part mfu mfu_mma 120 env GEMM_BENCH=0 TRAINER_CUDA_ATTENTION=mma validation/bench/gpu_mfu.sh
+# the kernels and the trainer at 1-2 ranks, then the other attention form's speed, then
+# the pipeline layouts (on one GPU, 2-8 ranks staged through host copies: slow)
 # shellcheck disable=SC2086  # CTEST_ARGS is words
-part ctest ctest 300 bash -c "cd build && ctest -L gpu --output-on-failure ${CTEST_ARGS:-}"
+part ctest ctest 200 bash -c \
+  "cd build && ctest -L gpu -E pipeline_on_gpu --output-on-failure ${CTEST_ARGS:-}"
+part mfu mfu_mma 120 env GEMM_BENCH=0 TRAINER_CUDA_ATTENTION=mma validation/bench/gpu_mfu.sh
+# shellcheck disable=SC2086
+part ctest ctest_pipeline 180 bash -c \
+  "cd build && ctest -R pipeline_on_gpu --output-on-failure ${CTEST_ARGS:-}"
 part bench attention_bench 90 build/validation/gpu_attention_bench
 CS=$(command -v compute-sanitizer || find /usr/local /opt -name compute-sanitizer -type f | head -1)
 part sanitizer sanitizer 180 bash -c \
