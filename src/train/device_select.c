@@ -17,19 +17,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-int tr_staged_comm_requested(char *err, size_t errlen)
+static int g_staged; /* TRAINER_STAGED_COMM as the ranks agreed on it (tr_device_select) */
+
+/* This rank's TRAINER_STAGED_COMM: 0 (unset, empty or 0) or 1; -1, with err set, for
+ * any other value */
+static int staged_from_env(char *err, size_t errlen)
 {
     const char *v = getenv("TRAINER_STAGED_COMM");
     if (!v || !*v || !strcmp(v, "0"))
         return 0;
     if (!strcmp(v, "1"))
         return 1;
-    if (err)
-        snprintf(err, errlen, "TRAINER_STAGED_COMM=%s in the environment: expected 1 "
-                 "(collectives on device memory staged through the host, ranks may share a "
-                 "GPU: for tests) or 0", v);
+    snprintf(err, errlen, "TRAINER_STAGED_COMM=%s in the environment: expected 1 (collectives "
+             "on device memory staged through the host, ranks may share a GPU: for tests) or 0",
+             v);
     return -1;
 }
+
+/* Collective: every rank's TRAINER_STAGED_COMM, which must be valid and the same on all
+ * of them (a rank that went its own way would skip, or make, the NCCL communicators
+ * that the others wait in); 0 with g_staged set, or TR_EXIT_USAGE, agreed. */
+static int agree_staged(const tr_world *w, char *err, size_t errlen)
+{
+    int mine = staged_from_env(err, errlen), lo = 0, hi = 0;
+    tr_allreduce(&mine, &lo, 1, TR_I32, TR_MIN, w->world);
+    tr_allreduce(&mine, &hi, 1, TR_I32, TR_MAX, w->world);
+    if (lo >= 0 && lo != hi)
+        snprintf(err, errlen, "TRAINER_STAGED_COMM is 1 on some ranks and not on others: set "
+                 "it for every rank (mpirun -x TRAINER_STAGED_COMM=1), or for none");
+    int rc = lo < 0 ? (mine < 0 ? TR_EXIT_USAGE : 0) : lo != hi ? TR_EXIT_USAGE : 0;
+    rc = tr_comm_agree(w, rc, err);
+    g_staged = rc ? 0 : hi;
+    return rc;
+}
+
+int tr_staged_comm(void) { return g_staged; }
 
 #ifdef TRAINER_HAVE_CUDA
 /* What each rank of a node tells the others about its GPU. */
@@ -90,8 +112,8 @@ static int check_one_rank_per_gpu(const tr_world *w, const tr_cuda_device *dev, 
 int tr_device_select(const tr_deck *d, const tr_world *w)
 {
     char where[1400], err[4096] = "";
-    if (tr_staged_comm_requested(err, sizeof err) < 0)
-        return tr_comm_agree(w, TR_EXIT_USAGE, err);
+    if (agree_staged(w, err, sizeof err))
+        return TR_EXIT_USAGE;
     if (strcmp(tr_deck_str(d, "system", "device"), "cuda"))
         return 0; /* cpu: main.c has set up the CPU backend */
     tr_deck_where(d, "system", "device", where, sizeof where);
@@ -105,7 +127,7 @@ int tr_device_select(const tr_deck *d, const tr_world *w)
 #else
     tr_cuda_device dev;
     char why[2048];
-    int may_share = tr_staged_comm_requested(NULL, 0) > 0; /* (no NCCL then, which would refuse) */
+    int may_share = g_staged; /* (no NCCL then, which would refuse one device twice) */
     int local_rank = w->local_rank, local_size = w->local_size, gpus;
     if (may_share && (gpus = tr_cuda_device_count(why, sizeof why)) >= 1 && local_size > gpus)
         local_rank %= gpus, local_size = gpus; /* the ranks take the GPUs in turn */

@@ -412,7 +412,8 @@ static int check_memory(run *r, int max_batch)
  * ...); gpu.trainer_on_gpu checks it stays small. Collective. */
 static void report_beyond_plan(run *r)
 {
-    if (!r->dev->beyond_reservation)
+    /* (not where ranks share a GPU: its memory in use counts the others' too) */
+    if (!r->dev->beyond_reservation || tr_staged_comm())
         return;
     double mine = r->dev->beyond_reservation(), most = 0;
     tr_allreduce(&mine, &most, 1, TR_F64, TR_MAX, r->w->world);
@@ -458,7 +459,7 @@ static int setup(run *r)
         r->w->dp = r->w->size / (tp * pp), r->w->tp = tp, r->w->pp = pp, r->w->dp_rank = 0;
     else
         tr_comm_make_grid(r->w, r->w->size / (tp * pp), tp, pp);
-    if (!r->rt->plan_ranks && r->dev->holds && tr_staged_comm_requested(NULL, 0) > 0) {
+    if (!r->rt->plan_ranks && r->dev->holds && tr_staged_comm()) {
         /* for tests: device memory's collectives through host copies, no NCCL; and
          * MPI itself gets no access to the guarded device's memory, so a call on it
          * that is not staged dies there */

@@ -6,8 +6,8 @@
 # with SIGSEGV. Each run must finish, and give bit-identically the losses of the same
 # run on the plain CPU device (the same kernels): the MLP and the CNN at 2 ranks, the
 # layout GPT at 1 rank (fp32, and bf16-mixed with evaluations), tp 2, pp 2 with
-# ZeRO 1 and fp16-mixed (also with its collectives staged through host copies, as
-# when ranks share a GPU, and dp 2 so), dp 2 x tp 2 with sampling (bf16-mixed), and a
+# ZeRO 1 and fp16-mixed (and, with collectives staged through host copies as when
+# ranks share a GPU, tp 2 x pp 2, dp 2 x pp 2 with ZeRO-2 and dp 2), dp 2 x tp 2 with sampling (bf16-mixed), and a
 # GPT checkpoint written and resumed through the guarded device. In bf16/fp16-mixed the guarded
 # device keeps the logits in 16 bits as a GPU does (device_guarded_logits.c), so these
 # runs take the model's 16-bit-logits code: the whole and the split vocabulary's
@@ -37,12 +37,16 @@ same gpt_3d 4 "${G[@]}" parallel.tp=2 parallel.pp=2 parallel.zero=1 train.precis
 # collectives and messages on device memory staged through host copies
 # (TRAINER_STAGED_COMM=1, how ranks sharing one GPU run: gpu.trainer_on_gpu): the same
 # bits, and MPI gets no access to the guarded memory then, so a call on it that is not
-# staged dies. The 3-D layout's tp sums, pipeline messages and ZeRO's reduce to owner
-# and all-gather; and dp 2's bucketed non-blocking all-reduces over MPI.
+# staged dies. The 3-D layout's tp sums and pipeline messages (dp 1: no ZeRO), dp 2 x
+# pp 2's ZeRO-2 (reduce to owner and all-gather, bucketed, through MPI) and dp 2's
+# bucketed non-blocking all-reduces. (Staged broadcasts and reduce-scatters, which the
+# trainer makes on host memory only, are mpi.staged_comm's.)
 TRAINER_STAGED_COMM=1 same gpt_3d_staged 4 "${G[@]}" parallel.tp=2 parallel.pp=2 \
-  parallel.zero=1 train.precision=fp16-mixed
+  train.precision=fp16-mixed
 check "the banner says the device's memory is staged" \
   grep -q "sums through .*device memory staged through the host" "$WORK/gpt_3d_staged.out"
+TRAINER_STAGED_COMM=1 same gpt_pp2_zero2_staged 4 "${G[@]}" parallel.pp=2 parallel.zero=2 \
+  parallel.shm_allreduce=false parallel.bucket_kib=16
 TRAINER_STAGED_COMM=1 same gpt_dp2_staged 2 "${G[@]}" parallel.shm_allreduce=false \
   parallel.bucket_kib=16
 TRAINER_STAGED_COMM=yes run 2 "$WORK/out" "$WORK/err" "${G[@]}" system.device=cpu-guarded \
@@ -50,6 +54,15 @@ TRAINER_STAGED_COMM=yes run 2 "$WORK/out" "$WORK/err" "${G[@]}" system.device=cp
 check "TRAINER_STAGED_COMM=yes: exit $RC (64 expected)" [ "$RC" = 64 ]
 check "... said once what it takes" \
   [ "$(grep -c "TRAINER_STAGED_COMM=yes in the environment: expected 1" "$WORK/err")" = 1 ]
+# ranks that differ (one would make NCCL communicators the other never joins) stop
+# shellcheck disable=SC2016  # the wrapper's own expansions
+printf '#!/usr/bin/env bash\n[ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && export TRAINER_STAGED_COMM=1\nexec "%s" "$@"\n' \
+  "$TRAINER" >"$WORK/rank1_staged.sh"
+chmod +x "$WORK/rank1_staged.sh"
+TRAINER="$WORK/rank1_staged.sh" run 2 "$WORK/out" "$WORK/err" "${G[@]}" \
+  system.device=cpu-guarded run.dir="$WORK/half_staged"
+check "TRAINER_STAGED_COMM on rank 1 only: exit $RC (64 expected)" [ "$RC" = 64 ]
+check "... said once" [ "$(grep -c "is 1 on some ranks and not on others" "$WORK/err")" = 1 ]
 if [ "$ASAN" = 0 ]; then
   same gpt1 1 "${G[@]}"
   same gpt1_bf16 1 "${G[@]}" train.precision=bf16-mixed train.eval_every=4
