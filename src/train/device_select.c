@@ -133,8 +133,11 @@ int tr_device_select(const tr_deck *d, const tr_world *w)
         local_rank %= gpus, local_size = gpus; /* the ranks take the GPUs in turn */
     int rc = tr_cuda_device_choose(local_rank, local_size, &dev, why, sizeof why);
     if (rc)
-        snprintf(err, sizeof err, "%s: [system] device = cuda, but %s; or set device = cpu",
-                 where, why);
+        snprintf(err, sizeof err, "%s: [system] device = cuda, but %s%s; or set device = cpu",
+                 where, why,
+                 may_share ? " (with TRAINER_STAGED_COMM=1 ranks share a GPU, which needs its "
+                             "compute mode Default, not Exclusive Process: nvidia-smi -c 0)"
+                           : "");
     char shared[2048]; /* every rank takes part, whatever its own verdict */
     if (!may_share && check_one_rank_per_gpu(w, &dev, rc == 0, where, shared, sizeof shared) &&
         !rc) {
