@@ -35,6 +35,24 @@ static char *trim(char *s)
     return s;
 }
 
+/* in[] for messages and the resolved deck's comments, one line whatever it holds:
+ * control characters written as C escapes (a newline as \n); cut to fit out. */
+static void printable(char *out, size_t len, const char *in)
+{
+    size_t o = 0;
+    for (; *in && o + 5 < len; in++) {
+        unsigned char c = (unsigned char)*in;
+        if (c >= 0x20 && c != 0x7f)
+            out[o++] = (char)c;
+        else if (c == '\n' || c == '\r' || c == '\t')
+            o += (size_t)snprintf(out + o, len - o, "\\%c",
+                                  c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
+        else
+            o += (size_t)snprintf(out + o, len - o, "\\x%02x", c);
+    }
+    out[o] = '\0';
+}
+
 int tr_edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
@@ -290,6 +308,22 @@ static void set_value(tr_deck *d, int idx, const char *v, const char *where)
                   tr_deck_keys[idx].section, tr_deck_keys[idx].name, TR_DECK_VALUE_MAX - 1);
         return;
     }
+    /* What a deck line cannot hold, an override cannot either: the resolved deck
+     * (run directory, checkpoints) must read back as the same values. */
+    for (const char *p = v; *p; p++) {
+        if (*p == '\n' || *p == '\r') {
+            add_error(d, "%s: value of [%s] %s has a line break; a value is one line", where,
+                      tr_deck_keys[idx].section, tr_deck_keys[idx].name);
+            return;
+        }
+        if ((*p == '#' || *p == ';') && (p == v || isspace((unsigned char)p[-1]))) {
+            add_error(d,
+                      "%s: value of [%s] %s has '%c' at its start or after a space, where a deck "
+                      "line's comment starts; drop the space",
+                      where, tr_deck_keys[idx].section, tr_deck_keys[idx].name, *p);
+            return;
+        }
+    }
     if (!check_value(d, &tr_deck_keys[idx], v, where))
         return;
     snprintf(d->values[idx].text, sizeof d->values[idx].text, "%s", v);
@@ -374,8 +408,9 @@ static void parse_text(tr_deck *d, const char *name, const char *text)
 
 static void apply_override(tr_deck *d, const char *arg)
 {
-    char where[TR_DECK_ORIGIN_MAX];
-    snprintf(where, sizeof where, "command line '%.1000s'", arg);
+    char where[TR_DECK_ORIGIN_MAX], shown[1000];
+    printable(shown, sizeof shown, arg); /* the origin is a comment of the resolved deck */
+    snprintf(where, sizeof where, "command line '%s'", shown);
     const char *eq = strchr(arg, '=');
     const char *dot = strchr(arg, '.');
     if (!eq || !dot || dot > eq) {
@@ -416,13 +451,13 @@ int tr_deck_load_text(tr_deck *d, const char *name, const char *text, int noverr
                       char *const *overrides)
 {
     memset(d, 0, sizeof *d);
-    snprintf(d->path, sizeof d->path, "%s", name);
+    printable(d->path, sizeof d->path, name); /* in messages and comments: one line */
     d->values = calloc((size_t)tr_deck_nkeys, sizeof *d->values);
     if (!d->values)
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     for (int i = 0; i < tr_deck_nkeys; i++)
         snprintf(d->values[i].text, sizeof d->values[i].text, "%s", tr_deck_keys[i].def);
-    parse_text(d, name, text);
+    parse_text(d, d->path, text);
     for (int i = 0; i < noverrides; i++)
         apply_override(d, overrides[i]);
     return d->nerrors ? TR_EXIT_USAGE : 0;

@@ -11,18 +11,25 @@
 #include "slurm.h"
 #include "error.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* A count as Slurm writes it: a whole number, not negative, within int. Anything
+ * else (never Slurm's own: an export of the user's gone wrong) counts as unset. */
 static int env_int(tr_env_get get, const char *name, int fallback)
 {
     const char *v = get(name);
     if (!v || !*v)
         return fallback;
     char *end;
+    errno = 0;
     long x = strtol(v, &end, 10);
-    return end == v ? fallback : (int)x;
+    if (end == v || *end || errno || x < 0 || x > INT_MAX)
+        return fallback;
+    return (int)x;
 }
 
 static void env_str(tr_env_get get, const char *name, char *out, size_t len)
@@ -35,11 +42,11 @@ int tr_slurm_tasks_at(const char *list, int index)
 {
     /* "N" or "N(xM)" items, comma-separated */
     const char *p = list;
-    int at = 0;
+    long at = 0; /* nodes before this item: at most index, so never past INT_MAX */
     while (p && *p) {
         char *end;
         long n = strtol(p, &end, 10);
-        if (end == p || n < 0)
+        if (end == p || n < 0 || n > INT_MAX)
             return 0;
         long reps = 1;
         p = end;
@@ -47,13 +54,13 @@ int tr_slurm_tasks_at(const char *list, int index)
             if (p[1] != 'x')
                 return 0;
             reps = strtol(p + 2, &end, 10);
-            if (end == p + 2 || *end != ')' || reps < 1)
+            if (end == p + 2 || *end != ')' || reps < 1 || reps > INT_MAX)
                 return 0;
             p = end + 1;
         }
         if (index < at + reps)
             return (int)n;
-        at += (int)reps;
+        at += reps;
         if (*p == ',')
             p++;
         else if (*p)

@@ -108,6 +108,10 @@ static int on_member(void *vctx, const char *key, size_t key_len, int64_t value,
                  (long long)value);
         return -1;
     }
+    if (key_len == 0) { /* (before the pool, which may not exist yet) */
+        snprintf(err, errlen, "%s: byte %zu: empty token", c->name, offset);
+        return -1;
+    }
     if (c->n == c->cap) {
         c->cap = c->cap ? c->cap * 2 : 65536;
         entry *e = realloc(c->entries, c->cap * sizeof *e);
@@ -124,12 +128,9 @@ static int on_member(void *vctx, const char *key, size_t key_len, int64_t value,
     }
     uint32_t bad = 0;
     long raw = unspell(c->u2b, key, key_len, c->pool + c->pool_len, &bad);
-    if (raw <= 0) {
-        if (raw == 0)
-            snprintf(err, errlen, "%s: byte %zu: empty token", c->name, offset);
-        else
-            snprintf(err, errlen, "%s: byte %zu: token has U+%04X, outside GPT-2's byte alphabet",
-                     c->name, offset, (unsigned)bad);
+    if (raw < 0) {
+        snprintf(err, errlen, "%s: byte %zu: token has U+%04X, outside GPT-2's byte alphabet",
+                 c->name, offset, (unsigned)bad);
         return -1;
     }
     c->entries[c->n++] = (entry){(uint32_t)c->pool_len, (uint32_t)raw, value};

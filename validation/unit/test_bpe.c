@@ -311,6 +311,12 @@ static void test_gpt2(const char *gpt2, const char *dir)
     b = tr_bpe_load(enc, bad, err, sizeof err);
     CHECK(!b && strstr(err, bad) && strstr(err, "#version"), "merges without #version: %s", err);
     tr_bpe_free(b);
+    /* an empty key first of all (found by validation/fuzz/fuzz_bpe_load.c: it reached
+     * the key pool before the pool existed) */
+    write_raw(bad, "{\"\": 3, \"a\": 0}", 15);
+    b = tr_bpe_load(bad, merges, err, sizeof err);
+    CHECK(!b && strstr(err, bad) && strstr(err, "byte 1: empty token"), "empty key: %s", err);
+    tr_bpe_free(b);
 }
 
 int main(void)

@@ -128,6 +128,47 @@ static void test_resolved_roundtrip(void)
     free(buf);
     tr_deck_free(&d);
     tr_deck_free(&e);
+
+    /* overrides a deck line could not hold, which the resolved deck would read back
+     * otherwise (found by validation/fuzz/fuzz_deck.c): refused, said why */
+    const char *bad[][2] = {{"run.dir=runs/a\nb", "line break"},
+                            {"run.dir=runs/my #1", "comment"},
+                            {"run.dir=;x", "comment"},
+                            {"data.train_images=a\r", NULL}}; /* trailing: trimmed */
+    for (int i = 0; i < 4; i++) {
+        char *one[] = {(char *)bad[i][0]};
+        rc = tr_deck_load_text(&d, "b.in", "", 1, one);
+        if (bad[i][1])
+            CHECK(rc == TR_EXIT_USAGE && strstr(d.errors, bad[i][1]), "'%s': rc %d: %s",
+                  bad[i][0], rc, d.errors);
+        else
+            CHECK(rc == 0, "'%s': rc %d: %s", bad[i][0], rc, d.errors);
+        tr_deck_free(&d);
+    }
+    char *fine[] = {"run.dir=runs/a#1;b"}; /* no space before: part of the value */
+    rc = tr_deck_load_text(&d, "c.in", "", 1, fine);
+    CHECK(rc == 0 && !strcmp(tr_deck_str(&d, "run", "dir"), "runs/a#1;b"), "rc %d: %s", rc,
+          d.errors);
+    tr_deck_free(&d);
+
+    /* an override's control characters stay escaped in its origin, a comment line of
+     * the resolved deck, which therefore still reads back */
+    char *nl[] = {"train.epochs=2\n"};
+    rc = tr_deck_load_text(&d, "d\n.in", "", 1, nl);
+    char where[256];
+    tr_deck_where(&d, "train", "epochs", where, sizeof where);
+    CHECK(rc == 0 && !strcmp(where, "command line 'train.epochs=2\\n'"), "rc %d, origin %s",
+          rc, where);
+    CHECK(!strcmp(d.path, "d\\n.in"), "deck name in messages: %s", d.path);
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    tr_deck_write_resolved(&d, f);
+    fclose(f);
+    rc = tr_deck_load_text(&e, "resolved.in", buf, 0, NULL);
+    CHECK(rc == 0 && tr_deck_int(&e, "train", "epochs") == 2, "resolved: rc %d: %s", rc, e.errors);
+    free(buf);
+    tr_deck_free(&d);
+    tr_deck_free(&e);
 }
 
 /* Every default in the table must pass the table's own checks. */

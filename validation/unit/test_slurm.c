@@ -85,6 +85,27 @@ static void test_task_lists(void)
     CHECK(tr_slurm_tasks_at("2(3)", 0) == 0 && tr_slurm_tasks_at("x", 0) == 0 &&
               tr_slurm_tasks_at("2(x0)", 0) == 0 && tr_slurm_tasks_at("", 0) == 0,
           "malformed lists give 0");
+    /* numbers past int (found by validation/fuzz/fuzz_slurm.c): no wrap, no overflow */
+    CHECK(tr_slurm_tasks_at("4294967297", 0) == 0, "a count past int");
+    CHECK(tr_slurm_tasks_at("1(x4294967296)", 0) == 0, "repeats past int");
+    CHECK(tr_slurm_tasks_at("1(x2147483647),3(x2147483647)", 2147483647) == 3,
+          "the second item, past 2^31 - 1 nodes of the first");
+}
+
+/* Values Slurm never writes (a user's export gone wrong) count as unset, never as a
+ * negative or wrapped count. */
+static void test_odd_values(void)
+{
+    const char *const odd[] = {"SLURM_JOB_ID",       "5",    "SLURM_NTASKS",        "-211",
+                               "SLURM_CPUS_PER_TASK", "8abc", "SLURM_CPUS_ON_NODE",  "99999999999",
+                               "SLURM_RESTART_COUNT", "-1",   "SLURM_NODEID",        "x",
+                               NULL};
+    tr_slurm s;
+    read_env(&s, odd);
+    CHECK(s.ntasks == 0 && s.cpus_per_task == 0 && s.cpus_on_node == 0 && s.restart_count == 0 &&
+              s.node_id == -1,
+          "ntasks %d, cpus per task %d, on node %d, restart %d, node id %d", s.ntasks,
+          s.cpus_per_task, s.cpus_on_node, s.restart_count, s.node_id);
 }
 
 static void test_checks(void)
@@ -195,6 +216,7 @@ int main(void)
 {
     test_read();
     test_task_lists();
+    test_odd_values();
     test_checks();
     test_names();
     test_deck_api();
