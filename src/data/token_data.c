@@ -109,6 +109,10 @@ static void window(tr_token_data *td, tr_token_file *f, uint64_t stream, long w,
         char err[1024];
         int rc = tr_token_file_read(f, (uint64_t)w * (uint64_t)T, (size_t)T + 1, td->win, err,
                                     sizeof err);
+        /* open checked the header and the size, not every token (that would read a
+         * whole corpus on every rank before the first step) */
+        if (rc == TR_EXIT_DATA)
+            tr_fatal(rc, "%s: the file is damaged; make it again (tools/tokenize)", err);
         if (rc)
             tr_fatal(rc, "%s (the file changed while training?)", err);
     }

@@ -94,6 +94,22 @@ expect gpt-layout-indivisible 3 64 "3 ranks cannot be split into tp=2 x pp=1" "$
 expect gpt-zero-range 2 64 "parallel.zero" "$gdeck" "${gtok[@]}" model.vocab_size=300 parallel.zero=3
 printf 'not a token file at all, just some text that is long enough' >"$WORK/bad.tok"
 expect gpt-corrupt-tokens 2 65 "bad.tok" "$gdeck" "${gtok[@]}" model.vocab_size=300 data.val_tokens="$WORK/bad.tok"
+# a token past the header's vocabulary inside the file (opening reads the header and
+# the size, not every token): found when a window holding it is read, a run-time
+# fault on the rank that reads it; exit 65, the file, the token and the fix named
+"$PYTHON" - "$tok.train.tok" "$WORK/damaged.tok" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+for i in range(5, 400, 9):  # one token of 301 in every window of 9
+    data[32 + 2 * i:34 + 2 * i] = (301).to_bytes(2, "little")
+open(sys.argv[2], "wb").write(data)
+PY
+run 2 "$WORK/out" "$WORK/err" "$gdeck" "${base[@]}" "${gtok[@]}" model.vocab_size=300 \
+  data.train_tokens="$WORK/damaged.tok"
+check "damaged token: exit code $RC, expected 65" [ "$RC" = 65 ]
+check "damaged token: message in: $(head -c 600 "$WORK/err")" \
+  grep -qE "damaged.tok: token [0-9]+ is 301, not below vocab_size 300: the file is damaged; make it again" "$WORK/err"
+check "damaged token: a rank is still running" no_leftover_ranks
 
 # [system] device = cuda where it cannot train: a build without CUDA says how to build
 # with it; a CUDA build on a machine without a usable GPU (this one) says so, with
