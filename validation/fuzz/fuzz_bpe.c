@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(tr_bpe_encode(b, (const char *)data, cut, &first, &nf) == 0, "encode the first");
     FUZZ_CHECK(nf <= n && (nf == 0 || !memcmp(first, ids, nf * sizeof *ids)),
                "the first piece's ids differ");
-    same_ids(ids + nf, n - nf, parts, rest, "the rest after the first piece");
+    same_ids(n ? ids + nf : ids, n - nf, parts, rest, "the rest after the first piece");
     free(first);
     free(ids);
     free(again);
