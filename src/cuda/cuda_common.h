@@ -41,15 +41,7 @@ static inline void tr_cublas_check_at(const char *file, int line, cublasStatus_t
 
 /* ---- the per-process context ----------------------------------------------------- */
 
-/* Fixed number of blocks (and of partial sums) of the grid-wide reductions: the sum
- * order then depends only on n, never on the GPU, so sum_squares is reproducible
- * across GPU models too. */
-#define TR_CUDA_REDUCE_BLOCKS 1024
-
-/* Spans of sum_squares_spans in one launch (passed by value: 512 bytes of kernel
- * parameters), each with its TR_CUDA_REDUCE_BLOCKS partial sums in the scratch. */
-#define TR_CUDA_SPAN_CHUNK 32
-
+/* (TR_CUDA_REDUCE_BLOCKS, TR_CUDA_SPAN_CHUNK: cuda_launch.cuh) */
 /* The partial sums' room in the scratch, bytes, 256-byte aligned */
 #define TR_CUDA_PARTIAL_BYTES                                                           \
     ((TR_CUDA_SPAN_CHUNK * TR_CUDA_REDUCE_BLOCKS * sizeof(double) + 255) & ~(size_t)255)

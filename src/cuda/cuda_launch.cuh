@@ -21,6 +21,15 @@ static inline unsigned tr_cuda_grid(size_t n)
     return (unsigned)(g < 1 ? 1 : g < cap ? g : cap);
 }
 
+/* Fixed number of blocks (and of partial sums) of the grid-wide reductions: the sum
+ * order then depends only on n, never on the GPU, so sum_squares is reproducible
+ * across GPU models too. */
+#define TR_CUDA_REDUCE_BLOCKS 1024
+
+/* Spans of sum_squares_spans in one launch (passed by value: 512 bytes of kernel
+ * parameters), each with its TR_CUDA_REDUCE_BLOCKS partial sums in the scratch. */
+#define TR_CUDA_SPAN_CHUNK 32
+
 /* Column sums over many rows (bias and layernorm parameter gradients) run in two
  * kernels without atomics: row block y of RB adds its rows of each column into
  * partial row y, then one thread per column adds the RB partials in order. RB comes

@@ -133,65 +133,6 @@ void tr_cuda_round_lowp(float *x, size_t n, int format)
     }
 }
 
-/* ---- sum of squares: two passes, a fixed grid ----------------------------------- */
-
-/* Pass 1: TR_CUDA_REDUCE_BLOCKS blocks (never more or fewer, whatever the GPU), each
- * thread adding every (grid size)-th element in double, then a block tree. Which
- * thread adds which element, and in what order, depends only on n. */
-__global__ static void sum_squares_partial_kernel(double *partial, const float *x, size_t n)
-{
-    __shared__ double sh[32];
-    double s = 0.0;
-    TR_GRID_STRIDE(i, n) s += (double)x[i] * x[i];
-    s = tr_block_sum(s, sh);
-    if (threadIdx.x == 0)
-        partial[blockIdx.x] = s;
-}
-
-/* Pass 2: one block of TR_CUDA_REDUCE_BLOCKS threads adds the partial sums. */
-__global__ static void sum_partials_kernel(double *result, const double *partial)
-{
-    __shared__ double sh[32];
-    double s = tr_block_sum(partial[threadIdx.x], sh);
-    if (threadIdx.x == 0)
-        *result = s;
-}
-
-/* ---- the sum of squares of many spans, with one wait ------------------------------ */
-
-/* Each span's sum exactly as the two passes above make it (the same grid over its
- * elements, the same trees); the host's sum of them, in span order in double, made on
- * the device. A launch takes TR_CUDA_SPAN_CHUNK spans (blockIdx.y), by value. */
-typedef struct span_chunk {
-    const float *x[TR_CUDA_SPAN_CHUNK];
-    size_t n[TR_CUDA_SPAN_CHUNK];
-} span_chunk;
-
-__global__ static void span_squares_partial_kernel(double *partial, span_chunk c)
-{
-    __shared__ double sh[32];
-    const float *x = c.x[blockIdx.y];
-    size_t n = c.n[blockIdx.y];
-    double s = 0.0;
-    TR_GRID_STRIDE(i, n) s += (double)x[i] * x[i];
-    s = tr_block_sum(s, sh);
-    if (threadIdx.x == 0)
-        partial[(size_t)blockIdx.y * TR_CUDA_REDUCE_BLOCKS + blockIdx.x] = s;
-}
-
-/* *total (0 where first) + each of the count spans' sums, in order (every thread adds
- * the same values; thread 0 stores) */
-__global__ static void add_span_sums_kernel(double *total, const double *partial, int count,
-                                            int first)
-{
-    __shared__ double sh[32];
-    double t = first ? 0.0 : *total;
-    for (int k = 0; k < count; k++)
-        t += tr_block_sum(partial[(size_t)k * TR_CUDA_REDUCE_BLOCKS + threadIdx.x], sh);
-    if (threadIdx.x == 0)
-        *total = t;
-}
-
 /* The global norm of a sharded model's gradients is one span a tensor: GPT-2 124M's
  * 148, 1.5B's 580. One wait for them all, not one each (each wait leaves the GPU idle
  * for a copy, the host's wake-up and the next launches: some 20 us). Empty spans add
@@ -210,24 +151,10 @@ static void add_spans(const tr_cuda_ctx *c, const span_chunk *ch, int k, int fir
 double tr_cuda_sum_squares_spans(const float *const *x, const size_t *n, int count)
 {
     const tr_cuda_ctx *c = tr_cuda_ctx_with_scratch();
-    span_chunk ch;
-    int k = 0, first = 1;
-    for (int i = 0; i < count; i++) {
-        if (n[i] == 0)
-            continue;
-        ch.x[k] = x[i];
-        ch.n[k++] = n[i];
-        if (k == TR_CUDA_SPAN_CHUNK) {
+    if (!for_span_chunks(x, n, count, [c](const span_chunk &ch, int k, int first) {
             add_spans(c, &ch, k, first);
-            k = 0, first = 0;
-        }
-    }
-    if (k) {
-        add_spans(c, &ch, k, first);
-        first = 0;
-    }
-    if (first) /* no elements */
-        return 0.0;
+        }))
+        return 0.0; /* no elements */
     TR_CUDA_CHECK(cudaMemcpyAsync(c->h_result, c->d_result, sizeof(double),
                                   cudaMemcpyDeviceToHost, c->stream));
     tr_cuda_stream_wait(c->stream);

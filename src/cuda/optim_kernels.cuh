@@ -1,5 +1,6 @@
 /* optim_kernels.cuh: the device code of cuda_optim.cu's parameter updates (which it
- * launches), on scalar_math.h's update rules, the CPU's own. Free of CUDA headers, so
+ * launches), on scalar_math.h's update rules, the CPU's own, and of its squared norm
+ * (gradient clipping). Free of CUDA headers, so
  * validation/unit/test_cuda_kernels_emu.cpp runs it on the CPU under the warp
  * emulator. */
 #ifndef TR_OPTIM_KERNELS_CUH
@@ -110,6 +111,93 @@ __global__ static void adamw_spans_kernel(adamw_chunk ch, int format)
         adamw_group(ch.s[lo].param, ch.s[lo].m, ch.s[lo].v, ch.s[lo].grad, ch.s[lo].n,
                     4 * (g - ch.s[lo].start), &c, ch.s[lo].lowp, format, ch.s[lo].vec);
     }
+}
+
+/* ---- the squared norm (gradient clipping): two passes, a fixed grid --------------- */
+
+/* Pass 1: TR_CUDA_REDUCE_BLOCKS blocks (never more or fewer, whatever the GPU), each
+ * thread adding every (grid size)-th element in double, then a block tree. Which
+ * thread adds which element, and in what order, depends only on n. */
+__global__ static void sum_squares_partial_kernel(double *partial, const float *x, size_t n)
+{
+    __shared__ double sh[32];
+    double s = 0.0;
+    TR_GRID_STRIDE(i, n) s += (double)x[i] * x[i];
+    s = tr_block_sum(s, sh);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = s;
+}
+
+/* Pass 2: one block of TR_CUDA_REDUCE_BLOCKS threads adds the partial sums. */
+__global__ static void sum_partials_kernel(double *result, const double *partial)
+{
+    __shared__ double sh[32];
+    double s = tr_block_sum(partial[threadIdx.x], sh);
+    if (threadIdx.x == 0)
+        *result = s;
+}
+
+/* ---- the sum of squares of many spans, with one wait ------------------------------ */
+
+/* Each span's sum exactly as the two passes above make it (the same grid over its
+ * elements, the same trees); the host's sum of them, in span order in double, made on
+ * the device. A launch takes TR_CUDA_SPAN_CHUNK spans (blockIdx.y), by value. The
+ * partial sums of span k of a launch sit at k * TR_CUDA_REDUCE_BLOCKS: a grid of
+ * fewer blocks (the emulator's test) keeps the same places. */
+typedef struct span_chunk {
+    const float *x[TR_CUDA_SPAN_CHUNK];
+    size_t n[TR_CUDA_SPAN_CHUNK];
+} span_chunk;
+
+__global__ static void span_squares_partial_kernel(double *partial, span_chunk c)
+{
+    __shared__ double sh[32];
+    const float *x = c.x[blockIdx.y];
+    size_t n = c.n[blockIdx.y];
+    double s = 0.0;
+    TR_GRID_STRIDE(i, n) s += (double)x[i] * x[i];
+    s = tr_block_sum(s, sh);
+    if (threadIdx.x == 0)
+        partial[(size_t)blockIdx.y * TR_CUDA_REDUCE_BLOCKS + blockIdx.x] = s;
+}
+
+/* *total (0 where first) + each of the count spans' sums, in order (every thread adds
+ * the same values; thread 0 stores) */
+__global__ static void add_span_sums_kernel(double *total, const double *partial, int count,
+                                            int first)
+{
+    __shared__ double sh[32];
+    double t = first ? 0.0 : *total;
+    for (int k = 0; k < count; k++)
+        t += tr_block_sum(partial[(size_t)k * TR_CUDA_REDUCE_BLOCKS + threadIdx.x], sh);
+    if (threadIdx.x == 0)
+        *total = t;
+}
+
+/* The host's walk of tr_cuda_sum_squares_spans: the spans of x[0..count) that hold
+ * elements, TR_CUDA_SPAN_CHUNK a chunk, each chunk handed to add(chunk, k, first): k
+ * spans, first where the chunk starts the total. Returns 0 where no span has an
+ * element (nothing handed over). */
+template <typename Add>
+static int for_span_chunks(const float *const *x, const size_t *n, int count, Add add)
+{
+    span_chunk ch;
+    int k = 0, first = 1;
+    for (int i = 0; i < count; i++) {
+        if (n[i] == 0)
+            continue;
+        ch.x[k] = x[i];
+        ch.n[k++] = n[i];
+        if (k == TR_CUDA_SPAN_CHUNK) {
+            add(ch, k, first);
+            k = 0, first = 0;
+        }
+    }
+    if (k) {
+        add(ch, k, first);
+        first = 0;
+    }
+    return !first;
 }
 
 #endif

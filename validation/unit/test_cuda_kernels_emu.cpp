@@ -6,7 +6,8 @@
  * forward and backward (accumulating into the residual stream's gradient; the fused
  * backward against the two-kernel form too, at GPT-2's C = 768), GELU (its backward
  * on the input stored in 16 bits, and the stores of the MLP's hidden activations), the
- * residual add, and the AdamW and SGD updates with mixed precision's working copy.
+ * residual add, the AdamW and SGD updates with mixed precision's working copy, and
+ * the squared norm of many tensors in one wait (gradient clipping).
  *
  * Where the GPU code claims the CPU's bits (the same float operations in the same
  * order: the cross-entropy's gradient from the same statistics, the copies, the
@@ -620,6 +621,63 @@ static void test_optim(size_t n, int off, int format)
     }
 }
 
+/* ---- the squared norm of many spans ------------------------------------------------- */
+
+/* tr_cuda_sum_squares_spans' walk and kernels against the one-span kernels run span by
+ * span and added in order on the host, which the spans form claims to equal bit for
+ * bit; and against the sum in long double. The GPU's grid of TR_CUDA_REDUCE_BLOCKS
+ * blocks of TR_CUDA_BLOCK threads is cut to `blocks` of 32 here (the emulator runs
+ * every thread), the same in both forms, so the same order. */
+static void test_sum_squares_spans(int count, int blocks)
+{
+    printf("sum of squares: %d spans (%d chunks at most), %d blocks of 32\n", count,
+           (count + TR_CUDA_SPAN_CHUNK - 1) / TR_CUDA_SPAN_CHUNK, blocks);
+    vec all = rand_vec(40000, -2.0f, 2.0f);
+    std::vector<const float *> x(count);
+    std::vector<size_t> n(count);
+    size_t at = 0;
+    for (int i = 0; i < count; i++) {
+        n[i] = i % 7 == 3 ? 0 : i % 5 == 0 ? 1 + (size_t)i * 37 : (size_t)(i * 13 % 29);
+        x[i] = all.data() + at;
+        at += n[i] + (size_t)(i % 3); /* some spans start off 16-byte alignment */
+    }
+    CHECK(at <= all.size(), "spans fit the buffer: %zu", at);
+    std::vector<double> partial((size_t)TR_CUDA_SPAN_CHUNK * TR_CUDA_REDUCE_BLOCKS, NAN);
+    double total = NAN;
+    int chunks = 0;
+    int any = for_span_chunks(x.data(), n.data(), count, [&](const span_chunk &ch, int k, int first) {
+        chunks++;
+        emu::launch(dim3((unsigned)blocks, (unsigned)k), dim3(32), 0,
+                    [&] { span_squares_partial_kernel(partial.data(), ch); });
+        emu::launch(dim3(1), dim3((unsigned)blocks), 0,
+                    [&] { add_span_sums_kernel(&total, partial.data(), k, first); });
+    });
+    double want = 0.0;
+    long double exact = 0.0L;
+    int nonempty = 0;
+    for (int i = 0; i < count; i++) {
+        for (size_t j = 0; j < n[i]; j++)
+            exact += (long double)x[i][j] * x[i][j];
+        if (!n[i])
+            continue;
+        nonempty++;
+        std::vector<double> p1((size_t)TR_CUDA_REDUCE_BLOCKS, NAN);
+        double one = NAN;
+        emu::launch(dim3((unsigned)blocks), dim3(32), 0,
+                    [&] { sum_squares_partial_kernel(p1.data(), x[i], n[i]); });
+        emu::launch(dim3(1), dim3((unsigned)blocks), 0, [&] { sum_partials_kernel(&one, p1.data()); });
+        want += one;
+    }
+    int want_chunks = (nonempty + TR_CUDA_SPAN_CHUNK - 1) / TR_CUDA_SPAN_CHUNK;
+    CHECK(any == (nonempty > 0) && chunks == want_chunks, "%d chunks (want %d), any %d", chunks,
+          want_chunks, any);
+    if (!nonempty)
+        return;
+    CHECK(!memcmp(&total, &want, sizeof total), "spans %.17g, one by one %.17g", total, want);
+    double rel = fabs((double)((long double)total - exact)) / (double)exact;
+    CHECK(rel < 1e-13, "spans %.17g, long double %.17Lg (relative %.2e)", total, exact, rel);
+}
+
 int main(void)
 {
     for (int f = TR_PREC_FP32; f <= TR_PREC_FP16; f++) {
@@ -646,6 +704,9 @@ int main(void)
     test_xent_grad_16<__nv_bfloat16>(9, 320, 0, 300, 17, 280, TR_PREC_BF16);
     test_xent_grad_16<__half>(9, 320, 320, 0, 0, 320, TR_PREC_FP16);    /* padding only */
     test_xent_grad_16<__nv_bfloat16>(9, 320, 320, 100, 60, 260, TR_PREC_BF16); /* target held */
+    test_sum_squares_spans(71, 32); /* three chunks, the last of 7 spans */
+    test_sum_squares_spans(6, 64);
+    test_sum_squares_spans(0, 32); /* nothing: no launch, 0 */
     printf("emulator: %ld thread switches\n", emu::M.switches);
     return tr_test_finish();
 }
