@@ -6,8 +6,9 @@
  * forward and backward (accumulating into the residual stream's gradient; the fused
  * backward against the two-kernel form too, at GPT-2's C = 768), GELU (its backward
  * on the input stored in 16 bits, and the stores of the MLP's hidden activations), the
- * residual add, the AdamW and SGD updates with mixed precision's working copy, and
- * the squared norm of many tensors in one wait (gradient clipping).
+ * residual add, the AdamW and SGD updates with mixed precision's working copy, the
+ * token and position embeddings (whole and sharded), and the squared norm of many
+ * tensors in one wait (gradient clipping).
  *
  * Where the GPU code claims the CPU's bits (the same float operations in the same
  * order: the cross-entropy's gradient from the same statistics, the copies, the
@@ -17,6 +18,7 @@
  * rounding on every build, GPU or not. */
 #include "warp_emulator.h" /* first: the CUDA built-ins the kernels use */
 
+#include "cuda/embedding_kernels.cuh"
 #include "cuda/gemm_kernels.cuh"
 #include "cuda/norm_kernels.cuh"
 #include "cuda/optim_kernels.cuh"
@@ -621,6 +623,53 @@ static void test_optim(size_t n, int off, int format)
     }
 }
 
+/* ---- the embeddings ----------------------------------------------------------------- */
+
+/* Token + position embedding, forward and backward, whole (v0 0, Vl V) and one shard of
+ * the vocabulary, against the CPU's, bit for bit: the forward is the same expression,
+ * and the backward adds each token's rows in row order onto its dwte row, as the CPU
+ * loop does. Tokens from a small vocabulary repeat (up to BT / 4 times), across the
+ * ballots' 32-row words and the block's 256-row trips; C spans two channel slices. */
+static void test_embedding(int B, int T, int C, int V, int v0, int Vl, int with_wpe)
+{
+    printf("embedding: B %d, T %d, C %d, vocabulary %d, shard [%d, %d)%s\n", B, T, C, V, v0,
+           v0 + Vl, with_wpe ? ", positions" : "");
+    int BT = B * T;
+    std::vector<int> tok(BT);
+    for (int r = 0; r < BT; r++) /* a few frequent tokens and a tail */
+        tok[r] = (int)(tr_rng_uniform(7, g_stream, r) * 4.0) == 0
+                     ? (int)(tr_rng_uniform(8, g_stream, r) * V)
+                     : (int)(tr_rng_uniform(9, g_stream, r) * 4.0) % V;
+    g_stream++;
+    vec wte = rand_vec((size_t)Vl * C, -1.0f, 1.0f), wpe = rand_vec((size_t)T * C, -1.0f, 1.0f);
+    const float *wp = with_wpe ? wpe.data() : nullptr;
+    vec out((size_t)BT * C, NAN), want((size_t)BT * C, NAN);
+    emu::launch(dim3(tr_cuda_grid((size_t)BT * C) > 3 ? 3 : tr_cuda_grid((size_t)BT * C)),
+                dim3(TR_CUDA_BLOCK), 0, [&] {
+                    embedding_forward_kernel(out.data(), tok.data(), wte.data(), wp, (size_t)BT,
+                                             T, C, v0, Vl);
+                });
+    tr_cpu_embedding_shard_forward(want.data(), tok.data(), wte.data(), wp, B, T, C, v0, Vl);
+    same_bits("embedding forward", out, want);
+
+    vec dout = rand_vec((size_t)BT * C, -1.0f, 1.0f);
+    vec dwte0 = rand_vec((size_t)Vl * C, -0.5f, 0.5f), dwpe0 = rand_vec((size_t)T * C, -0.5f, 0.5f);
+    vec dwte = dwte0, dwpe = dwpe0, cdwte = dwte0, cdwpe = dwpe0;
+    dim3 grid((unsigned)BT, (unsigned)((C + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK));
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] {
+        embedding_wte_backward_kernel(dwte.data(), dout.data(), tok.data(), BT, C, v0, Vl);
+    });
+    if (with_wpe)
+        emu::launch(dim3(2), dim3(TR_CUDA_BLOCK), 0, [&] {
+            embedding_wpe_backward_kernel(dwpe.data(), dout.data(), B, T, C);
+        });
+    tr_cpu_embedding_shard_backward(cdwte.data(), with_wpe ? cdwpe.data() : nullptr, dout.data(),
+                                    tok.data(), B, T, C, v0, Vl);
+    same_bits("embedding backward: dwte", dwte, cdwte);
+    same_bits(with_wpe ? "embedding backward: dwpe" : "embedding backward: dwpe (untouched)", dwpe,
+              cdwpe);
+}
+
 /* ---- the squared norm of many spans ------------------------------------------------- */
 
 /* tr_cuda_sum_squares_spans' walk and kernels against the one-span kernels run span by
@@ -704,6 +753,8 @@ int main(void)
     test_xent_grad_16<__nv_bfloat16>(9, 320, 0, 300, 17, 280, TR_PREC_BF16);
     test_xent_grad_16<__half>(9, 320, 320, 0, 0, 320, TR_PREC_FP16);    /* padding only */
     test_xent_grad_16<__nv_bfloat16>(9, 320, 320, 100, 60, 260, TR_PREC_BF16); /* target held */
+    test_embedding(3, 200, 300, 50, 0, 50, 1);  /* 600 rows: three 256-row trips */
+    test_embedding(2, 40, 70, 50, 20, 17, 0);   /* a shard: tokens outside it add nothing */
     test_sum_squares_spans(71, 32); /* three chunks, the last of 7 spans */
     test_sum_squares_spans(6, 64);
     test_sum_squares_spans(0, 32); /* nothing: no launch, 0 */

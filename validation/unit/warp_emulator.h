@@ -2,7 +2,8 @@
  * the index arithmetic, masking and rounding of kernels that only a GPU could
  * otherwise run. It takes kernels written as device code free of CUDA headers
  * (src/cuda/ headers: attention_mma_kernels.cuh, attention_wmma_kernels.cuh,
- * xent_kernels.cuh, gemm_kernels.cuh, norm_kernels.cuh, with cuda_launch.cuh's
+ * xent_kernels.cuh, gemm_kernels.cuh, norm_kernels.cuh, optim_kernels.cuh,
+ * embedding_kernels.cuh, with cuda_launch.cuh's
  * reductions), compiled by g++ as C++.
  *
  * Each CUDA thread of a block is a coroutine (ucontext) with its own stack; one OS
@@ -32,7 +33,7 @@
  *    stores and products as warp collectives that check their arguments agree across
  *    the warp and their pointers' alignment, each lane moving only its own elements
  *    (so a lane's plain access to the tile, unordered by a __syncwarp, can race);
- *    __any_sync;
+ *    __any_sync, __ballot_sync, __syncthreads_or and __ffs;
  *  - ldmatrix .x4.trans as the PTX ISA lays out its fragments, checking that
  *    each row address is 16 aligned bytes of shared memory;
  *  - cp.async of 16 bytes (with zero fill) in commit groups, each copy done only at
@@ -470,6 +471,36 @@ inline int __any_sync(unsigned mask, int pred)
     emu::wait(emu::AT_WARP); /* all read before any lane writes its next value */
     return any;
 }
+
+/* __ballot_sync over the full warp: bit l set where lane l's predicate is true */
+inline unsigned __ballot_sync(unsigned mask, int pred)
+{
+    (void)mask;
+    emu::lane_slot *w = emu::warp_slots();
+    w[emu::M.current & 31].x[0] = pred != 0;
+    emu::wait(emu::AT_WARP);
+    unsigned bits = 0;
+    for (int l = 0; l < 32; l++)
+        bits |= (unsigned)w[l].x[0] << l;
+    emu::wait(emu::AT_WARP);
+    return bits;
+}
+
+/* __syncthreads_or: a barrier that also tells every thread whether any thread of the
+ * block had a true predicate */
+inline int __syncthreads_or(int pred)
+{
+    emu::M.slots[emu::M.current].x[0] = pred != 0;
+    __syncthreads();
+    int any = 0;
+    for (int t = 0; t < emu::M.nthreads; t++)
+        any |= emu::M.slots[t].x[0];
+    __syncthreads(); /* all read before any thread writes its slot again */
+    return any;
+}
+
+/* 1 + the index of the lowest set bit, 0 for none */
+inline int __ffs(int x) { return __builtin_ffs(x); }
 
 /* ---- WMMA ------------------------------------------------------------------------
  * A 16 x 16 fragment's 256 elements, 8 a lane. Which lane holds which element the GPU
