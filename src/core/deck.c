@@ -316,10 +316,15 @@ static void set_value(tr_deck *d, int idx, const char *v, const char *where)
                       tr_deck_keys[idx].section, tr_deck_keys[idx].name);
             return;
         }
-        if ((*p == '#' || *p == ';') && (p == v || isspace((unsigned char)p[-1]))) {
+        if ((*p == '#' || *p == ';') && p == v) {
+            add_error(d, "%s: value of [%s] %s starts with '%c', which a deck reads as a comment",
+                      where, tr_deck_keys[idx].section, tr_deck_keys[idx].name, *p);
+            return;
+        }
+        if ((*p == '#' || *p == ';') && isspace((unsigned char)p[-1])) {
             add_error(d,
-                      "%s: value of [%s] %s has '%c' at its start or after a space, where a deck "
-                      "line's comment starts; drop the space",
+                      "%s: value of [%s] %s has '%c' after a space, which a deck reads as the "
+                      "start of a comment; drop the space before it",
                       where, tr_deck_keys[idx].section, tr_deck_keys[idx].name, *p);
             return;
         }
