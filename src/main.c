@@ -14,6 +14,9 @@
 #include "cuda/cuda_probe.h"
 #endif
 
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdio.h>
@@ -43,12 +46,12 @@ static void usage(FILE *out)
             "the run directory; 75 checkpointed on a signal (resubmit).\n");
 }
 
-/* "80GiB", "512MiB", "1.5e9" -> bytes; -1 when malformed */
+/* "80GiB", "512MiB", "1.5e9" -> bytes; -1 when malformed (nan and inf too) */
 static double parse_bytes(const char *s)
 {
     char *end;
     double v = strtod(s, &end);
-    if (end == s || v < 0)
+    if (end == s || !isfinite(v) || v < 0)
         return -1;
     const char *units[] = {"", "B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB"};
     const double scale[] = {1, 1, 1024.0, 1048576.0, 1073741824.0, 1099511627776.0,
@@ -57,6 +60,18 @@ static double parse_bytes(const char *s)
         if (!strcmp(end, units[i]))
             return v * scale[i];
     return -1;
+}
+
+/* "4" -> 4 in *out; 0 when not a whole number in [0, INT_MAX] ("4x", "1e3", "-1") */
+static int parse_count(const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < 0 || v > INT_MAX)
+        return 0;
+    *out = (int)v;
+    return 1;
 }
 
 /* trainer --plan DECK [options] [overrides]: takes the options out of argv, leaving
@@ -68,10 +83,12 @@ static int plan_args(int *argc, char **argv, tr_runtime *rt)
     for (int i = 2; i < *argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < *argc;
-        if (!strcmp(a, "--ranks") && more) {
-            rt->plan_ranks = atoi(argv[++i]);
-        } else if (!strcmp(a, "--ranks-per-node") && more) {
-            rt->plan_ranks_per_node = atoi(argv[++i]);
+        if ((!strcmp(a, "--ranks") || !strcmp(a, "--ranks-per-node")) && more) {
+            int *to = !strcmp(a, "--ranks") ? &rt->plan_ranks : &rt->plan_ranks_per_node;
+            if (!parse_count(argv[++i], to)) {
+                fprintf(stderr, "trainer --plan: %s '%s' is not a whole number\n", a, argv[i]);
+                return TR_EXIT_USAGE;
+            }
         } else if (!strcmp(a, "--device-memory") && more) {
             rt->plan_device_memory = parse_bytes(argv[++i]);
             if (rt->plan_device_memory <= 0) {

@@ -104,4 +104,9 @@ check "impossible layout: message" grep -q "not divisible by the 3 data-parallel
 "$TRAINER" --plan inputs/gpt_brown.in --device-memory lots >"$WORK/out" 2>"$WORK/err"
 check "bad --device-memory: exit 64" [ $? = 64 ]
 check "bad --device-memory: message" grep -q "is not a size like 80GiB" "$WORK/err"
+"$TRAINER" --plan inputs/gpt_brown.in --device-memory nan >"$WORK/out" 2>"$WORK/err"
+check "--device-memory nan: exit 64" [ $? = 64 ]
+"$TRAINER" --plan inputs/gpt_brown.in --ranks 4x >"$WORK/out" 2>"$WORK/err"
+check "--ranks 4x: exit 64" [ $? = 64 ]
+check "--ranks 4x: message" grep -q "ranks '4x' is not a whole number" "$WORK/err"
 finish
