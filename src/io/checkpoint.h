@@ -43,6 +43,9 @@
 #define TR_CKPT_FORMAT "trainer-checkpoint"
 #define TR_CKPT_VERSION 1
 #define TR_CKPT_MAX_DIMS 4
+/* The largest step a checkpoint may record (2^40: 35 years at 1000 steps a second),
+ * so that step x batch x tokens stays far inside 64 bits */
+#define TR_CKPT_MAX_STEP (INT64_C(1) << 40)
 
 /* A rectangle of a tensor viewed as a matrix [dims[0], product of the other dims]
  * (a 1-D tensor is [n, 1]): rows [row0, row0 + rows) x columns [col0, col0 + cols). */

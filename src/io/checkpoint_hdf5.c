@@ -65,33 +65,54 @@ int ckpt_attr_i64(hid_t obj, const char *name, int64_t v)
     return ckpt_attr_write(obj, name, H5T_NATIVE_INT64, &v);
 }
 
+/* The open attribute a holds one value (a scalar or a one-element array) of class cls */
+static int attr_is_single(hid_t a, H5T_class_t cls)
+{
+    hid_t space = H5Aget_space(a);
+    hssize_t n = space < 0 ? -1 : H5Sget_simple_extent_npoints(space);
+    if (space >= 0)
+        H5Sclose(space);
+    hid_t ft = H5Aget_type(a);
+    H5T_class_t c = ft < 0 ? H5T_NO_CLASS : H5Tget_class(ft);
+    if (ft >= 0)
+        H5Tclose(ft);
+    return n == 1 && c == cls;
+}
+
 int ckpt_attr_read(hid_t obj, const char *name, hid_t type, void *v)
 {
     if (H5Aexists(obj, name) <= 0)
-        return -1;
+        return CKPT_ATTR_MISSING;
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    herr_t rc = a < 0 ? -1 : H5Aread(a, type, v);
-    if (a >= 0)
-        H5Aclose(a);
-    return rc < 0 ? -1 : 0;
+    if (a < 0)
+        return CKPT_ATTR_WRONG_KIND;
+    int rc = attr_is_single(a, H5Tget_class(type)) && H5Aread(a, type, v) >= 0
+                 ? 0
+                 : CKPT_ATTR_WRONG_KIND;
+    H5Aclose(a);
+    return rc;
 }
 
 int ckpt_attr_read_str(hid_t obj, const char *name, char *buf, size_t len)
 {
     if (H5Aexists(obj, name) <= 0)
-        return -1;
+        return CKPT_ATTR_MISSING;
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    hid_t ft = H5Aget_type(a);
-    size_t sz = H5Tget_size(ft);
-    int rc = -1;
-    if (H5Tget_class(ft) == H5T_STRING && !H5Tis_variable_str(ft) && sz < len) {
-        hid_t mt = H5Tcopy(H5T_C_S1);
-        H5Tset_size(mt, sz + 1);
-        memset(buf, 0, len);
-        rc = H5Aread(a, mt, buf) < 0 ? -1 : 0;
-        H5Tclose(mt);
+    if (a < 0)
+        return CKPT_ATTR_WRONG_KIND;
+    int rc = CKPT_ATTR_WRONG_KIND;
+    if (attr_is_single(a, H5T_STRING)) {
+        hid_t ft = H5Aget_type(a);
+        size_t sz = H5Tget_size(ft);
+        if (!H5Tis_variable_str(ft) && sz < len) {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, sz + 1);
+            memset(buf, 0, len);
+            rc = H5Aread(a, mt, buf) < 0 ? CKPT_ATTR_WRONG_KIND : 0;
+            H5Tclose(mt);
+        }
+        H5Tclose(ft);
     }
-    H5Tclose(ft);
     H5Aclose(a);
     return rc;
 }

@@ -20,7 +20,11 @@ const char *ckpt_h5_why(char *buf);
 int ckpt_attr_write(hid_t obj, const char *name, hid_t type, const void *v);
 int ckpt_attr_str(hid_t obj, const char *name, const char *v);
 int ckpt_attr_i64(hid_t obj, const char *name, int64_t v);
-/* -1 where the attribute is missing or unreadable */
+/* Reading one attribute: 0, CKPT_ATTR_MISSING, or CKPT_ATTR_WRONG_KIND where it is
+ * not a single value of type's class (an array, a string where a number belongs, a
+ * float where an integer belongs, a string too long for buf) or cannot be read.
+ * An array must be refused before H5Aread, which would write every element into v. */
+enum { CKPT_ATTR_MISSING = -1, CKPT_ATTR_WRONG_KIND = -2 };
 int ckpt_attr_read(hid_t obj, const char *name, hid_t type, void *v);
 int ckpt_attr_read_str(hid_t obj, const char *name, char *buf, size_t len);
 hid_t ckpt_mpio_fapl(tr_group *g, int collective_metadata);

@@ -4,14 +4,76 @@
 #include "io/checkpoint_internal.h"
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+/* The root attributes are the run's state beside its tensors, and the tensors'
+ * checksums do not cover them: each is checked for its kind and its range, so a
+ * damaged or hand-edited file is refused with the attribute named rather than
+ * resumed at step -1 or with a loss scale of nan. */
+static int attr_fail(int rc, const char *path, const char *name, const char *kind, char *err,
+                     size_t errlen)
+{
+    if (rc == CKPT_ATTR_MISSING)
+        ckpt_fail(err, errlen,
+                  "'%s' lacks the root attribute '%s' that every trainer checkpoint has "
+                  "(damaged, or not written by this trainer)",
+                  path, name);
+    else
+        ckpt_fail(err, errlen, "'%s': its root attribute '%s' is not %s: the file is damaged", path,
+                  name, kind);
+    return -1;
+}
+
+static int meta_int(hid_t f, const char *path, const char *name, int64_t lo, int64_t hi, int64_t *v,
+                    char *err, size_t errlen)
+{
+    int rc = ckpt_attr_read(f, name, H5T_NATIVE_INT64, v);
+    if (rc)
+        return attr_fail(rc, path, name, "a single integer", err, errlen);
+    if (*v < lo || *v > hi) {
+        ckpt_fail(err, errlen,
+                  "'%s': its root attribute %s = %lld is outside %lld..%lld: the file is damaged",
+                  path, name, (long long)*v, (long long)lo, (long long)hi);
+        return -1;
+    }
+    return 0;
+}
+
+/* finite, and in [lo, hi] */
+static int meta_double(hid_t f, const char *path, const char *name, double lo, double hi, double *v,
+                       char *err, size_t errlen)
+{
+    int rc = ckpt_attr_read(f, name, H5T_NATIVE_DOUBLE, v);
+    if (rc)
+        return attr_fail(rc, path, name, "a single floating-point number", err, errlen);
+    if (!(*v >= lo && *v <= hi)) {
+        ckpt_fail(err, errlen,
+                  "'%s': its root attribute %s = %g is outside %g..%g: the file is "
+                  "damaged",
+                  path, name, *v, lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
+static int meta_str(hid_t f, const char *path, const char *name, char *buf, size_t len, char *err,
+                    size_t errlen)
+{
+    int rc = ckpt_attr_read_str(f, name, buf, len);
+    return rc ? attr_fail(rc, path, name, "a short fixed-length string", err, errlen) : 0;
+}
+
+/* attributes added by later trainers: absent means their default */
+static int has(hid_t f, const char *name) { return H5Aexists(f, name) > 0; }
+
 static int read_meta(hid_t f, const char *path, tr_ckpt_meta *m, char *err, size_t errlen)
 {
     char format[64] = "", model[64] = "", opt[32] = "";
-    int64_t version = 0, step = 0, ranks = 0, dp = 0, tp = 0, pp = 0, zero = 0;
+    int64_t version = 0;
     if (ckpt_attr_read_str(f, "format", format, sizeof format) || strcmp(format, TR_CKPT_FORMAT)) {
         ckpt_fail(
             err, errlen,
@@ -19,29 +81,39 @@ static int read_meta(hid_t f, const char *path, tr_ckpt_meta *m, char *err, size
             path, TR_CKPT_FORMAT);
         return -1;
     }
-    if (ckpt_attr_read(f, "format_version", H5T_NATIVE_INT64, &version) || version < 1 ||
-        version > TR_CKPT_VERSION) {
+    int rc = ckpt_attr_read(f, "format_version", H5T_NATIVE_INT64, &version);
+    if (rc)
+        return attr_fail(rc, path, "format_version", "a single integer", err, errlen);
+    if (version < 1 || version > TR_CKPT_VERSION) {
         ckpt_fail(err, errlen,
                   "'%s' has checkpoint format version %lld; this trainer reads versions 1 to %d",
                   path, (long long)version, TR_CKPT_VERSION);
         return -1;
     }
-    if (ckpt_attr_read_str(f, "model", model, sizeof model) ||
-        ckpt_attr_read_str(f, "optimizer", opt, sizeof opt) ||
-        ckpt_attr_read(f, "step", H5T_NATIVE_INT64, &step) ||
-        ckpt_attr_read(f, "epoch", H5T_NATIVE_DOUBLE, &m->epoch) ||
-        ckpt_attr_read(f, "seed", H5T_NATIVE_UINT64, &m->seed) ||
-        ckpt_attr_read(f, "written_ranks", H5T_NATIVE_INT64, &ranks) ||
-        ckpt_attr_read(f, "written_dp", H5T_NATIVE_INT64, &dp) ||
-        ckpt_attr_read(f, "written_tp", H5T_NATIVE_INT64, &tp) ||
-        ckpt_attr_read(f, "written_pp", H5T_NATIVE_INT64, &pp)) {
-        ckpt_fail(err, errlen, "'%s' lacks some of the checkpoint's root attributes", path);
+    int64_t step = 0, ranks = 0, dp = 0, tp = 0, pp = 0, zero = 0;
+    if (meta_str(f, path, "model", model, sizeof model, err, errlen) ||
+        meta_str(f, path, "optimizer", opt, sizeof opt, err, errlen) ||
+        meta_int(f, path, "step", 0, TR_CKPT_MAX_STEP, &step, err, errlen) ||
+        /* step / steps per epoch, and an epoch has at least one step */
+        meta_double(f, path, "epoch", 0, (double)step, &m->epoch, err, errlen))
         return -1;
-    }
-    /* written_zero came later: files without it were written without ZeRO */
-    if (H5Aexists(f, "written_zero") > 0 &&
-        ckpt_attr_read(f, "written_zero", H5T_NATIVE_INT64, &zero)) {
-        ckpt_fail(err, errlen, "'%s': cannot read its written_zero attribute", path);
+    rc = ckpt_attr_read(f, "seed", H5T_NATIVE_UINT64, &m->seed);
+    if (rc)
+        return attr_fail(rc, path, "seed", "a single integer", err, errlen);
+    /* the layout it was written at: reading does not depend on it, but one that
+     * cannot have been is a damaged file */
+    if (meta_int(f, path, "written_ranks", 1, INT_MAX, &ranks, err, errlen) ||
+        meta_int(f, path, "written_dp", 1, ranks, &dp, err, errlen) ||
+        meta_int(f, path, "written_tp", 1, ranks, &tp, err, errlen) ||
+        meta_int(f, path, "written_pp", 1, ranks, &pp, err, errlen) ||
+        /* written_zero came later: files without it were written without ZeRO */
+        (has(f, "written_zero") && meta_int(f, path, "written_zero", 0, 2, &zero, err, errlen)))
+        return -1;
+    if (dp * tp > ranks || dp * tp * pp != ranks) { /* each <= ranks: no overflow */
+        ckpt_fail(err, errlen,
+                  "'%s': its layout attributes do not fit together (written_ranks %lld is not "
+                  "dp %lld x tp %lld x pp %lld): the file is damaged",
+                  path, (long long)ranks, (long long)dp, (long long)tp, (long long)pp);
         return -1;
     }
     if (strcmp(model, m->model)) {
@@ -58,19 +130,26 @@ static int read_meta(hid_t f, const char *path, tr_ckpt_meta *m, char *err, size
     m->step = (long)step;
     m->ranks = (int)ranks, m->dp = (int)dp, m->tp = (int)tp, m->pp = (int)pp;
     m->zero = (int)zero;
-    /* mixed precision's attributes came later still: absent, nothing was skipped */
+    /* mixed precision's attributes came later still: absent, nothing was skipped.
+     * The loss scaler counts steps, so its counts cannot pass the step. */
     int64_t good = 0, skipped = 0;
-    m->loss_scale = 0;
+    m->loss_scale = 0; /* not recorded */
     snprintf(m->precision, sizeof m->precision, "fp32");
-    if ((H5Aexists(f, "precision") > 0 &&
-         ckpt_attr_read_str(f, "precision", m->precision, sizeof m->precision)) ||
-        (H5Aexists(f, "loss_scale") > 0 &&
-         ckpt_attr_read(f, "loss_scale", H5T_NATIVE_DOUBLE, &m->loss_scale)) ||
-        (H5Aexists(f, "loss_scale_good_steps") > 0 &&
-         ckpt_attr_read(f, "loss_scale_good_steps", H5T_NATIVE_INT64, &good)) ||
-        (H5Aexists(f, "skipped_steps") > 0 &&
-         ckpt_attr_read(f, "skipped_steps", H5T_NATIVE_INT64, &skipped))) {
-        ckpt_fail(err, errlen, "'%s': cannot read its precision or loss-scale attributes", path);
+    if ((has(f, "precision") &&
+         meta_str(f, path, "precision", m->precision, sizeof m->precision, err, errlen)) ||
+        (has(f, "loss_scale") &&
+         meta_double(f, path, "loss_scale", 0, DBL_MAX, &m->loss_scale, err, errlen)) ||
+        (has(f, "loss_scale_good_steps") &&
+         meta_int(f, path, "loss_scale_good_steps", 0, step, &good, err, errlen)) ||
+        (has(f, "skipped_steps") &&
+         meta_int(f, path, "skipped_steps", 0, step, &skipped, err, errlen)))
+        return -1;
+    if (strcmp(m->precision, "fp32") && strcmp(m->precision, "bf16-mixed") &&
+        strcmp(m->precision, "fp16-mixed")) {
+        ckpt_fail(err, errlen,
+                  "'%s': its root attribute precision = '%s' is none of fp32, bf16-mixed, "
+                  "fp16-mixed: the file is damaged",
+                  path, m->precision);
         return -1;
     }
     m->loss_scale_good = (long)good;
@@ -217,8 +296,11 @@ static int read_tensor(hid_t f, const char *path, const tr_ckpt_tensor *t, uint3
         return -1;
     }
     int rc = 0;
-    if (ckpt_attr_read(ds, "crc32", H5T_NATIVE_UINT32, crc)) {
-        ckpt_fail(err, errlen, "'%s': %s has no crc32 attribute", path, t->path);
+    int crc_rc = ckpt_attr_read(ds, "crc32", H5T_NATIVE_UINT32, crc);
+    if (crc_rc) {
+        ckpt_fail(err, errlen, "'%s': %s %s", path, t->path,
+                  crc_rc == CKPT_ATTR_MISSING ? "has no crc32 attribute"
+                                              : "has a crc32 attribute that is not one integer");
         rc = -1;
     } else if (read_data(ds, t)) {
         ckpt_fail(err, errlen, "'%s': reading %s failed: %s (truncated or corrupt file)", path,

@@ -296,6 +296,10 @@ static void print_banner(run *r)
            r->local_batch, r->micro, r->micro_batch);
     printf("run: %ld steps (%ld per epoch), directory %s\n", r->total_steps, r->steps_per_epoch,
            r->dir);
+    if (r->start_step >= r->total_steps)
+        printf("note: resumed at step %ld, at or past this run's last step: nothing to train, "
+               "the model is evaluated (raise train.steps or train.epochs to go on)\n",
+               r->start_step);
     if (r->lm)
         printf("mfu: against %.1f GFLOP/s per rank (%s)\n", r->peak_gflops, r->peak_source);
     fflush(stdout);

@@ -264,7 +264,9 @@ static tr_ckpt_meta meta_for(const char *deck)
     snprintf(m.model, sizeof m.model, "synthetic");
     snprintf(m.optimizer, sizeof m.optimizer, "adamw");
     m.step = 1, m.epoch = 0.5, m.seed = 7;
-    m.ranks = 4, m.dp = 2, m.tp = 2, m.pp = 2, m.zero = 1;
+    /* a layout recorded as a run of 8 ranks would (the reader checks dp x tp x pp = ranks);
+     * these 4 ranks only stand in for its tensors */
+    m.ranks = 8, m.dp = 2, m.tp = 2, m.pp = 2, m.zero = 1;
     m.deck_text = deck;
     return m;
 }
