@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static const char HEADER[] = "step,epoch,phase,loss,accuracy,lr,grad_norm,samples_per_s,elapsed_s,loss_scale\n";
 
@@ -26,14 +27,26 @@ FILE *tr_metrics_open(const char *dir, long resume_step)
         fclose(old);
         return NULL;
     }
-    char line[1024];
+    /* Whole lines of any length (a hand-edited one is not split into pieces that
+     * might parse as rows). A row without its newline was cut short (a full disk, a
+     * crash mid-write) and is dropped: what follows would run into it. */
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
     int first = 1;
-    while (fgets(line, sizeof line, old)) {
+    while ((n = getline(&line, &cap, old)) > 0) {
         long step;
-        if (first || (sscanf(line, "%ld,", &step) == 1 && step <= resume_step))
+        int whole = line[n - 1] == '\n';
+        if (first) {
             fputs(line, f);
+            if (!whole)
+                fputc('\n', f);
+        } else if (whole && sscanf(line, "%ld,", &step) == 1 && step <= resume_step) {
+            fputs(line, f);
+        }
         first = 0;
     }
+    free(line);
     fclose(old);
     if (fclose(f) || rename(tmp, path))
         return NULL;
