@@ -3,6 +3,7 @@
  * checkpoint_layout.c (where a rank's elements are), checkpoint_catalogue.c (what the
  * ranks agree on), checkpoint_checksums.c and checkpoint_hdf5.c; see checkpoint.h. */
 #include "io/checkpoint.h"
+#include "core/error.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -17,16 +18,20 @@ void tr_ckpt_path(char *buf, size_t len, const char *dir, long step)
 
 /* ---- directory ---------------------------------------------------------------- */
 
+/* A name exactly as tr_ckpt_path writes it: "step_+0000010.h5" or "step_10.h5" are
+ * not checkpoints, or a prune could delete step_00000010.h5 on their account. */
 static int parse_step(const char *name, long *step)
 {
-    char tail[8];
+    char canon[64];
     long s;
-    if (sscanf(name, "step_%ld.h5%7s", &s, tail) == 1 && s >= 0 &&
-        strlen(name) >= strlen("step_00000000.h5")) {
-        *step = s;
-        return 1;
-    }
-    return 0;
+    if (strncmp(name, "step_", 5) || name[5] < '0' || name[5] > '9' ||
+        sscanf(name, "step_%ld", &s) != 1 || s < 0)
+        return 0;
+    snprintf(canon, sizeof canon, "step_%08ld.h5", s);
+    if (strcmp(name, canon))
+        return 0;
+    *step = s;
+    return 1;
 }
 
 static int cmp_desc(const void *a, const void *b)
@@ -35,32 +40,47 @@ static int cmp_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-int tr_ckpt_list(const char *dir, long *steps, int max)
+int tr_ckpt_list(const char *dir, long **steps)
 {
+    *steps = NULL;
     DIR *d = opendir(dir);
     if (!d)
         return 0;
-    int n = 0;
+    /* every one, however many: a directory lists in no particular order, so a list
+     * cut at some count could miss the newest */
+    int n = 0, cap = 0;
+    long *list = NULL;
     struct dirent *e;
-    while ((e = readdir(d)) && n < max) {
+    while ((e = readdir(d))) {
         long s;
-        if (parse_step(e->d_name, &s))
-            steps[n++] = s;
+        if (!parse_step(e->d_name, &s))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            long *grown = realloc(list, (size_t)cap * sizeof *list);
+            if (!grown)
+                tr_fatal(TR_EXIT_OSERR, "out of memory listing the checkpoints in %s", dir);
+            list = grown;
+        }
+        list[n++] = s;
     }
     closedir(d);
-    qsort(steps, (size_t)n, sizeof *steps, cmp_desc);
+    if (n)
+        qsort(list, (size_t)n, sizeof *list, cmp_desc);
+    *steps = list;
     return n;
 }
 
 void tr_ckpt_prune(const char *dir, int keep)
 {
-    long steps[4096];
-    int n = tr_ckpt_list(dir, steps, 4096);
+    long *steps;
+    int n = tr_ckpt_list(dir, &steps);
     char path[4096];
     for (int i = keep; keep > 0 && i < n; i++) {
         tr_ckpt_path(path, sizeof path, dir, steps[i]);
         unlink(path);
     }
+    free(steps);
     /* temporary files of writes that never finished */
     DIR *d = opendir(dir);
     if (!d)

@@ -119,9 +119,10 @@ int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tenso
 int tr_ckpt_read(const char *path, tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n,
                  tr_group *g, char *err, size_t errlen);
 
-/* Checkpoint files in dir, newest step first; returns the count (at most max).
- * Temporary files of interrupted writes are not listed. Rank-local. */
-int tr_ckpt_list(const char *dir, long *steps, int max);
+/* Every checkpoint file in dir, newest step first, into *steps (allocated; free()
+ * it; NULL when none); returns the count. Temporary files of interrupted writes
+ * are not listed. Rank-local. */
+int tr_ckpt_list(const char *dir, long **steps);
 
 /* Deletes all but the newest `keep` checkpoints and stale temporary files (call on
  * one rank). */

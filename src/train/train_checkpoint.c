@@ -243,21 +243,28 @@ int tr_train_ckpt_resume(tr_train_ckpt *c, const tr_world *w, long *step, int *r
     if (strcmp(c->resume, "auto"))
         return load(c, w, c->resume, step, err, errlen); /* a named file must work */
     /* auto: the newest valid checkpoint; rank 0 lists so every rank tries the same */
-    long steps[1024];
-    int n = w->rank == 0 ? tr_ckpt_list(c->dir, steps, 1024) : 0;
+    long *listed = NULL;
+    int n = w->rank == 0 ? tr_ckpt_list(c->dir, &listed) : 0;
     tr_bcast(&n, 1, TR_I32, 0, w->world);
+    long *steps = tr_alloc((size_t)(n ? n : 1) * sizeof *steps, "the checkpoint list");
+    if (listed)
+        memcpy(steps, listed, (size_t)n * sizeof *steps);
+    free(listed);
     tr_bcast(steps, (size_t)n, TR_I64, 0, w->world);
-    for (int i = 0; i < n; i++) {
+    int loaded = 0;
+    for (int i = 0; i < n && !loaded; i++) {
         char path[4096];
         tr_ckpt_path(path, sizeof path, c->dir, steps[i]);
-        if (!load(c, w, path, step, err, errlen))
-            return 0;
-        if (w->rank == 0) {
+        loaded = !load(c, w, path, step, err, errlen);
+        if (!loaded && w->rank == 0) {
             printf("warning: skipping checkpoint: %s; %s\n", err,
                    i + 1 < n ? "trying the next older one" : "no older one left");
             fflush(stdout);
         }
     }
+    tr_free(steps);
+    if (loaded)
+        return 0;
     if (n && w->rank == 0) {
         printf("warning: no valid checkpoint in %s: starting from step 0\n", c->dir);
         fflush(stdout);

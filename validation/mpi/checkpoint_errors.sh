@@ -2,8 +2,10 @@
 # checkpoint_errors.sh: nothing lost, nothing trusted blindly. A kill -9 during a
 # write leaves the previous checkpoint as the newest valid one; truncated, corrupt,
 # mismatched and foreign files are refused with the file and the problem named, and
-# resume = auto falls back to an older valid one; an unwritable or full checkpoint
-# directory stops training (exit 74) without harming the previous checkpoint.
+# resume = auto falls back to an older valid one; among 5000 files, resume = auto
+# finds the newest and one prune leaves the newest checkpoint.keep; an unwritable or
+# full checkpoint directory stops training (exit 74) without harming the previous
+# checkpoint.
 source "$(dirname "$0")/../lib.sh"
 require_data
 RUN_TIMEOUT=200
@@ -56,6 +58,27 @@ run 2 "$WORK/out" "$WORK/err" inputs/mnist.in train.steps=40 run.progress=off ru
 check "auto fallback: exit $RC" [ "$RC" = 0 ]
 check "auto fallback: warns about the bad file" grep -q "skipping checkpoint: .*step_00000030.h5': checksum mismatch" "$WORK/out"
 check "auto fallback: resumes from step 20" grep -q "resumed from .*step_00000020.h5: step 20" "$WORK/out"
+
+# thousands of checkpoint files (checkpoint.keep = 0 for a long run): resume = auto
+# finds the newest among all of them, and pruning keeps exactly the newest
+# checkpoint.keep of all of them. Files named unlike a checkpoint are left alone.
+many=$WORK/many/checkpoints
+mkdir -p "$many"
+(cd "$many" && for i in $(seq 1 5000); do printf '' >"$(printf 'step_%08d.h5' "$i")"; done)
+touch "$many/step_+0000007.h5" "$many/step_7.h5" "$many/step_00000007.h5.bak"
+cp "$ck/step_00000030.h5" "$many/step_00005990.h5"
+"$PYTHON" -c "import h5py; h5py.File('$many/step_00005990.h5', 'r+').attrs['step'] = 5990"
+run 2 "$WORK/out" "$WORK/err" inputs/mnist.in train.steps=5990 run.progress=off \
+  run.dir="$WORK/many" checkpoint.keep=0
+check "5000 checkpoints: exit $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+check "5000 checkpoints: auto resumes from the newest" grep -q "resumed from .*step_00005990.h5: step 5990" "$WORK/out"
+# one write, so one prune must do it
+run 2 "$WORK/out" "$WORK/err" inputs/mnist.in train.steps=6000 run.progress=off \
+  run.dir="$WORK/many" checkpoint.every=10 checkpoint.keep=2 checkpoint.resume="$many/step_00005990.h5"
+check "5000 checkpoints, resumed to step 6000: exit $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+left=$(LC_ALL=C ls "$many" | tr '\n' ' ')
+check "5000 checkpoints: keep = 2 leaves the two newest and the other names: $(echo "$left" | cut -c1-200)" \
+  [ "$left" = "step_+0000007.h5 step_00000007.h5.bak step_00005990.h5 step_00006000.h5 step_7.h5 " ]
 
 # kill -9 during a checkpoint write: the previous checkpoint stays the newest valid one
 big=(inputs/mnist.in model.hidden=2048,2048 train.steps=400 checkpoint.every=3 checkpoint.keep=0 run.progress=off)
