@@ -7,7 +7,8 @@ checkpoint_tampered.sh resumes from each and checks what the trainer says.
 The tensors' CRCs cover their values, not the root attributes (the run's step,
 epoch, layout, loss scaler) nor the kinds and shapes of the datasets: most cases
 are there. The last ones change only how the values are stored (float64, gzip
-chunks, an extra dataset, no /deck): the trainer must resume from them as from SRC.
+chunks, an extra dataset, no /deck, a /deck of unknown keys): the trainer must
+resume from them as from SRC.
 """
 import os
 import shutil
@@ -92,6 +93,9 @@ CASES = {
                                                              compression="gzip")),
     "same-extra-dataset": lambda f: f.create_dataset("model/extra/weight", data=np.zeros(3)),
     "same-no-deck": lambda f: f.__delitem__("deck"),
+    # a deck as another version of the trainer might have written it: not compared
+    "same-foreign-deck": dataset("deck", lambda f, p, d: f.create_dataset(
+        p, data=np.bytes_(d + b"\n[train]\nold_key = 1\n"))),
 }
 
 

@@ -551,9 +551,8 @@ const char *tr_deck_str(const tr_deck *d, const char *section, const char *name)
     return d->values[must_find(section, name, TR_KEY_STRING)].text;
 }
 
-int tr_deck_intlist(const tr_deck *d, const char *section, const char *name, int *out, int max)
+static int intlist_of(const char *p, int *out, int max)
 {
-    const char *p = d->values[must_find(section, name, TR_KEY_INTLIST)].text;
     int n = 0;
     while (*p && n < max) {
         char *end;
@@ -566,6 +565,40 @@ int tr_deck_intlist(const tr_deck *d, const char *section, const char *name, int
             p++;
     }
     return n;
+}
+
+int tr_deck_intlist(const tr_deck *d, const char *section, const char *name, int *out, int max)
+{
+    return intlist_of(d->values[must_find(section, name, TR_KEY_INTLIST)].text, out, max);
+}
+
+int tr_deck_same_value(const tr_deck *a, const tr_deck *b, int key)
+{
+    const char *x = a->values[key].text, *y = b->values[key].text;
+    switch (tr_deck_keys[key].type) {
+    case TR_KEY_INT: {
+        long p = 0, q = 0;
+        parse_long(x, &p), parse_long(y, &q);
+        return p == q;
+    }
+    case TR_KEY_FLOAT: {
+        double p = 0, q = 0;
+        parse_double(x, &p), parse_double(y, &q);
+        return p == q;
+    }
+    case TR_KEY_BOOL: {
+        int p = 0, q = 0;
+        parse_bool(x, &p), parse_bool(y, &q);
+        return p == q;
+    }
+    case TR_KEY_INTLIST: {
+        int p[64], q[64];
+        int n = intlist_of(x, p, 64);
+        return n == intlist_of(y, q, 64) && !memcmp(p, q, (size_t)n * sizeof *p);
+    }
+    default:
+        return !strcmp(x, y);
+    }
 }
 
 int tr_deck_is_set(const tr_deck *d, const char *section, const char *name)

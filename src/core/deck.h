@@ -71,6 +71,9 @@ int tr_deck_bool(const tr_deck *d, const char *section, const char *name);
 const char *tr_deck_str(const tr_deck *d, const char *section, const char *name);
 /* Fills out[] and returns the count (at most max). */
 int tr_deck_intlist(const tr_deck *d, const char *section, const char *name, int *out, int max);
+/* 1 when key (an index into tr_deck_keys) has the same value in a and b, compared
+ * as its type (0.1 and 1e-1 are the same float, "true" and "yes" the same bool). */
+int tr_deck_same_value(const tr_deck *a, const tr_deck *b, int key);
 /* 1 when the deck file or an override set the key, 0 when it holds its default. */
 int tr_deck_is_set(const tr_deck *d, const char *section, const char *name);
 /* A value the program decides when the deck left the key at its default (the run

@@ -119,6 +119,11 @@ int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tenso
 int tr_ckpt_read(const char *path, tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n,
                  tr_group *g, char *err, size_t errlen);
 
+/* The resolved deck of the run that wrote path (its /deck), allocated (free() it),
+ * or NULL when the file has none that reads as one fixed-length string. Rank-local:
+ * opens the file on its own, without MPI-IO. */
+char *tr_ckpt_read_deck(const char *path);
+
 /* Every checkpoint file in dir, newest step first, into *steps (allocated; free()
  * it; NULL when none); returns the count. Temporary files of interrupted writes
  * are not listed. Rank-local. */

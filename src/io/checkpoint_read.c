@@ -7,6 +7,7 @@
 #include <float.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -387,4 +388,36 @@ int tr_ckpt_read(const char *path, tr_ckpt_meta *meta, const tr_ckpt_tensor *t, 
         code = verify(path, t, n, expect, g, err, errlen);
     tr_free(expect);
     return code;
+}
+
+char *tr_ckpt_read_deck(const char *path)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        return NULL;
+    char *text = NULL;
+    hid_t ds = H5Lexists(f, "/deck", H5P_DEFAULT) > 0 ? H5Dopen2(f, "/deck", H5P_DEFAULT) : -1;
+    if (ds >= 0) {
+        hid_t ft = H5Dget_type(ds), space = H5Dget_space(ds);
+        size_t sz = H5Tget_size(ft);
+        /* one fixed-length string, as tr_ckpt_write writes it */
+        if (H5Tget_class(ft) == H5T_STRING && !H5Tis_variable_str(ft) && sz > 0 &&
+            H5Sget_simple_extent_npoints(space) == 1) {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, sz + 1);
+            text = calloc(sz + 1, 1);
+            if (text && H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) < 0) {
+                free(text);
+                text = NULL;
+            }
+            H5Tclose(mt);
+        }
+        H5Sclose(space);
+        H5Tclose(ft);
+        H5Dclose(ds);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    H5Fclose(f);
+    return text;
 }

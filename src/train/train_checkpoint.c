@@ -2,6 +2,7 @@
  * this rank holds of each, and which part of it it writes) and applies the deck's
  * checkpoint policy. */
 #include "train_checkpoint.h"
+#include "core/deck.h"
 #include "core/error.h"
 
 #include <stdio.h>
@@ -200,6 +201,67 @@ void tr_train_ckpt_free(tr_train_ckpt *c)
     c->deck_text = NULL;
 }
 
+/* Keys whose change alters what a resumed run computes. Not where it writes, how
+ * often it logs or evaluates, or its layout (the banner shows the written one);
+ * the seed has a warning of its own. */
+static int changes_training(const tr_key_spec *k)
+{
+    static const char *const quiet[] = {
+        "data.prefetch",    "data.unigram_baseline", "train.seed",
+        "train.eval_every", "train.eval_batch_size", "train.log_every"};
+    char name[96];
+    snprintf(name, sizeof name, "%s.%s", k->section, k->name);
+    for (size_t i = 0; i < sizeof quiet / sizeof *quiet; i++)
+        if (!strcmp(name, quiet[i]))
+            return 0;
+    return !strcmp(k->section, "model") || !strcmp(k->section, "data") ||
+           !strcmp(k->section, "train") || !strcmp(k->section, "optim");
+}
+
+/* Rank 0, after a resume: the deck keys of the training that differ from those the
+ * checkpoint's run used (its resolved deck is in the file), so a resumed run that
+ * does not continue the original (another learning rate, more steps and so another
+ * schedule, other data) says so. */
+static void report_deck_changes(const char *path, const char *now_text)
+{
+    char *was_text = tr_ckpt_read_deck(path);
+    if (!was_text || !now_text) {
+        free(was_text);
+        return;
+    }
+    tr_deck was, now;
+    char name[4200];
+    snprintf(name, sizeof name, "%s:/deck", path);
+    int bad = tr_deck_load_text(&was, name, was_text, 0, NULL);
+    free(was_text);
+    if (bad) {
+        char *nl = strchr(was.errors, '\n');
+        printf("note: the deck stored in %s does not load with this trainer (%.*s): its keys "
+               "are not compared with this run's\n",
+               path, nl ? (int)(nl - was.errors) : (int)strlen(was.errors), was.errors);
+        tr_deck_free(&was);
+        return;
+    }
+    if (tr_deck_load_text(&now, "this run's deck", now_text, 0, NULL)) {
+        tr_deck_free(&was);
+        tr_deck_free(&now);
+        return;
+    }
+    int n = 0;
+    for (int i = 0; i < tr_deck_nkeys; i++)
+        n += changes_training(&tr_deck_keys[i]) && !tr_deck_same_value(&was, &now, i);
+    if (n)
+        printf("note: %d deck key%s differ%s from the run that wrote the checkpoint (this run "
+               "uses its own):\n",
+               n, n == 1 ? "" : "s", n == 1 ? "s" : "");
+    for (int i = 0; i < tr_deck_nkeys; i++)
+        if (changes_training(&tr_deck_keys[i]) && !tr_deck_same_value(&was, &now, i))
+            printf("  [%s] %s = %s (checkpoint: %s)\n", tr_deck_keys[i].section,
+                   tr_deck_keys[i].name, now.values[i].text, was.values[i].text);
+    tr_deck_free(&was);
+    tr_deck_free(&now);
+}
+
 static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *step, char *err,
                 size_t errlen)
 {
@@ -227,6 +289,7 @@ static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *ste
             printf("warning: the checkpoint was written with seed %llu and this deck has %llu: "
                    "the data order after step %ld differs from the original run\n",
                    (unsigned long long)meta.seed, (unsigned long long)c->meta.seed, meta.step);
+        report_deck_changes(path, c->deck_text);
         fflush(stdout);
     }
     return 0;

@@ -5,7 +5,8 @@
 # resume with the file and the attribute named, exit 65, printed once; files that
 # hold the same values stored another way (float64, gzip chunks, an extra dataset,
 # no /deck, h5repack's copy) resume exactly as the original does. And a sound
-# checkpoint past the run's last step trains nothing, says so, and evaluates it.
+# checkpoint past the run's last step trains nothing, says so, and evaluates it. A
+# resume names the deck keys that differ from the original run's.
 source "$(dirname "$0")/../lib.sh"
 require_data
 RUN_TIMEOUT=100
@@ -30,6 +31,10 @@ curve() { cut -d, -f1-7,10 "$WORK/r-$1/metrics.csv"; }
 resume reference "$src"
 check "resume from the original: $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
 check "resume from the original: trained steps 21-25" grep -q "^25,.*,train," "$WORK/r-reference/metrics.csv"
+# the one deck key that differs from the original run's, and nothing else
+check "resume from the original: the changed key named: $(grep -A3 '^note' "$WORK/out")" \
+  grep -qx "note: 1 deck key differs from the run that wrote the checkpoint (this run uses its own):" "$WORK/out"
+check "resume from the original: train.steps 20 -> 25" grep -qx "  \[train\] steps = 25 (checkpoint: 20)" "$WORK/out"
 
 # refused NAME PATTERN: resuming from $WORK/t/NAME.h5 fails clearly
 refused() {
@@ -73,15 +78,21 @@ refused crc-string "/model/fc1/weight has a crc32 attribute that is not one inte
 # the same values stored another way: the same run as from the original
 if command -v h5repack >/dev/null; then
   h5repack -f GZIP=6 "$src" "$WORK/t/same-h5repack.h5"
-  same=(same-float64 same-gzip same-extra-dataset same-no-deck same-h5repack)
+  same=(same-float64 same-gzip same-extra-dataset same-no-deck same-foreign-deck same-h5repack)
 else
   echo "note: no h5repack (Debian: hdf5-tools); its case is left out"
-  same=(same-float64 same-gzip same-extra-dataset same-no-deck)
+  same=(same-float64 same-gzip same-extra-dataset same-no-deck same-foreign-deck)
 fi
 for name in "${same[@]}"; do
   resume "$name" "$WORK/t/$name.h5"
   check "$name: resumes: $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
   check "$name: the same curve as from the original" diff <(curve reference) <(curve "$name")
+  case $name in
+    same-no-deck) check "$name: nothing compared" bash -c "! grep -q '^note: .*deck' '$WORK/out'" ;;
+    same-foreign-deck) check "$name: says its deck is not compared: $(grep '^note' "$WORK/out")" \
+      grep -q "^note: the deck stored in .*same-foreign-deck.h5 does not load with this trainer (.*unknown key 'old_key' in \[train\].*): its keys are not compared" "$WORK/out" ;;
+    *) check "$name: the changed key named" grep -qx "  \[train\] steps = 25 (checkpoint: 20)" "$WORK/out" ;;
+  esac
 done
 
 # resumed at or past the last step: nothing trained, the model evaluated as written

@@ -197,6 +197,49 @@ static void test_table_defaults_valid(void)
     CHECK(tr_edit_distance("", "abc") == 3, "distance empty");
 }
 
+static int key_index(const char *section, const char *name)
+{
+    for (int i = 0; i < tr_deck_nkeys; i++)
+        if (!strcmp(tr_deck_keys[i].section, section) && !strcmp(tr_deck_keys[i].name, name))
+            return i;
+    return -1;
+}
+
+/* tr_deck_same_value compares as the key's type, which is what a resumed run's
+ * report of changed keys relies on: the same value written another way is no change */
+static void test_same_value(void)
+{
+    tr_deck a, b;
+    int ra = tr_deck_load_text(&a, "a.in",
+                               "[optim]\nlr = 0.1\nmomentum = 0.9\n[train]\nsteps = 1000\n"
+                               "[data]\nshuffle = yes\nformat = idx\n[model]\nhidden = 256,256\n",
+                               0, NULL);
+    int rb =
+        tr_deck_load_text(&b, "b.in",
+                          "[optim]\nlr = 1e-1\nmomentum = 0.8\n[train]\nsteps = 1e3\n"
+                          "[data]\nshuffle = true\nformat = tokens\n[model]\nhidden = 256, 256\n",
+                          0, NULL);
+    CHECK(!ra && !rb, "load: %s %s", a.errors, b.errors);
+    struct {
+        const char *section, *name;
+        int same;
+    } cases[] = {{"optim", "lr", 1},     {"optim", "momentum", 0}, {"train", "steps", 1},
+                 {"data", "shuffle", 1}, {"data", "format", 0},    {"model", "hidden", 1},
+                 {"train", "seed", 1}}; /* both defaults */
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int k = key_index(cases[i].section, cases[i].name);
+        CHECK(k >= 0 && tr_deck_same_value(&a, &b, k) == cases[i].same, "[%s] %s: expected %s",
+              cases[i].section, cases[i].name, cases[i].same ? "same" : "different");
+    }
+    char *ov[] = {"model.hidden=256,128"};
+    tr_deck c;
+    CHECK(!tr_deck_load_text(&c, "c.in", "", 1, ov), "load c: %s", c.errors);
+    CHECK(!tr_deck_same_value(&a, &c, key_index("model", "hidden")), "256,256 vs 256,128");
+    tr_deck_free(&a);
+    tr_deck_free(&b);
+    tr_deck_free(&c);
+}
+
 int main(void)
 {
     test_values_and_defaults();
@@ -204,5 +247,6 @@ int main(void)
     test_errors();
     test_resolved_roundtrip();
     test_table_defaults_valid();
+    test_same_value();
     return tr_test_finish();
 }
