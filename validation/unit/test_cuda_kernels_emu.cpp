@@ -7,8 +7,9 @@
  * backward against the two-kernel form too, at GPT-2's C = 768), GELU (its backward
  * on the input stored in 16 bits, and the stores of the MLP's hidden activations), the
  * residual add, the AdamW and SGD updates with mixed precision's working copy, the
- * token and position embeddings (whole and sharded), and the squared norm of many
- * tensors in one wait (gradient clipping).
+ * token and position embeddings (whole and sharded), the squared norm of many
+ * tensors in one wait (gradient clipping), the classifier's ReLU, max pooling and
+ * softmax cross-entropy, and the rows' argmax of 16-bit logits.
  *
  * Where the GPU code claims the CPU's bits (the same float operations in the same
  * order: the cross-entropy's gradient from the same statistics, the copies, the
@@ -18,6 +19,7 @@
  * rounding on every build, GPU or not. */
 #include "warp_emulator.h" /* first: the CUDA built-ins the kernels use */
 
+#include "cuda/classifier_kernels.cuh"
 #include "cuda/embedding_kernels.cuh"
 #include "cuda/gemm_kernels.cuh"
 #include "cuda/norm_kernels.cuh"
@@ -727,6 +729,131 @@ static void test_sum_squares_spans(int count, int blocks)
     CHECK(rel < 1e-13, "spans %.17g, long double %.17Lg (relative %.2e)", total, exact, rel);
 }
 
+/* ---- the classifier (MLP, CNN) and the rows' argmax ------------------------------ */
+
+/* a grid-stride kernel's grid, cut to 3 blocks so the stride is taken too */
+static dim3 strided_grid(size_t n)
+{
+    unsigned g = tr_cuda_grid(n);
+    return dim3(g > 3 ? 3 : g);
+}
+
+/* ReLU and k x k max pooling against the CPU, bit for bit (the pooling's argmax
+ * indices too), on inputs with ties inside windows and NaNs, where the scan's order
+ * decides: the first of equal values wins, a NaN only where the scan starts. */
+static void test_relu_pool(int B, int C, int H, int W, int k)
+{
+    printf("relu and %dx%d max pooling: %d x %d x %d x %d\n", k, k, B, C, H, W);
+    size_t n = (size_t)B * C * H * W, planes = (size_t)B * C;
+    vec x = rand_vec(n, -1.0f, 1.0f);
+    for (size_t i = 0; i < n; i += 5)
+        x[i] = 0.75f; /* ties */
+    for (size_t i = 3; i < n; i += 31)
+        x[i] = NAN;
+    vec out(n, 7.0f), want(n, 7.0f);
+    emu::launch(strided_grid(n), dim3(TR_CUDA_BLOCK), 0,
+                [&] { relu_forward_kernel(out.data(), x.data(), n); });
+    tr_cpu_relu_forward(want.data(), x.data(), n);
+    same_bits("relu forward", out, want);
+    vec dout = rand_vec(n, -1.0f, 1.0f), din(n, 7.0f), cdin(n, 7.0f);
+    emu::launch(strided_grid(n), dim3(TR_CUDA_BLOCK), 0,
+                [&] { relu_backward_kernel(din.data(), dout.data(), want.data(), n); });
+    tr_cpu_relu_backward(cdin.data(), dout.data(), want.data(), n);
+    same_bits("relu backward", din, cdin);
+
+    size_t no = planes * (size_t)(H / k) * (W / k);
+    vec po(no, 7.0f), cpo(no, 7.0f);
+    std::vector<int> am(no, -5), cam(no, -5);
+    emu::launch(strided_grid(no), dim3(TR_CUDA_BLOCK), 0, [&] {
+        maxpool_forward_kernel(po.data(), am.data(), x.data(), planes, H, W, k);
+    });
+    tr_cpu_maxpool_forward(cpo.data(), cam.data(), x.data(), B, C, H, W, k);
+    same_bits("maxpool forward", po, cpo);
+    same_bits("maxpool forward: argmax", am, cam);
+    vec pd = rand_vec(no, -1.0f, 1.0f), dx(n, 7.0f), cdx(n, 7.0f);
+    emu::launch(strided_grid(n), dim3(TR_CUDA_BLOCK), 0, [&] {
+        maxpool_backward_kernel(dx.data(), pd.data(), cam.data(), planes, H, W, k);
+    });
+    tr_cpu_maxpool_backward(cdx.data(), pd.data(), cam.data(), B, C, H, W, k);
+    same_bits("maxpool backward", dx, cdx);
+}
+
+/* The classifier's softmax cross-entropy: probabilities and losses within 1e-6 of the
+ * CPU's (the double sum of exponentials goes in another order), the hit count exact
+ * with tied maxima (the first index wins, so a label on the second is a miss) and a
+ * row starting with NaN; the backward bit for bit from the same probabilities. */
+static void test_softmax_xent(int B, int V)
+{
+    printf("softmax cross-entropy: B %d, V %d\n", B, V);
+    vec logits = rand_vec((size_t)B * V, -4.0f, 4.0f);
+    std::vector<int> labels = targets_in((size_t)B, V);
+    for (int r = 0; r < B; r += 3) { /* a tie for the maximum at columns 1 and V - 2 */
+        logits[(size_t)r * V + 1] = logits[(size_t)r * V + V - 2] = 9.0f;
+        labels[r] = r % 2 ? 1 : V - 2;
+    }
+    logits[(size_t)(B - 1) * V] = NAN; /* the CPU's scan keeps index 0 */
+    labels[B - 1] = 0;
+    vec probs((size_t)B * V, 7.0f), losses(B, 7.0f), cprobs((size_t)B * V), closses(B);
+    unsigned hits = 0;
+    unsigned blocks = (unsigned)((B + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
+    emu::launch(dim3(blocks), dim3(TR_CUDA_BLOCK), 0, [&] {
+        softmax_xent_forward_kernel(probs.data(), losses.data(), &hits, logits.data(),
+                                    labels.data(), B, V);
+    });
+    double loss_sum = 0.0;
+    long correct = 0;
+    tr_cpu_softmax_xent_forward(cprobs.data(), closses.data(), logits.data(), labels.data(), B,
+                                V, &loss_sum, &correct);
+    vec fin(B - 1), cfin(B - 1); /* the NaN row is NaN on both sides */
+    std::copy(losses.begin(), losses.end() - 1, fin.begin());
+    std::copy(closses.begin(), closses.end() - 1, cfin.begin());
+    vec fp(probs.begin(), probs.end() - V), cfp(cprobs.begin(), cprobs.end() - V);
+    check_close("softmax forward: probabilities", fp, cfp, 1e-6);
+    check_close("softmax forward: losses", fin, cfin, 1e-6);
+    CHECK(std::isnan(losses[B - 1]) && std::isnan(closses[B - 1]), "NaN row: %g, %g",
+          losses[B - 1], closses[B - 1]);
+    printf("  hits %u, the CPU's %ld\n", hits, correct);
+    CHECK((long)hits == correct, "hits %u, the CPU's %ld", hits, correct);
+    size_t n = (size_t)B * V;
+    vec dl(n, 7.0f), cdl(n, 7.0f);
+    float scale = 1.0f / (float)B;
+    emu::launch(strided_grid(n), dim3(TR_CUDA_BLOCK), 0, [&] {
+        softmax_xent_backward_kernel(dl.data(), cprobs.data(), labels.data(), scale, n, V);
+    });
+    tr_cpu_softmax_xent_backward(cdl.data(), cprobs.data(), labels.data(), scale, B, V);
+    same_bits("softmax backward", dl, cdl);
+}
+
+/* The rows' argmax of logits stored in lfmt, read as values of format (the GPT's
+ * accuracy and sampler), against the CPU's scan bit for bit: index and value, with
+ * ties (the first wins), NaNs (never win; index 0 when the row starts with one) and
+ * n = 0 (-1 and -inf). */
+static void test_rows_argmax(int rows, int ld, int n, int format, int lfmt)
+{
+    printf("rows' argmax: %d rows of %d (of %d), %s read as %s\n", rows, n, ld, fmt_name(lfmt),
+           fmt_name(format));
+    vec x = rand_vec((size_t)rows * ld, -3.0f, 3.0f);
+    for (int r = 0; r < rows && n > 2; r++) {
+        float *row = &x[(size_t)r * ld];
+        if (r % 3 == 0)
+            row[n / 2] = row[n - 1] = 5.0f;
+        if (r % 5 == 1)
+            row[0] = NAN;
+        if (r % 7 == 2)
+            row[n / 3] = NAN;
+    }
+    vec stored = stored_in(x, lfmt), val(rows, 7.0f), cval(rows, 7.0f);
+    std::vector<int> idx(rows, -5), cidx(rows, -5);
+    unsigned blocks = (unsigned)((rows + XENT_ROWS_PER_BLOCK - 1) / XENT_ROWS_PER_BLOCK);
+    emu::launch(dim3(blocks), dim3(TR_CUDA_BLOCK), 0, [&] {
+        rows_argmax_kernel(idx.data(), val.data(), stored.data(), (size_t)rows, ld, n, format,
+                           lfmt);
+    });
+    tr_cpu_rows_argmax(cidx.data(), cval.data(), stored.data(), (size_t)rows, ld, n, format, lfmt);
+    same_bits("rows' argmax: index", idx, cidx);
+    same_bits("rows' argmax: value", val, cval);
+}
+
 int main(void)
 {
     for (int f = TR_PREC_FP32; f <= TR_PREC_FP16; f++) {
@@ -758,6 +885,16 @@ int main(void)
     test_sum_squares_spans(71, 32); /* three chunks, the last of 7 spans */
     test_sum_squares_spans(6, 64);
     test_sum_squares_spans(0, 32); /* nothing: no launch, 0 */
+    test_relu_pool(2, 3, 13, 11, 2); /* odd sizes: a trailing row and column no window covers */
+    test_relu_pool(1, 2, 12, 12, 3);
+    test_softmax_xent(21, 37);
+    test_softmax_xent(9, 1000);
+    for (int f = TR_PREC_FP32; f <= TR_PREC_FP16; f++) {
+        test_rows_argmax(19, 330, 300, f, TR_PREC_FP32); /* a padded vocabulary */
+        if (f != TR_PREC_FP32)
+            test_rows_argmax(19, 330, 300, f, f);
+    }
+    test_rows_argmax(5, 64, 0, TR_PREC_BF16, TR_PREC_BF16); /* nothing to choose from */
     printf("emulator: %ld thread switches\n", emu::M.switches);
     return tr_test_finish();
 }

@@ -3,7 +3,7 @@
  * otherwise run. It takes kernels written as device code free of CUDA headers
  * (src/cuda/ headers: attention_mma_kernels.cuh, attention_wmma_kernels.cuh,
  * xent_kernels.cuh, gemm_kernels.cuh, norm_kernels.cuh, optim_kernels.cuh,
- * embedding_kernels.cuh, with cuda_launch.cuh's
+ * embedding_kernels.cuh, classifier_kernels.cuh, with cuda_launch.cuh's
  * reductions), compiled by g++ as C++.
  *
  * Each CUDA thread of a block is a coroutine (ucontext) with its own stack; one OS
@@ -33,7 +33,7 @@
  *    stores and products as warp collectives that check their arguments agree across
  *    the warp and their pointers' alignment, each lane moving only its own elements
  *    (so a lane's plain access to the tile, unordered by a __syncwarp, can race);
- *    __any_sync, __ballot_sync, __syncthreads_or and __ffs;
+ *    __any_sync, __ballot_sync, __syncthreads_or, __ffs, and atomicAdd on unsigned;
  *  - ldmatrix .x4.trans as the PTX ISA lays out its fragments, checking that
  *    each row address is 16 aligned bytes of shared memory;
  *  - cp.async of 16 bytes (with zero fill) in commit groups, each copy done only at
@@ -501,6 +501,15 @@ inline int __syncthreads_or(int pred)
 
 /* 1 + the index of the lowest set bit, 0 for none */
 inline int __ffs(int x) { return __builtin_ffs(x); }
+
+/* One OS thread runs every CUDA thread and switches only at the collectives above, so
+ * a read-modify-write is atomic as it stands. An integer add: exact in any order. */
+inline unsigned atomicAdd(unsigned *address, unsigned val)
+{
+    unsigned old = *address;
+    *address = old + val;
+    return old;
+}
 
 /* ---- WMMA ------------------------------------------------------------------------
  * A 16 x 16 fragment's 256 elements, 8 a lane. Which lane holds which element the GPU
