@@ -220,6 +220,35 @@ int main(int argc, char **argv)
         return rc;
     }
 
+    /* Every rank must train the same deck: ranks given other overrides (an MPMD
+     * command line, a deck edited while the job started) would disagree on the step
+     * count and wait forever in a collective. Compared as resolved text. */
+    {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (f) {
+            tr_deck_write_resolved(&deck, f);
+            fclose(f);
+        }
+        char msg[400] = "";
+        if (tr_comm_differs_from_root(&w, text ? text : "", text ? len : 0)) {
+            snprintf(msg, sizeof msg,
+                     "trainer: rank %d was given another deck than rank 0 (other overrides, or "
+                     "the deck file changed while the ranks started): start every rank with "
+                     "the same deck and overrides",
+                     w.rank);
+            rc = TR_EXIT_USAGE;
+        }
+        free(text);
+        rc = tr_comm_agree(&w, rc, msg);
+        if (rc) {
+            tr_deck_free(&deck);
+            tr_comm_finalize(&w);
+            return rc;
+        }
+    }
+
     rt.threads = choose_threads(&deck, &w);
     tr_slurm_job job; /* job id, run directory, the layout against the allocation */
     rc = tr_slurm_job_setup(&job, &deck, &w, rt.threads);

@@ -98,6 +98,12 @@ void tr_comm_make_grid(tr_world *w, int dp, int tp, int pp);
  * rank with an error prints its message once to stderr. Never hangs, never aborts. */
 int tr_comm_agree(const tr_world *w, int code, const char *message);
 
+/* 1 where this rank's bytes differ from rank 0's (compared by a 64-bit hash), else 0.
+ * Collective over the world: the check behind "every rank must be given the same
+ * deck, environment and data", whose breach would otherwise surface as ranks that
+ * disagree on the step count and wait forever in a collective. */
+int tr_comm_differs_from_root(const tr_world *w, const void *bytes, size_t n);
+
 /* Gathers `bytes` bytes of `mine` from every rank of this node (the ranks that
  * local_rank and local_size count) into all[local_rank * bytes], on every rank.
  * Collective over the world; MPI, host memory. */

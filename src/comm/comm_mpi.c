@@ -16,6 +16,7 @@ typedef struct tr_nccl tr_nccl; /* never made without CUDA */
 
 #include <limits.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,6 +315,18 @@ int tr_comm_agree(const tr_world *w, int code, const char *message)
         fflush(stderr);
     }
     return worst;
+}
+
+int tr_comm_differs_from_root(const tr_world *w, const void *bytes, size_t n)
+{
+    (void)w; /* the world is MPI_COMM_WORLD */
+    const unsigned char *s = bytes;
+    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 0x100000001b3ULL;
+    uint64_t root = h;
+    MPI_CHECK(MPI_Bcast(&root, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    return root != h;
 }
 
 void tr_comm_node_allgather(const tr_world *w, const void *mine, size_t bytes, void *all)

@@ -2,13 +2,15 @@
  * pruning. The files themselves: checkpoint_write.c and checkpoint_read.c, on
  * checkpoint_layout.c (where a rank's elements are), checkpoint_catalogue.c (what the
  * ranks agree on), checkpoint_checksums.c and checkpoint_hdf5.c; see checkpoint.h. */
-#include "io/checkpoint.h"
-#include "core/error.h"
+#include "io/checkpoint_internal.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 void tr_ckpt_path(char *buf, size_t len, const char *dir, long step)
@@ -94,4 +96,58 @@ void tr_ckpt_prune(const char *dir, int keep)
         }
     }
     closedir(d);
+}
+
+/* ---- the directory every rank must see ------------------------------------------- */
+
+int tr_ckpt_dir_check(const char *dir, tr_group *g, char *err, size_t errlen)
+{
+    err[0] = '\0';
+    int rank = tr_group_rank(g), code = 0;
+    int64_t token = 0;
+    char probe[4200];
+    if (rank == 0) {
+        /* a name and content only this start of this run knows */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        token = (int64_t)(((uint64_t)getpid() << 40) ^ ((uint64_t)ts.tv_sec << 20) ^
+                          (uint64_t)ts.tv_nsec);
+        snprintf(probe, sizeof probe, "%s/.trainer-probe-%016llx", dir, (unsigned long long)token);
+        FILE *f = NULL;
+        if (mkdir(dir, 0775) && errno != EEXIST) {
+            ckpt_fail(err, errlen, "cannot create the checkpoint directory '%s': %s", dir,
+                      strerror(errno));
+            code = TR_EXIT_IOERR;
+        } else if (!(f = fopen(probe, "w")) || fprintf(f, "%lld\n", (long long)token) < 0 ||
+                   fclose(f)) {
+            ckpt_fail(err, errlen, "cannot write in the checkpoint directory '%s': %s", dir,
+                      strerror(errno));
+            code = TR_EXIT_IOERR;
+        }
+    }
+    code = ckpt_agree(g, code, err, errlen);
+    if (code)
+        return code;
+    tr_bcast(&token, 1, TR_I64, 0, g);
+    snprintf(probe, sizeof probe, "%s/.trainer-probe-%016llx", dir, (unsigned long long)token);
+    if (rank != 0) {
+        long long seen = 0;
+        FILE *f = fopen(probe, "r");
+        int ok = f && fscanf(f, "%lld", &seen) == 1 && seen == (long long)token;
+        if (!ok) {
+            ckpt_fail(err, errlen,
+                      "the checkpoint directory '%s' is not the same directory on every rank: "
+                      "rank %d cannot %s the file rank 0 wrote there. Checkpoints are written "
+                      "and read by all ranks together: put it on a file system every node "
+                      "shares, not a node-local one such as /tmp",
+                      dir, rank, f ? "read back" : "open");
+            code = TR_EXIT_USAGE;
+        }
+        if (f)
+            fclose(f);
+    }
+    code = ckpt_agree(g, code, err, errlen);
+    if (rank == 0)
+        unlink(probe); /* after every rank has looked */
+    return code;
 }

@@ -119,6 +119,13 @@ int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tenso
 int tr_ckpt_read(const char *path, tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n,
                  tr_group *g, char *err, size_t errlen);
 
+/* Collective over g: rank 0 makes dir (its parent must exist) and writes a probe
+ * file there; every rank reads it back. Returns 0, or TR_EXIT_IOERR (rank 0 cannot
+ * make or write it) or TR_EXIT_USAGE (some rank does not see it: the directory is
+ * node-local), with the same message on every rank. Checkpoints are written and
+ * read by all ranks together, so a run checks this before it resumes or writes. */
+int tr_ckpt_dir_check(const char *dir, tr_group *g, char *err, size_t errlen);
+
 /* The resolved deck of the run that wrote path (its /deck), allocated (free() it),
  * or NULL when the file has none that reads as one fixed-length string. Rank-local:
  * opens the file on its own, without MPI-IO. */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The root attributes are the run's state beside its tensors, and the tensors'
@@ -350,9 +351,25 @@ int tr_ckpt_read(const char *path, tr_ckpt_meta *meta, const tr_ckpt_tensor *t, 
     err[0] = '\0';
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     int code = ckpt_check_descs(t, n, err, errlen);
-    if (!code && access(path, R_OK)) {
+    struct stat st;
+    if (!code && (access(path, R_OK) || stat(path, &st))) {
         ckpt_fail(err, errlen, "cannot read checkpoint '%s': %s", path, strerror(errno));
         code = TR_EXIT_NOINPUT;
+    }
+    /* agreed before the collective open: a rank that cannot see the file (a
+     * node-local directory) must not leave the others waiting in it; nor may ranks
+     * open different files of one name */
+    code = ckpt_agree(g, code, err, errlen);
+    if (!code) {
+        int64_t size[2] = {(int64_t)st.st_size, -(int64_t)st.st_size};
+        tr_allreduce(size, size, 2, TR_I64, TR_MAX, g);
+        if (size[0] != -size[1]) {
+            ckpt_fail(err, errlen,
+                      "'%s' is not the same file on every rank (sizes %lld to %lld bytes): "
+                      "node-local copies? Put checkpoints on a file system every node shares",
+                      path, (long long)-size[1], (long long)size[0]);
+            code = TR_EXIT_DATA;
+        }
     }
     hid_t f = -1;
     if (!code) {

@@ -38,10 +38,24 @@ int tr_slurm_job_setup(tr_slurm_job *job, tr_deck *d, const tr_world *w, int thr
 {
     memset(job, 0, sizeof *job);
     tr_slurm_read_env(&job->env);
-    if (!job->env.active)
-        return 0;
     char msg[4096] = "", err[2048] = "", from[TR_DECK_ORIGIN_MAX + 100];
     int rc = 0;
+    /* one job for all ranks, or none: ranks started outside it (mpirun over ssh
+     * inside an allocation, which passes no SLURM_* variables on) would name another
+     * run directory and skip the agreements below, and wait in a collective */
+    char id[sizeof job->env.job_id + 8];
+    snprintf(id, sizeof id, "%d:%s", job->env.active, job->env.active ? job->env.job_id : "");
+    if (tr_comm_differs_from_root(w, id, strlen(id))) {
+        snprintf(msg, sizeof msg,
+                 "trainer: rank %d %s, and rank 0 %s: start every rank the same way (srun, or "
+                 "mpirun inside the allocation passing the SLURM_* variables on)",
+                 w->rank, job->env.active ? "runs in a Slurm job" : "sees no Slurm job",
+                 job->env.active ? "in another or none" : "does");
+        rc = TR_EXIT_USAGE;
+    }
+    rc = tr_comm_agree(w, rc, msg);
+    if (rc || !job->env.active)
+        return rc;
 
     /* a requeued job keeps its id, so its rerun finds its own checkpoints here */
     if (!tr_deck_is_set(d, "run", "dir")) {

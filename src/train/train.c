@@ -162,13 +162,54 @@ static int open_metrics(run *r)
     return 0;
 }
 
+/* Every rank must read the same data, from which the step count comes: node-local
+ * copies that differ would give ranks other loop lengths, and the job would wait
+ * forever in a collective. Compared: the sample (window) counts and a hash of the
+ * labels. Collective; rc is this rank's verdict so far (kept when not 0). */
+static int same_data_everywhere(run *r, int rc)
+{
+    int64_t mine[3] = {0, 0, 0}, root[3];
+    if (!rc && r->lm) {
+        mine[0] = r->tokens.train_windows, mine[1] = r->tokens.val_windows;
+    } else if (!rc) {
+        mine[0] = r->train.n, mine[1] = r->test.n;
+        uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a of the labels, train then test */
+        for (long i = 0; i < r->train.n + r->test.n; i++) {
+            int32_t v = i < r->train.n ? r->train.labels[i] : r->test.labels[i - r->train.n];
+            h = (h ^ (uint64_t)(uint32_t)v) * 0x100000001b3ULL;
+        }
+        mine[2] = (int64_t)h;
+    }
+    memcpy(root, mine, sizeof root);
+    tr_bcast(root, 3, TR_I64, 0, r->w->world);
+    if (rc || !memcmp(root, mine, sizeof root))
+        return rc;
+    const char *what = r->lm ? "training and validation windows" : "training and test samples";
+    tr_run_key_error(r, "data", r->lm ? "train_tokens" : "train_images",
+                     "rank %d reads other data than rank 0: %lld and %lld %s%s against rank "
+                     "0's %lld and %lld (node-local copies that differ?); every rank must "
+                     "read the same files",
+                     r->w->rank, (long long)mine[0], (long long)mine[1], what,
+                     mine[0] == root[0] && mine[1] == root[1] ? ", with other labels," : "",
+                     (long long)root[0], (long long)root[1]);
+    return TR_EXIT_DATA;
+}
+
 /* [checkpoint] resume; a failed explicit resume is an input error every rank shares */
 static int resume(run *r, uint64_t seed)
 {
     tr_train_ckpt_init(&r->ckpt, r->d, r->dir, &r->model, &r->opt, r->w, &r->scaler);
     int reinit = 0;
     char msg[4096];
-    int rc = tr_train_ckpt_resume(&r->ckpt, r->w, &r->start_step, &reinit, msg, sizeof msg);
+    /* before anything reads or writes a checkpoint (a signal may ask for one at any
+     * step): a directory that some rank does not see would hang the first of them */
+    int rc = tr_ckpt_dir_check(r->ckpt.dir, r->w->world, msg, sizeof msg);
+    if (rc) {
+        int set = tr_deck_is_set(r->d, "checkpoint", "dir");
+        tr_run_key_error(r, set ? "checkpoint" : "run", "dir", "%s", msg);
+        return rc;
+    }
+    rc = tr_train_ckpt_resume(&r->ckpt, r->w, &r->start_step, &reinit, msg, sizeof msg);
     if (rc) {
         tr_run_key_error(r, "checkpoint", "resume", "%s", msg);
         return rc;
@@ -508,6 +549,7 @@ static int setup(run *r)
         if (!rc)
             rc = check_data(r);
     }
+    rc = same_data_everywhere(r, rc);
     if (!rc && !r->lm) {
         char msg[1024];
         tr_shape input = {r->train.c, r->train.h, r->train.w};
