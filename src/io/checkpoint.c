@@ -1,7 +1,8 @@
-/* checkpoint.c: the checkpoint directory: file names, the list of checkpoints, and
- * pruning. The files themselves: checkpoint_write.c and checkpoint_read.c, on
- * checkpoint_layout.c (where a rank's elements are), checkpoint_catalogue.c (what the
- * ranks agree on), checkpoint_checksums.c and checkpoint_hdf5.c; see checkpoint.h. */
+/* checkpoint.c: the checkpoint directory: file names, the list of checkpoints,
+ * pruning, and the check that every rank sees the same directory. The files
+ * themselves: checkpoint_write.c and checkpoint_read.c, on checkpoint_layout.c
+ * (where a rank's elements are), checkpoint_catalogue.c (what the ranks agree on),
+ * checkpoint_checksums.c and checkpoint_hdf5.c; see checkpoint.h. */
 #include "io/checkpoint_internal.h"
 
 #include <dirent.h>
