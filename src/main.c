@@ -179,6 +179,48 @@ static int choose_threads(const tr_deck *d, const tr_world *w)
     return share > 0 ? (int)share : 1;
 }
 
+/* Every rank must train the same deck: ranks given other overrides (an MPMD command
+ * line, a deck edited while the job started) would disagree on the step count and
+ * wait forever in a collective. The resolved texts are compared by hash; where one
+ * differs from rank 0's, its values are compared key by key with rank 0's (the same
+ * value written another way, or the deck named by another path, is no difference),
+ * and the first key that differs is named. Collective; 0 or TR_EXIT_USAGE. */
+static int same_deck_everywhere(const tr_deck *d, tr_world *w)
+{
+    char *text = tr_deck_resolved_text(d);
+    int differs = tr_comm_differs_from_root(w, text, strlen(text)), any = 0;
+    tr_allreduce(&differs, &any, 1, TR_I32, TR_MAX, w->world);
+    char msg[TR_DECK_VALUE_MAX * 2 + 400] = "";
+    int rc = 0;
+    if (any) {
+        char *root = w->rank == 0 ? strdup(text) : NULL;
+        tr_comm_bcast_string(w, &root);
+        tr_deck r;
+        if (differs && tr_deck_load_text(&r, "rank 0's deck", root, 0, NULL)) {
+            rc = TR_EXIT_USAGE; /* cannot happen: rank 0 loaded it */
+            snprintf(msg, sizeof msg, "trainer: rank %d was given another deck than rank 0",
+                     w->rank);
+        } else if (differs) {
+            for (int i = 0; i < tr_deck_nkeys && !rc; i++)
+                if (!tr_deck_same_value(&r, d, i)) {
+                    snprintf(msg, sizeof msg,
+                             "trainer: rank %d was given another deck than rank 0: [%s] %s = %s "
+                             "there, %s on rank 0 (other overrides, or the deck file changed "
+                             "while the ranks started); start every rank with the same deck and "
+                             "overrides",
+                             w->rank, tr_deck_keys[i].section, tr_deck_keys[i].name,
+                             d->values[i].text, r.values[i].text);
+                    rc = TR_EXIT_USAGE;
+                }
+        }
+        if (differs)
+            tr_deck_free(&r);
+        free(root);
+    }
+    free(text);
+    return tr_comm_agree(w, rc, msg);
+}
+
 int main(int argc, char **argv)
 {
     const char *core = tr_blas_ensure_fast_kernel(argv);
@@ -220,33 +262,11 @@ int main(int argc, char **argv)
         return rc;
     }
 
-    /* Every rank must train the same deck: ranks given other overrides (an MPMD
-     * command line, a deck edited while the job started) would disagree on the step
-     * count and wait forever in a collective. Compared as resolved text. */
-    {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        if (f) {
-            tr_deck_write_resolved(&deck, f);
-            fclose(f);
-        }
-        char msg[400] = "";
-        if (tr_comm_differs_from_root(&w, text ? text : "", text ? len : 0)) {
-            snprintf(msg, sizeof msg,
-                     "trainer: rank %d was given another deck than rank 0 (other overrides, or "
-                     "the deck file changed while the ranks started): start every rank with "
-                     "the same deck and overrides",
-                     w.rank);
-            rc = TR_EXIT_USAGE;
-        }
-        free(text);
-        rc = tr_comm_agree(&w, rc, msg);
-        if (rc) {
-            tr_deck_free(&deck);
-            tr_comm_finalize(&w);
-            return rc;
-        }
+    rc = same_deck_everywhere(&deck, &w);
+    if (rc) {
+        tr_deck_free(&deck);
+        tr_comm_finalize(&w);
+        return rc;
     }
 
     rt.threads = choose_threads(&deck, &w);

@@ -103,6 +103,9 @@ int tr_comm_agree(const tr_world *w, int code, const char *message);
  * deck, environment and data", whose breach would otherwise surface as ranks that
  * disagree on the step count and wait forever in a collective. */
 int tr_comm_differs_from_root(const tr_world *w, const void *bytes, size_t n);
+/* Rank 0's NUL-terminated string *s (malloc'd) replaces every other rank's, which is
+ * freed and allocated again (malloc). Collective over the world. */
+void tr_comm_bcast_string(const tr_world *w, char **s);
 
 /* Gathers `bytes` bytes of `mine` from every rank of this node (the ranks that
  * local_rank and local_size count) into all[local_rank * bytes], on every rank.

@@ -329,6 +329,21 @@ int tr_comm_differs_from_root(const tr_world *w, const void *bytes, size_t n)
     return root != h;
 }
 
+void tr_comm_bcast_string(const tr_world *w, char **s)
+{
+    long long n = w->rank == 0 ? (long long)strlen(*s) : 0;
+    MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
+    if (n >= INT_MAX)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: broadcast of a %lld-byte string", n);
+    if (w->rank != 0) {
+        free(*s);
+        *s = malloc((size_t)n + 1);
+        if (!*s)
+            tr_fatal(TR_EXIT_OSERR, "out of memory for a %lld-byte string from rank 0", n);
+    }
+    MPI_CHECK(MPI_Bcast(*s, (int)n + 1, MPI_CHAR, 0, MPI_COMM_WORLD));
+}
+
 void tr_comm_node_allgather(const tr_world *w, const void *mine, size_t bytes, void *all)
 {
     if (bytes > INT_MAX)

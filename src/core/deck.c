@@ -686,3 +686,15 @@ void tr_deck_write_resolved(const tr_deck *d, FILE *out)
             fprintf(out, "%s = %s\n", k->name, d->values[i].text);
     }
 }
+
+char *tr_deck_resolved_text(const tr_deck *d)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        tr_fatal(TR_EXIT_OSERR, "out of memory for the resolved deck");
+    tr_deck_write_resolved(d, f);
+    fclose(f);
+    return buf;
+}

@@ -91,6 +91,8 @@ void tr_deck_where(const tr_deck *d, const char *section, const char *name, char
 void tr_deck_print_reference(FILE *out);
 /* The resolved deck: every key with its value, the non-default ones marked. */
 void tr_deck_write_resolved(const tr_deck *d, FILE *out);
+/* The same text in memory (malloc'd; free() it) */
+char *tr_deck_resolved_text(const tr_deck *d);
 /* Edit distance, exposed for the unit tests of suggestions. */
 int tr_edit_distance(const char *a, const char *b);
 

@@ -125,18 +125,6 @@ static float *host_view(tr_train_ckpt *c, float *device, size_t floats)
     return mi->host;
 }
 
-static char *resolved_deck_text(const tr_deck *d)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        tr_fatal(TR_EXIT_OSERR, "out of memory");
-    tr_deck_write_resolved(d, f);
-    fclose(f);
-    return buf;
-}
-
 void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
                         const tr_model *m, const tr_optim *o, const tr_world *w,
                         tr_loss_scale *scaler)
@@ -187,7 +175,10 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
     snprintf(c->meta.precision, sizeof c->meta.precision, "%s",
              tr_deck_str(d, "train", "precision"));
     c->scaler = scaler;
-    c->deck_text = resolved_deck_text(d);
+    c->deck_text = tr_deck_resolved_text(d);
+    /* /deck is one dataset that every rank creates, so one text: rank 0's (ranks may
+     * name the same deck by other paths, or write 2e1 for 20) */
+    tr_comm_bcast_string(w, &c->deck_text);
 }
 
 void tr_train_ckpt_free(tr_train_ckpt *c)

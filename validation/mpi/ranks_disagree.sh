@@ -26,8 +26,17 @@ two() {
 }
 
 args0=("${base[@]}" run.dir="$WORK/deck")
-two other-overrides 64 "rank 1 was given another deck than rank 0 .*start every rank with the same deck and overrides" \
+two other-overrides 64 "rank 1 was given another deck than rank 0: \[train\] steps = 31 there, 30 on rank 0 .*start every rank with the same deck and overrides" \
   "$TRAINER" "${base[@]}" run.dir="$WORK/deck" train.steps=31
+
+# the same deck named by another path, a value written another way: no difference
+# (and the checkpoints' /deck, which every rank creates, is rank 0's text)
+timeout -k 5 $RUN_TIMEOUT mpirun -np 1 "$TRAINER" "${base[@]}" run.dir="$WORK/spelled" : \
+  -np 1 "$TRAINER" ./inputs/mnist.in checkpoint.every=10 train.steps=3e1 run.progress=off \
+  run.dir="$WORK/spelled" >"$WORK/out" 2>"$WORK/err"
+RC=$?
+check "same deck spelled otherwise: exit $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+check "same deck spelled otherwise: checkpoints written" [ -f "$WORK/spelled/checkpoints/step_00000030.h5" ]
 
 args0=("${base[@]}" run.dir="$WORK/slurm")
 two slurm-on-one-rank 64 "rank 1 runs in a Slurm job, and rank 0 in another or none: start every rank the same way" \
