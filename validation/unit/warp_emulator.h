@@ -6,7 +6,7 @@
  * embedding_kernels.cuh, classifier_kernels.cuh, with cuda_launch.cuh's
  * reductions), compiled by g++ as C++.
  *
- * Each CUDA thread of a block is a coroutine (ucontext) with its own stack; one OS
+ * Each CUDA thread of a block is a coroutine with its own stack; one OS
  * thread runs them. A thread runs until it reaches a synchronising operation
  * (__syncthreads, __syncwarp, the shuffles, tr_mma_16816, ldmatrix), where it waits
  * for the
@@ -33,7 +33,8 @@
  *    stores and products as warp collectives that check their arguments agree across
  *    the warp and their pointers' alignment, each lane moving only its own elements
  *    (so a lane's plain access to the tile, unordered by a __syncwarp, can race);
- *    __any_sync, __ballot_sync, __syncthreads_or, __ffs, and atomicAdd on unsigned;
+ *    __any_sync, __ballot_sync, __syncthreads_or, __ffs, and atomicAdd and atomicMin on
+ *    unsigned;
  *  - ldmatrix .x4.trans as the PTX ISA lays out its fragments, checking that
  *    each row address is 16 aligned bytes of shared memory;
  *  - cp.async of 16 bytes (with zero fill) in commit groups, each copy done only at
@@ -125,9 +126,59 @@ struct async_copy {
     long group; /* 0: not yet committed */
 };
 
+/* ---- coroutines ----------------------------------------------------------------
+ * On x86-64 a switch is a few instructions of our own (switch_stack): the registers
+ * the ABI asks a callee to keep, MXCSR and the x87 control word pushed on the old
+ * stack, the stack pointer swapped, the same popped from the new one. glibc's
+ * swapcontext also saves the signal mask, a system call each way, which made the
+ * attention kernels' thousands of shuffles a thread cost a millisecond. Under
+ * AddressSanitizer, which follows stack switches only through swapcontext (it
+ * intercepts it), and on other machines, the ucontext calls remain. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define TR_EMU_FAST_SWITCH 1
+struct fiber {
+    void *sp; /* where switch_stack left its registers */
+};
+/* Saves this stack's state, stores its stack pointer in *from, resumes `to`. */
+__attribute__((naked, noinline)) static void switch_stack(void ** /*from: rdi*/, void * /*to: rsi*/)
+{
+    __asm__("pushq %rbp\n\t"
+            "pushq %rbx\n\t"
+            "pushq %r12\n\t"
+            "pushq %r13\n\t"
+            "pushq %r14\n\t"
+            "pushq %r15\n\t"
+            "subq $8, %rsp\n\t"
+            "stmxcsr (%rsp)\n\t"
+            "fnstcw 4(%rsp)\n\t"
+            "movq %rsp, (%rdi)\n\t"
+            "movq %rsi, %rsp\n\t"
+            "ldmxcsr (%rsp)\n\t"
+            "fldcw 4(%rsp)\n\t"
+            "addq $8, %rsp\n\t"
+            "popq %r15\n\t"
+            "popq %r14\n\t"
+            "popq %r13\n\t"
+            "popq %r12\n\t"
+            "popq %rbx\n\t"
+            "popq %rbp\n\t"
+            "ret\n\t");
+}
+/* A new stack's first return lands here, with the function to run in r12 (set up by
+ * start_threads) and the stack 16-byte aligned; the function never returns. */
+__attribute__((naked, noinline)) static void fiber_start()
+{
+    __asm__("andq $-16, %rsp\n\t"
+            "callq *%r12\n\t"
+            "ud2\n\t");
+}
+#else
+typedef ucontext_t fiber;
+#endif
+
 struct machine {
     int nthreads = 0;
-    std::vector<ucontext_t> ctx;
+    std::vector<fiber> ctx;
     std::vector<state> st;
     std::vector<char> stacks;
     std::vector<lane_slot> slots;
@@ -135,7 +186,7 @@ struct machine {
     std::vector<long> groups;                    /* each thread's groups committed */
     size_t smem_bytes = 0;
     unsigned char *smem = nullptr;        /* exactly the launch's bytes (aligned new[]) */
-    ucontext_t sched;
+    fiber sched;
     int current = 0;
     std::mt19937 rng{1};
     std::function<void()> body;
@@ -148,14 +199,32 @@ static const size_t SMEM_ALIGN = 128; /* the GPU's dynamic shared memory is at l
 inline void wait(state s)
 {
     M.st[M.current] = s;
+#ifdef TR_EMU_FAST_SWITCH
+    switch_stack(&M.ctx[M.current].sp, M.sched.sp);
+#else
     swapcontext(&M.ctx[M.current], &M.sched);
+#endif
+}
+
+/* the scheduler's turn to thread t, until it waits or ends */
+inline void resume(int t)
+{
+#ifdef TR_EMU_FAST_SWITCH
+    switch_stack(&M.sched.sp, M.ctx[t].sp);
+#else
+    swapcontext(&M.sched, &M.ctx[t]);
+#endif
 }
 
 inline void entry()
 {
     M.body();
     M.st[M.current] = DONE;
-    /* returns to uc_link, the scheduler */
+#ifdef TR_EMU_FAST_SWITCH
+    switch_stack(&M.ctx[M.current].sp, M.sched.sp); /* never resumed */
+    __builtin_unreachable();
+#endif
+    /* (ucontext: returns to uc_link, the scheduler) */
 }
 
 /* Whether the warp's 32 lanes all wait at a collective; if so they go on. */
@@ -188,7 +257,7 @@ inline void run_warp(int w, std::vector<int> &order)
             threadIdx = dim3(id % blockDim.x, id / blockDim.x % blockDim.y,
                              id / (blockDim.x * blockDim.y));
             M.switches++;
-            swapcontext(&M.sched, &M.ctx[order[i]]);
+            resume(order[i]);
         }
     }
 }
@@ -197,12 +266,32 @@ inline void run_warp(int w, std::vector<int> &order)
  * function: getcontext returns twice, which would make the caller's locals suspect. */
 __attribute__((noinline)) inline void start_threads()
 {
+#ifdef TR_EMU_FAST_SWITCH
+    uint32_t mxcsr; /* this thread's floating-point control words, for every fiber */
+    uint16_t x87;
+    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+    __asm__ volatile("fnstcw %0" : "=m"(x87));
+    uint64_t control = mxcsr | (uint64_t)x87 << 32;
+#endif
     for (int t = 0; t < M.nthreads; t++) {
+#ifdef TR_EMU_FAST_SWITCH
+        /* the frame switch_stack pops: control words, r15, r14, r13, r12 = entry,
+         * rbx, rbp, and the return address fiber_start, 64 bytes below the top */
+        uintptr_t top = (uintptr_t)&M.stacks[(size_t)(t + 1) * STACK] & ~(uintptr_t)15;
+        uint64_t *frame = (uint64_t *)(top - 64);
+        frame[0] = control;
+        frame[1] = frame[2] = frame[3] = 0;
+        frame[4] = (uint64_t)(uintptr_t)&entry;
+        frame[5] = frame[6] = 0;
+        frame[7] = (uint64_t)(uintptr_t)&fiber_start;
+        M.ctx[t].sp = frame;
+#else
         getcontext(&M.ctx[t]);
         M.ctx[t].uc_stack.ss_sp = &M.stacks[(size_t)t * STACK];
         M.ctx[t].uc_stack.ss_size = STACK;
         M.ctx[t].uc_link = &M.sched;
         makecontext(&M.ctx[t], entry, 0);
+#endif
         M.st[t] = RUNNABLE;
         M.copies[t].clear(); /* the last block's unwaited copies: never landed */
         M.groups[t] = 0;
@@ -223,7 +312,7 @@ inline void launch(dim3 grid, dim3 block, size_t smem, std::function<void()> bod
     }
     int nwarps = threads / 32;
     M.nthreads = threads;
-    M.ctx.assign(threads, ucontext_t{});
+    M.ctx.assign(threads, fiber{});
     M.st.assign(threads, RUNNABLE);
     if (M.stacks.size() < (size_t)threads * STACK)
         M.stacks.resize((size_t)threads * STACK);
@@ -508,6 +597,13 @@ inline unsigned atomicAdd(unsigned *address, unsigned val)
 {
     unsigned old = *address;
     *address = old + val;
+    return old;
+}
+/* An integer minimum: the same answer in any order. */
+inline unsigned atomicMin(unsigned *address, unsigned val)
+{
+    unsigned old = *address;
+    *address = old < val ? old : val;
     return old;
 }
 
