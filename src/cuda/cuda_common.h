@@ -136,7 +136,7 @@ void tr_cuda_check_tokens(const int *tok, size_t n, int V, const char *what);
 
 /* ---- launch helpers (the sizes: cuda_launch.cuh) --------------------------------- */
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(TR_WARP_EMULATOR_H) /* nvcc, or the emulation build */
 /* A kernel's dynamic shared memory above the default 48 KB must be opted into, once
  * per kernel (*done remembers it; one flag per kernel instance). */
 template <typename K> static inline void tr_cuda_allow_smem(K kernel, size_t bytes, int *done)
