@@ -14,7 +14,10 @@
 # time limit (exit 124). Exits 77 (skipped) where no GPU is usable.
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
-G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}")
+# GPT steps per run: 20, or TR_GPU_TEST_STEPS where the GPU is the CUDA emulator
+# (validation/emu), which runs kernels on the CPU one CUDA thread at a time
+S=${TR_GPU_TEST_STEPS:-20}
+G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" train.steps="$S")
 gpu_setup "${G[@]}"
 # pp NAME NP RTOL ARGS...: gpu_pair, and the final validation losses agree within RTOL
 pp() {
@@ -36,12 +39,12 @@ pp gpt_tp2_pp2 4 1e-4 "${G[@]}" parallel.tp=2 parallel.pp=2
 pp gpt_pp4_m8 4 1e-4 "${G[@]}" parallel.pp=4 train.micro_batches=8
 pp gpt_dp2_tp2_pp2_zero1 8 1e-4 "${G[@]}" parallel.tp=2 parallel.pp=2 parallel.zero=1
 
-# the pp 2 checkpoint at step 20 resumes on GPUs, and samples text through the stages
+# the pp 2 checkpoint of the last step resumes on GPUs, and samples text through the stages
 TRAINER_STAGED_COMM=$(gpu_staged 2) run 2 "$WORK/resume.out" "$WORK/err" "${G[@]}" \
-  parallel.pp=2 system.device=cuda train.steps=24 sample.length=16 run.dir="$WORK/gpt_pp2"
+  parallel.pp=2 system.device=cuda train.steps=$((S + 4)) sample.length=16 run.dir="$WORK/gpt_pp2"
 check "pp 2 on cuda resumes its checkpoint and samples: exit $RC $(tail -2 "$WORK/err")" \
   [ "$RC" = 0 ]
-check "... from step 20" grep -q "resumed from .*step_00000020" "$WORK/resume.out"
+check "... from step $S" grep -q "resumed from .*step_$(printf %08d "$S")" "$WORK/resume.out"
 check "... and prints a sample" grep -q "^sample (greedy, 16 tokens" "$WORK/resume.out"
 check "no rank left running" no_leftover_ranks
 finish

@@ -54,7 +54,10 @@ static const tr_kernels *gpu = &tr_cuda_kernels;
 
 /* ---- the compute stream kept busy ------------------------------------------------ */
 
-enum { D = 2048 };
+/* The busy GEMMs' size: 2048, or TR_TEST_BUSY_DIM where the GPU is the CUDA emulator
+ * (validation/emu), whose streams run each call at once, in order, so that keeping one
+ * busy tests nothing and 50 GFLOP take minutes. */
+static int D = 2048;
 static float *g_a, *g_b, *g_c; /* [D, D] each, device */
 
 static void busy_compute_stream(void)
@@ -578,6 +581,9 @@ int main(int argc, char **argv)
     if (W.rank == 0)
         printf("%d rank%s, rank 0 on %s (PCI %s)\n", W.size, W.size == 1 ? "" : "s", dev.name,
                dev.pci_bus_id);
+    const char *busy = getenv("TR_TEST_BUSY_DIM");
+    if (busy && atoi(busy) > 0)
+        D = atoi(busy);
     g_a = tr_cuda_alloc((size_t)D * D * sizeof(float), "busy A");
     g_b = tr_cuda_alloc((size_t)D * D * sizeof(float), "busy B");
     g_c = tr_cuda_alloc((size_t)D * D * sizeof(float), "busy C");

@@ -18,11 +18,14 @@
 # buffers come on top, so the check is at 1 rank only.
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
-G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}")
+# GPT steps per run: 20, or TR_GPU_TEST_STEPS where the GPU is the CUDA emulator
+# (validation/emu), which runs kernels on the CPU one CUDA thread at a time
+S=${TR_GPU_TEST_STEPS:-20}
+G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" train.steps="$S")
 gpu_setup "${G[@]}"
 if [ -f "$SRC/data/mnist/train-images-idx3-ubyte" ]; then
-  gpu_pair mlp 1 1e-4 inputs/mnist.in train.steps=100 train.log_every=1 run.progress=off
-  gpu_pair cnn 1 1e-4 inputs/mnist_cnn.in train.steps=50 train.log_every=1 run.progress=off
+  gpu_pair mlp 1 1e-4 inputs/mnist.in train.steps=$((5 * S)) train.log_every=1 run.progress=off
+  gpu_pair cnn 1 1e-4 inputs/mnist_cnn.in train.steps=$((5 * S / 2)) train.log_every=1 run.progress=off
 fi
 gpu_pair gpt 1 1e-4 "${G[@]}"
 beyond=$(grep -m1 "^device memory:" "$WORK/gpt.out")
@@ -44,8 +47,8 @@ gpu_pair gpt_dp2 2 1e-4 "${G[@]}"
 gpu_pair gpt_tp2 2 1e-4 "${G[@]}" parallel.tp=2
 gpu_pair gpt_zero1 2 1e-4 "${G[@]}" parallel.zero=1
 # a GPU checkpoint resumes on the CPU
-run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=24 run.dir="$WORK/gpt"
+run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=$((S + 4)) run.dir="$WORK/gpt"
 check "the GPU run's checkpoint resumes on the CPU: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
-check "... from step 20" grep -q "resumed from .*step_00000020" "$WORK/out"
+check "... from step $S" grep -q "resumed from .*step_$(printf %08d "$S")" "$WORK/out"
 check "no rank left running" no_leftover_ranks
 finish
