@@ -73,7 +73,7 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     int HS = C / NH, BR = FA_WARPS * fa_rows<D>::R;
     unsigned grid = (unsigned)(B * NH * ((T + BR - 1) / BR));
     float scale = 1.0f / sqrtf((float)HS);
-    emu::M.rng.seed(seed);
+    emu::seed_schedule(seed);
     bytes q = stored(qkv, format), g = stored(dout, format); /* as c_attn and c_proj store */
     bytes out = marked((size_t)B * T * C, format), dqkv = marked(qkv.size(), format);
     emu_run r;

@@ -45,7 +45,7 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     r.out.assign((size_t)B * T * C, SENTINEL);
     r.lse.assign((size_t)B * NH * T, SENTINEL);
     r.dqkv.assign((size_t)B * T * 3 * C, SENTINEL);
-    emu::M.rng.seed(seed);
+    emu::seed_schedule(seed);
     /* out and dqkv are stored in the format, 16 bits a value: 0xffff (a NaN in bf16 and
      * fp16, which no kernel stores) marks the unwritten ones, which come back as
      * SENTINEL */

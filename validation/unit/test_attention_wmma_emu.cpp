@@ -50,7 +50,7 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     r.out.assign((size_t)B * T * C, SENTINEL);
     r.lse.assign((size_t)B * NH * T, SENTINEL);
     r.dqkv.assign((size_t)B * T * 3 * C, SENTINEL);
-    emu::M.rng.seed(seed);
+    emu::seed_schedule(seed);
     /* out and dqkv are stored in bf16: 0xffff (a NaN, which no kernel stores) marks the
      * unwritten ones, which come back as SENTINEL */
     std::vector<uint16_t> out16(r.out.size(), 0xffffu), dqkv16(r.dqkv.size(), 0xffffu);

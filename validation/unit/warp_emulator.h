@@ -58,7 +58,6 @@
 #include <cstring>
 #include <functional>
 #include <new>
-#include <random>
 #include <type_traits>
 #include <vector>
 #include <ucontext.h>
@@ -188,7 +187,7 @@ struct machine {
     unsigned char *smem = nullptr;        /* exactly the launch's bytes (aligned new[]) */
     fiber sched;
     int current = 0;
-    std::mt19937 rng{1};
+    uint64_t rng = 0x9e3779b97f4a7c15ull; /* the schedule's random state (shuffle_first) */
     std::function<void()> body;
     long switches = 0;
 };
@@ -227,6 +226,24 @@ inline void entry()
     /* (ucontext: returns to uc_link, the scheduler) */
 }
 
+/* The first n of v in a random order (Fisher-Yates on xorshift64*): the schedule's
+ * only randomness. std::shuffle on std::mt19937 cost a tenth of an emulated kernel's
+ * time. */
+/* A schedule of its own from each seed (tests run kernels under several). */
+inline void seed_schedule(uint64_t seed) { M.rng = (seed + 1) * 0x9e3779b97f4a7c15ull | 1; }
+
+inline void shuffle_first(std::vector<int> &v, int n)
+{
+    for (int i = n - 1; i > 0; i--) {
+        M.rng ^= M.rng >> 12;
+        M.rng ^= M.rng << 25;
+        M.rng ^= M.rng >> 27;
+        uint32_t r = (uint32_t)((M.rng * 0x2545f4914f6cdd1dull) >> 32);
+        int j = (int)(((uint64_t)r * (uint64_t)(i + 1)) >> 32);
+        std::swap(v[i], v[j]);
+    }
+}
+
 /* Whether the warp's 32 lanes all wait at a collective; if so they go on. */
 inline bool release_warp(int w)
 {
@@ -250,7 +267,7 @@ inline void run_warp(int w, std::vector<int> &order)
                 order[n++] = 32 * w + l;
         if (n == 0)
             return;
-        std::shuffle(order.begin(), order.begin() + n, M.rng);
+        shuffle_first(order, n);
         for (int i = 0; i < n; i++) {
             M.current = order[i];
             unsigned id = (unsigned)order[i];
@@ -336,7 +353,7 @@ inline void launch(dim3 grid, dim3 block, size_t smem, std::function<void()> bod
                 for (;;) {
                     for (int w = 0; w < nwarps; w++)
                         warps[w] = w;
-                    std::shuffle(warps.begin(), warps.end(), M.rng);
+                    shuffle_first(warps, nwarps);
                     for (int w : warps)
                         run_warp(w, order);
                     /* every warp is stuck: at __syncthreads, exited, or at different
