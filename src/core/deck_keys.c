@@ -82,6 +82,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("run", "dir", TR_KEY_STRING, "runs/default", 0, 0, 0, "run directory (created if missing): resolved deck, metrics.csv, summary.json"),
     K("run", "stop_after_steps", TR_KEY_INT, "0", 0, BIG, 0, "checkpoint and exit 75 after this many steps of this session (0 = off): run a long job in slices"),
     K("run", "max_minutes", TR_KEY_FLOAT, "0", 0, 1e9, 0, "checkpoint and exit 75 once this session has run this long (0 = off): stay inside a wall-clock limit"),
+    K("run", "hang_minutes", TR_KEY_FLOAT, "30", 0, 1e9, 0, "end the job (exit 71) when a rank has made no progress (no training step, evaluation batch, checkpoint piece or sampled token) for this long (0 = off): a hung rank, GPU or link does not hold the nodes until the time limit"),
     K("run", "progress", TR_KEY_CHOICE, "auto", 0, 0, "auto|tty|lines|off", "progress display: auto = in place on a terminal, plain lines otherwise"),
 
     K("system", "device", TR_KEY_CHOICE, "cpu", 0, 0, "cpu|cuda|cpu-guarded", "where the math runs: cpu, or cuda (one GPU per rank, NCCL between them); cpu-guarded = the CPU with the model's memory readable only by kernels, transfers and collectives, as on a GPU (a check of the GPU code path; slow, for tests)"),

@@ -2,6 +2,7 @@
  * through HDF5 hyperslabs; the owners' CRCs are combined and compared with the
  * file's (checkpoint.h). */
 #include "io/checkpoint_internal.h"
+#include "core/watchdog.h"
 
 #include <errno.h>
 #include <float.h>
@@ -246,6 +247,7 @@ static int read_data(hid_t ds, const tr_ckpt_tensor *t)
         if (a >= e)
             continue;
         hsize_t count = e - a;
+        tr_watchdog_beat("a piece of a checkpoint read", -1);
         hid_t ms = H5Screate_simple(1, &count, NULL);
         rc = H5Sselect_none(s.space) < 0 || ckpt_block_rects(&b[i], base - n, a, e, sel_rect, &s) ||
                      H5Dread(ds, H5T_NATIVE_FLOAT, ms, s.space, H5P_DEFAULT,

@@ -2,6 +2,7 @@
  * straight through MPI-IO into the places HDF5 allocated, synced, then renamed into
  * place (checkpoint.h). */
 #include "io/checkpoint_internal.h"
+#include "core/watchdog.h"
 #include "version.h"
 
 #include <errno.h>
@@ -113,6 +114,7 @@ static int write_runs(const char *file, const tr_ckpt_tensor *t, const run *runs
         uint64_t bytes = runs[i].len * sizeof(float);
         for (uint64_t o = 0; o < bytes && !(bad && !w->collective); o += PIECE, made++) {
             uint64_t len = bad ? 0 : (bytes - o < PIECE ? bytes - o : PIECE);
+            tr_watchdog_beat("a piece of a checkpoint written", -1);
             if (write_piece(fh, w->collective, at + o, src + o, len, msg) && !bad) {
                 ckpt_fail(err, errlen, "writing %s to '%s' failed: %s", t[runs[i].t].path, file,
                           msg);

@@ -33,6 +33,7 @@
 #include "backend/lowp_math.h" /* tr_round_lowp_span */
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/watchdog.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -917,6 +918,7 @@ int tr_gpt_generate(tr_model *m, int32_t *tokens, int n_prompt, int n_total, int
                  "model; the trainer generates through its stages");
     float *full = tr_alloc((size_t)g->Vl * sizeof *full, "sample logits");
     for (int n = n_prompt; n < n_total; n++) {
+        tr_watchdog_beat("a sampled token", -1);
         int ctx = n < c->T ? n : c->T; /* the newest seq_len tokens */
         tr_gpt_stage_forward(m, 0, tokens + n - ctx, 1, ctx);
         int v0, Vl;

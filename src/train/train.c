@@ -5,6 +5,7 @@
 #include "backend/lowp_math.h"
 #include "core/error.h"
 #include "core/sysmem.h"
+#include "core/watchdog.h"
 #include "device_select.h"
 #include "metrics.h"
 #include "models/gpt.h"
@@ -241,6 +242,7 @@ static void evaluate(run *r, double *loss, double *acc)
             idx[i] = s + i;
         int32_t labels[4096];
         tr_dataset_gather(&r->test, idx, B, x, labels, 1);
+        tr_watchdog_beat("an evaluation batch", -1);
         long correct = 0;
         sums[0] += tr_model_forward(&r->model, x, labels, B, &correct);
         sums[1] += (double)correct;
@@ -680,6 +682,8 @@ static int setup(run *r)
 
 static void teardown(run *r)
 {
+    /* what follows (MPI_Finalize waits for rank 0's sample) is not training */
+    tr_watchdog_stop();
     if (r->loader)
         tr_loader_destroy(r->loader);
     if (r->metrics)
@@ -835,6 +839,13 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         r->w = &planned;
     }
     tr_signals_install();
+    /* a plan computes nothing and waits for nobody */
+    double hang = rt->plan_ranks ? 0 : 60 * tr_deck_float(d, "run", "hang_minutes");
+    int werr = tr_watchdog_start(hang, w->rank, "run.hang_minutes");
+    if (werr)
+        tr_fatal(TR_EXIT_OSERR, "cannot start the hang watchdog thread: %s (set "
+                 "run.hang_minutes = 0 to run without it)", strerror(werr));
+    tr_watchdog_beat("the start of set-up", -1);
     int rc = setup(r);
     if (rc) {
         teardown(r);
@@ -861,6 +872,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         }
     }
     for (long step = r->start_step; step < r->total_steps; step++) {
+        tr_watchdog_beat("the start of training step", step + 1);
         double t0 = tr_wtime();
         double loss_sum, gnorm;
         long correct;

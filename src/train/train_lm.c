@@ -1,6 +1,7 @@
 /* train_lm.c: the parts of a run particular to language models: token data, the
  * validation perplexity, the unigram baseline, and a sample of generated text. */
 #include "core/error.h"
+#include "core/watchdog.h"
 #include "models/gpt.h"
 #include "run.h"
 #include "text/bpe.h"
@@ -75,6 +76,7 @@ void tr_lm_evaluate(run *r, double *loss, double *acc)
         int B = (int)(end - s < r->eval_local_batch ? end - s : r->eval_local_batch);
         for (int i = 0; i < B; i++)
             tr_token_data_val_window(td, s + i, x + (size_t)i * T, y + (size_t)i * T);
+        tr_watchdog_beat("an evaluation batch", -1);
         long correct = 0;
         sums[0] += tr_pipeline_forward(r, x, y, B, &correct);
         sums[1] += (double)correct;

@@ -13,6 +13,7 @@
  * stages is a stream of its own there (comm.h: links). */
 #include "backend/lowp_math.h" /* tr_stored_bytes */
 #include "core/error.h"
+#include "core/watchdog.h"
 #include "models/gpt.h"
 #include "run.h"
 
@@ -110,6 +111,7 @@ void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total, int t
     size_t *counts = tr_alloc(2 * (size_t)w->tp * sizeof *counts, "sample gather");
     tr_dtype st = stream_type(r);
     for (int n = n_prompt; n < n_total; n++) {
+        tr_watchdog_beat("a sampled token", -1);
         int ctx = n < c->T ? n : c->T; /* the newest seq_len tokens */
         size_t nf = stream_floats(r, 1, ctx);
         if (!first)

@@ -1,0 +1,136 @@
+/* watchdog.c: the no-progress timer of watchdog.h. */
+#include "watchdog.h"
+
+#include "error.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct {
+    atomic_ulong beats;         /* advanced by every beat */
+    _Atomic(const char *) what; /* the last beat's activity (a literal) */
+    atomic_long step;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC: stop wakes the thread at once */
+    int running, stop;
+    double timeout, tick;
+    int rank;
+    const char *key;
+} g = {.what = "the start"};
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Prints and ends the process without MPI (the main thread may be inside it). */
+static void expire(double idle)
+{
+    char when[32] = "";
+    time_t t = time(NULL);
+    struct tm tm;
+    if (localtime_r(&t, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    const char *what = atomic_load_explicit(&g.what, memory_order_relaxed);
+    long step = atomic_load_explicit(&g.step, memory_order_relaxed);
+    char at[48] = "";
+    if (step >= 0)
+        snprintf(at, sizeof at, " %ld", step);
+    char msg[1024];
+    int n = snprintf(msg, sizeof msg,
+                     "[rank %d] %s: no progress for %.0f s (%s = %g), since %s%s. A "
+                     "rank, GPU or link stopped answering, or this rank is stuck; ending the "
+                     "job with exit %d rather than hold its nodes. Look for the rank that did "
+                     "not print this; the last checkpoint is intact.\n",
+                     g.rank, when, idle, g.key, g.timeout / 60, what, at, TR_EXIT_OSERR);
+    if (n > 0) {
+        size_t len = (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
+        ssize_t w = write(STDERR_FILENO, msg, len);
+        (void)w; /* nothing left to do if stderr is gone */
+    }
+    _exit(TR_EXIT_OSERR);
+}
+
+static void *watch(void *arg)
+{
+    (void)arg;
+    unsigned long seen = atomic_load(&g.beats);
+    double idle = 0, prev = now();
+    pthread_mutex_lock(&g.mu);
+    while (!g.stop) {
+        double wake = now() + g.tick;
+        struct timespec ts = {.tv_sec = (time_t)wake,
+                              .tv_nsec = (long)((wake - (double)(time_t)wake) * 1e9)};
+        pthread_cond_timedwait(&g.cv, &g.mu, &ts);
+        if (g.stop)
+            break;
+        double t = now(), gap = t - prev;
+        prev = t;
+        unsigned long b = atomic_load(&g.beats);
+        if (b != seen) {
+            seen = b;
+            idle = 0;
+            continue;
+        }
+        /* a wake-up far later than asked for means the process was stopped */
+        idle += gap < 2 * g.tick ? gap : 2 * g.tick;
+        if (idle >= g.timeout)
+            expire(idle);
+    }
+    pthread_mutex_unlock(&g.mu);
+    return NULL;
+}
+
+int tr_watchdog_start(double seconds, int rank, const char *key)
+{
+    if (seconds <= 0 || g.running)
+        return 0;
+    g.timeout = seconds;
+    /* about 20 looks a timeout, at most 5 s apart: a dozen wake-ups a minute at most */
+    g.tick = seconds / 20 < 0.05 ? 0.05 : seconds / 20 > 5 ? 5 : seconds / 20;
+    g.rank = rank;
+    g.key = key;
+    g.stop = 0;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&g.mu, NULL);
+    int rc = pthread_create(&g.thread, NULL, watch, NULL);
+    if (rc) {
+        pthread_cond_destroy(&g.cv);
+        pthread_mutex_destroy(&g.mu);
+        return rc;
+    }
+    g.running = 1;
+    return 0;
+}
+
+void tr_watchdog_beat(const char *what, long step)
+{
+    atomic_store_explicit(&g.what, what, memory_order_relaxed);
+    atomic_store_explicit(&g.step, step, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g.beats, 1, memory_order_relaxed);
+}
+
+void tr_watchdog_stop(void)
+{
+    if (!g.running)
+        return;
+    pthread_mutex_lock(&g.mu);
+    g.stop = 1;
+    pthread_cond_signal(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(g.thread, NULL);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+    g.running = 0;
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# hang_watchdog.sh: run.hang_minutes. A rank that stops answering without dying (here
+# SIGSTOP: a hung node, GPU or link looks the same to its peers) leaves the others
+# waiting inside a collective; their watchdogs end the job with exit 71 and a message
+# that says what they were doing, and no rank is left running. A whole job that is
+# stopped and continued (Slurm's suspend, gang scheduling) is not a hang: it finishes.
+source "$(dirname "$0")/../lib.sh"
+require_data
+
+TIMEOUT_MIN=0.05 # 3 s: a step here takes about a millisecond
+steps=2000
+sanitized && steps=500
+base=(inputs/mnist.in train.log_every=10 run.progress=off run.hang_minutes=$TIMEOUT_MIN)
+
+# start_run DIR STEPS: mpirun -np 2 in the background (LAUNCHER), back once training
+# is under way (its metrics have lines)
+start_run() {
+  timeout -k 5 120 mpirun -np 2 "$TRAINER" "${base[@]}" train.steps="$2" run.dir="$1" \
+    >"$WORK/out" 2>"$WORK/err" &
+  LAUNCHER=$!
+  for _ in $(seq 1 1200); do
+    [ -f "$1/metrics.csv" ] && [ "$(wc -l <"$1/metrics.csv")" -gt 3 ] && return
+    sleep 0.05
+  done
+}
+
+# 1. one rank stopped: the other ends the job
+start_run "$WORK/hung" 100000000
+victim=$(trainer_pids | sed -n 2p)
+kill -STOP "$victim"
+wait "$LAUNCHER"
+code=$?
+kill -CONT "$victim" 2>/dev/null # (only if something failed to kill it)
+check "a stopped rank: the job ends with 71 (got $code) $(cat "$WORK/err")" [ "$code" = 71 ]
+check "the message names the timeout and the rank" \
+  grep -q "^\[rank [01]\] .*: no progress for [0-9]* s (run.hang_minutes = $TIMEOUT_MIN)" "$WORK/err"
+check "the message says where the rank was" grep -q "since the start of training step [0-9]" "$WORK/err"
+check "no rank left running" no_leftover_ranks
+
+# 2. the whole job stopped for over two timeouts and continued: it finishes
+start_run "$WORK/suspended" "$steps"
+pids=$(trainer_pids)
+# shellcheck disable=SC2086 # one pid a word
+kill -STOP $pids
+sleep 7
+# shellcheck disable=SC2086
+kill -CONT $pids
+wait "$LAUNCHER"
+code=$?
+check "a suspended and continued job finishes (got $code) $(cat "$WORK/err")" [ "$code" = 0 ]
+check "it trained every step" [ "$(grep -c ',train,' "$WORK/suspended/metrics.csv")" = $((steps / 10)) ]
+check "no rank left running" no_leftover_ranks
+
+# 3. off: a stop longer than the timeout is waited out
+base=(inputs/mnist.in train.log_every=10 run.progress=off run.hang_minutes=0)
+start_run "$WORK/off" "$steps"
+victim=$(trainer_pids | sed -n 2p)
+kill -STOP "$victim"
+sleep 4
+kill -CONT "$victim"
+wait "$LAUNCHER"
+code=$?
+check "run.hang_minutes = 0: the job waits for the stopped rank and finishes (got $code)" \
+  [ "$code" = 0 ]
+finish
