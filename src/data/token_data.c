@@ -95,6 +95,20 @@ void tr_token_data_start(tr_token_data *td, long global_batch, int dp_rank, int 
 
 long tr_token_data_steps_per_epoch(const tr_token_data *td) { return td->sampler.steps_per_epoch; }
 
+/* The T + 1 tokens of window w of a file into td->win. */
+static void read_window(tr_token_data *td, tr_token_file *f, long w)
+{
+    char err[1024];
+    int rc = tr_token_file_read(f, (uint64_t)w * (uint64_t)td->T, (size_t)td->T + 1, td->win,
+                                err, sizeof err);
+    /* open checked the header and the size, not every token (that would read a
+     * whole corpus on every rank before the first step) */
+    if (rc == TR_EXIT_DATA)
+        tr_fatal(rc, "%s: the file is damaged; make it again (tools/tokenize)", err);
+    if (rc)
+        tr_fatal(rc, "%s (the file changed while training?)", err);
+}
+
 /* Window w of a file, or of the random stream (stream 0 train, 1 validation). */
 static void window(tr_token_data *td, tr_token_file *f, uint64_t stream, long w, int32_t *x,
                    int32_t *y)
@@ -106,15 +120,7 @@ static void window(tr_token_data *td, tr_token_file *f, uint64_t stream, long w,
                                                (uint64_t)w * (uint64_t)(T + 1) + (uint64_t)i) %
                                     (uint64_t)td->V);
     } else {
-        char err[1024];
-        int rc = tr_token_file_read(f, (uint64_t)w * (uint64_t)T, (size_t)T + 1, td->win, err,
-                                    sizeof err);
-        /* open checked the header and the size, not every token (that would read a
-         * whole corpus on every rank before the first step) */
-        if (rc == TR_EXIT_DATA)
-            tr_fatal(rc, "%s: the file is damaged; make it again (tools/tokenize)", err);
-        if (rc)
-            tr_fatal(rc, "%s (the file changed while training?)", err);
+        read_window(td, f, w);
     }
     for (int i = 0; i < T; i++) {
         x[i] = (int32_t)td->win[i];
@@ -140,6 +146,29 @@ void tr_token_data_batch(tr_token_data *td, long step, const int32_t **x, const 
 void tr_token_data_val_window(tr_token_data *td, long w, int32_t *x, int32_t *y)
 {
     window(td, td->val, 1, w, x, y);
+}
+
+/* FNV-1a, continued from h, of up to 64 windows spread evenly over the first
+ * `windows` of f, the first and the last included. */
+static uint64_t digest_file(tr_token_data *td, tr_token_file *f, long windows, uint64_t h)
+{
+    enum { SAMPLES = 64 };
+    long n = windows < SAMPLES ? windows : SAMPLES;
+    for (long k = 0; k < n; k++) {
+        read_window(td, f, n > 1 ? (long)((uint64_t)k * (uint64_t)(windows - 1) / (uint64_t)(n - 1))
+                                 : 0);
+        for (int i = 0; i <= td->T; i++)
+            h = (h ^ td->win[i]) * 0x100000001b3ULL;
+    }
+    return h;
+}
+
+uint64_t tr_token_data_digest(tr_token_data *td)
+{
+    if (td->random)
+        return 0;
+    uint64_t h = digest_file(td, td->train, td->train_windows, 0xcbf29ce484222325ULL);
+    return digest_file(td, td->val, td->val_windows, h);
 }
 
 /* Counts every token of f into counts[V] (chunked reads). */

@@ -165,13 +165,16 @@ static int open_metrics(run *r)
 
 /* Every rank must read the same data, from which the step count comes: node-local
  * copies that differ would give ranks other loop lengths, and the job would wait
- * forever in a collective. Compared: the sample (window) counts and a hash of the
- * labels. Collective; rc is this rank's verdict so far (kept when not 0). */
+ * forever in a collective, and copies of another content would train another model.
+ * Compared: the sample (window) counts and a hash of the labels, or of 64 windows
+ * spread over each token file (tr_token_data_digest). Collective; rc is this rank's
+ * verdict so far (kept when not 0). */
 static int same_data_everywhere(run *r, int rc)
 {
     int64_t mine[3] = {0, 0, 0}, root[3];
     if (!rc && r->lm) {
         mine[0] = r->tokens.train_windows, mine[1] = r->tokens.val_windows;
+        mine[2] = (int64_t)tr_token_data_digest(&r->tokens);
     } else if (!rc) {
         mine[0] = r->train.n, mine[1] = r->test.n;
         uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a of the labels, train then test */
@@ -191,7 +194,9 @@ static int same_data_everywhere(run *r, int rc)
                      "0's %lld and %lld (node-local copies that differ?); every rank must "
                      "read the same files",
                      r->w->rank, (long long)mine[0], (long long)mine[1], what,
-                     mine[0] == root[0] && mine[1] == root[1] ? ", with other labels," : "",
+                     mine[0] != root[0] || mine[1] != root[1] ? ""
+                     : r->lm                                  ? ", with other tokens,"
+                                                              : ", with other labels,",
                      (long long)root[0], (long long)root[1]);
     return TR_EXIT_DATA;
 }

@@ -65,6 +65,25 @@ args0=("${base[@]}" run.dir="$WORK/data")
 two other-data 65 "rank 1 reads other data than rank 0: 4000 and 2000 training and test samples against rank 0's 8000 and 2000" \
   unshare -m sh -c "mount --bind '$WORK/m4000' '$SRC/data/mnist' && exec \"\$@\"" sh "$TRAINER" "${args0[@]}"
 
+# token files of the size of rank 0's and another content at the same path (a
+# node-local copy of another version of the corpus): the hash of their windows
+if [ -f "$SRC/data/brown/bytes.train.tok" ]; then
+  layout_gpt_setup
+  mkdir -p "$WORK/brown"
+  cp "$SRC/data/brown/"bytes.*.tok "$WORK/brown/"
+  "$PYTHON" - "$WORK/brown/bytes.train.tok" <<'PY'
+import array, sys
+path = sys.argv[1]
+raw = open(path, "rb").read()
+tokens = array.array("H", raw[32:])  # uint16 tokens after the 32-byte header
+tokens.reverse()  # the same tokens, in another order
+open(path, "wb").write(raw[:32] + tokens.tobytes())
+PY
+  args0=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" run.dir="$WORK/tokens")
+  two other-tokens 65 "rank 1 reads other data than rank 0: ([0-9]+) and 16 training and validation windows, with other tokens, against rank 0's \\1 and 16" \
+    unshare -m sh -c "mount --bind '$WORK/brown' '$SRC/data/brown' && exec \"\$@\"" sh "$TRAINER" "${args0[@]}"
+fi
+
 # a run directory under a node-local path: refused at start-up, not at the first
 # checkpoint (where the collective file create would hang)
 mkdir -p "$WORK/local"
