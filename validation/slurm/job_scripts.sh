@@ -7,7 +7,9 @@
 #     trains to the end, and the trainer warns once that the GPUs stay idle;
 #   - jobs/gpt_512gpu.sh with a deck that sets no [run] dir: the run directory is
 #     named after the job (runs/gpt-JOBID) and the resolved deck says so;
-# and the trainer logs the allocation once (job id, nodes, ranks per node, CPUs).
+# and the trainer logs the allocation once (job id, nodes, ranks per node, CPUs);
+#   - jobs/mnist.sh with a rank stopped mid-run: the job fails within seconds
+#     (run.hang_minutes), no rank left.
 # (The preemption cycle is requeue.sh; requests that must fail, impossible.sh.)
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/validation/slurm_cluster.sh"
@@ -67,5 +69,27 @@ check "gpt-512: the resolved deck says where [run] dir came from" \
   grep -q "^dir = runs/gpt-$J   # set at Slurm job $J (the deck sets no \[run\] dir)" \
   "$WORK/runs/gpt-$J/deck.in"
 check "gpt-512: no requeue after a clean end" [ "$(slurm_job_field "$J" Restarts)" = 0 ]
+# ---- a rank that stops answering (SIGSTOP) in jobs/mnist.sh: the other's watchdog
+# (run.hang_minutes) ends it, Slurm cancels the step, and the job fails at once
+# instead of holding its node until the time limit
+DECK=$SRC/inputs/mnist.in OVERRIDES="train.steps=100000000 train.log_every=10
+  run.hang_minutes=0.05 data.train_images=$M/train-images-idx3-ubyte
+  data.train_labels=$M/train-labels-idx1-ubyte data.test_images=$M/t10k-images-idx3-ubyte
+  data.test_labels=$M/t10k-labels-idx1-ubyte run.dir=$WORK/runs/hung" \
+  sbatch --parsable --chdir="$WORK" --output="$WORK/hung.out" --time=30 --nodes=1 \
+  --ntasks-per-node=2 --cpus-per-task=1 jobs/mnist.sh >"$WORK/hung.id"
+J=$(cat "$WORK/hung.id")
+for _ in $(seq 1200); do # until training is under way
+  [ "$(grep -c ',train,' "$WORK/runs/hung/metrics.csv" 2>/dev/null)" -gt 3 ] 2>/dev/null && break
+  sleep 0.05
+done
+kill -STOP "$(trainer_pids | sed -n 2p)"
+slurm_wait_final "$J" 60
+check "hung rank: the job ends FAILED (got $JOB_STATE $JOB_EXIT; $(tail -4 "$WORK/hung.out"))" \
+  [ "$JOB_STATE" = FAILED ]
+check "hung rank: the watchdog says so in the job's output" \
+  grep -q "^\[rank [01]\] .*: no progress for [0-9]* s (run.hang_minutes = 0.05)" "$WORK/hung.out"
+check "hung rank: no rank left running" no_leftover_ranks
+
 check "no job left in the queue" [ -z "$(squeue -h -o %i)" ]
 finish
