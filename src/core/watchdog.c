@@ -45,10 +45,10 @@ static void expire(double idle)
         snprintf(at, sizeof at, " %ld", step);
     char msg[1024];
     int n = snprintf(msg, sizeof msg,
-                     "[rank %d] %s: no progress for %.0f s (%s = %g), since %s%s. A "
-                     "rank, GPU or link stopped answering, or this rank is stuck; ending the "
-                     "job with exit %d rather than hold its nodes. The rank to look at printed "
-                     "no such line, or an earlier step; the last checkpoint is intact.\n",
+                     "[rank %d] %s: no progress for %.0f s (%s = %g), since %s%s: a rank, "
+                     "GPU or link stopped answering, or this rank is stuck. Ending the job "
+                     "with exit %d rather than hold its nodes; the checkpoints written so far "
+                     "are intact, and a rerun resumes from the newest.\n",
                      g.rank, when, idle, g.key, g.timeout / 60, what, at, TR_EXIT_OSERR);
     if (n > 0) {
         size_t len = (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
