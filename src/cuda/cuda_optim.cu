@@ -137,14 +137,23 @@ void tr_cuda_round_lowp(float *x, size_t n, int format)
  * 148, 1.5B's 580. One wait for them all, not one each (each wait leaves the GPU idle
  * for a copy, the host's wake-up and the next launches: some 20 us). Empty spans add
  * nothing (tr_cuda_sum_squares returns 0 for them without a kernel). */
-/* the k spans of ch, their sums added to the device's total */
+/* the k spans of ch, their sums added to the device's total. Where every span is short
+ * enough for one element a thread, the grid stops after the longest span's last
+ * element: each element has the thread it has in the full grid, and the blocks left
+ * out would each have stored 0 (a GPT-2 bias of 768 values: 3 blocks of the 1024). */
 static void add_spans(const tr_cuda_ctx *c, const span_chunk *ch, int k, int first)
 {
-    dim3 grid(TR_CUDA_REDUCE_BLOCKS, (unsigned)k);
+    size_t longest = 0;
+    for (int i = 0; i < k; i++)
+        longest = ch->n[i] > longest ? ch->n[i] : longest;
+    unsigned used = longest >= (size_t)TR_CUDA_REDUCE_BLOCKS * TR_CUDA_BLOCK
+                        ? TR_CUDA_REDUCE_BLOCKS
+                        : (unsigned)((longest + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK);
+    dim3 grid(used, (unsigned)k);
     span_squares_partial_kernel<<<grid, TR_CUDA_BLOCK, 0, c->stream>>>(c->d_partial, *ch);
     TR_CUDA_LAUNCHED();
     add_span_sums_kernel<<<1, TR_CUDA_REDUCE_BLOCKS, 0, c->stream>>>(c->d_result, c->d_partial,
-                                                                      k, first);
+                                                                      k, first, used);
     TR_CUDA_LAUNCHED();
 }
 

@@ -121,6 +121,11 @@ __global__ static void adamw_spans_kernel(adamw_chunk ch, int format)
 __global__ static void sum_squares_partial_kernel(double *partial, const float *x, size_t n)
 {
     __shared__ double sh[32];
+    if (blockIdx.x * (size_t)blockDim.x >= n) { /* no element here: its tree would give 0 */
+        if (threadIdx.x == 0)
+            partial[blockIdx.x] = 0.0;
+        return;
+    }
     double s = 0.0;
     TR_GRID_STRIDE(i, n) s += (double)x[i] * x[i];
     s = tr_block_sum(s, sh);
@@ -154,6 +159,13 @@ __global__ static void span_squares_partial_kernel(double *partial, span_chunk c
     __shared__ double sh[32];
     const float *x = c.x[blockIdx.y];
     size_t n = c.n[blockIdx.y];
+    /* a block past a short span's elements (most of the grid for a bias) stores the 0
+     * its tree would give, without the tree: the same bits, less work */
+    if (blockIdx.x * (size_t)blockDim.x >= n) {
+        if (threadIdx.x == 0)
+            partial[(size_t)blockIdx.y * TR_CUDA_REDUCE_BLOCKS + blockIdx.x] = 0.0;
+        return;
+    }
     double s = 0.0;
     TR_GRID_STRIDE(i, n) s += (double)x[i] * x[i];
     s = tr_block_sum(s, sh);
@@ -162,14 +174,17 @@ __global__ static void span_squares_partial_kernel(double *partial, span_chunk c
 }
 
 /* *total (0 where first) + each of the count spans' sums, in order (every thread adds
- * the same values; thread 0 stores) */
+ * the same values; thread 0 stores). The partial sums' grid had `used` blocks: the
+ * others, which would have held 0, are taken as 0. */
 __global__ static void add_span_sums_kernel(double *total, const double *partial, int count,
-                                            int first)
+                                            int first, unsigned used)
 {
     __shared__ double sh[32];
     double t = first ? 0.0 : *total;
     for (int k = 0; k < count; k++)
-        t += tr_block_sum(partial[(size_t)k * TR_CUDA_REDUCE_BLOCKS + threadIdx.x], sh);
+        t += tr_block_sum(
+            threadIdx.x < used ? partial[(size_t)k * TR_CUDA_REDUCE_BLOCKS + threadIdx.x] : 0.0,
+            sh);
     if (threadIdx.x == 0)
         *total = t;
 }

@@ -701,7 +701,7 @@ static void test_sum_squares_spans(int count, int blocks)
         emu::launch(dim3((unsigned)blocks, (unsigned)k), dim3(32), 0,
                     [&] { span_squares_partial_kernel(partial.data(), ch); });
         emu::launch(dim3(1), dim3((unsigned)blocks), 0,
-                    [&] { add_span_sums_kernel(&total, partial.data(), k, first); });
+                    [&] { add_span_sums_kernel(&total, partial.data(), k, first, (unsigned)blocks); });
     });
     double want = 0.0;
     long double exact = 0.0L;
