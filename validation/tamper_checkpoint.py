@@ -66,6 +66,7 @@ CASES = {
     "model-variable-length": attr("model", "mlp"),
     "model-too-long": attr("model", s("m" * 1000)),
     "seed-string": attr("seed", s("1234")),
+    "data-digest-string": attr("data_digest", s("1234")),
     # root attributes: range
     "step-negative": attr("step", np.int64(-1)),
     "step-huge": attr("step", np.int64(9 * 10**18)),
@@ -93,6 +94,10 @@ CASES = {
                                                              compression="gzip")),
     "same-extra-dataset": lambda f: f.create_dataset("model/extra/weight", data=np.zeros(3)),
     "same-no-deck": lambda f: f.__delitem__("deck"),
+    # written from other data (by its hash): resumes, with a warning
+    "same-other-data-digest": attr("data_digest", np.uint64(0x1234)),
+    # an older trainer's file, without the hash: resumes, nothing compared
+    "same-no-data-digest": attr("data_digest", None),
     # a deck as another version of the trainer might have written it: not compared
     "same-foreign-deck": dataset("deck", lambda f, p, d: f.create_dataset(
         p, data=np.bytes_(d + b"\n[train]\nold_key = 1\n"))),

@@ -163,12 +163,12 @@ static uint64_t digest_file(tr_token_data *td, tr_token_file *f, long windows, u
     return h;
 }
 
-uint64_t tr_token_data_digest(tr_token_data *td)
+uint64_t tr_token_data_digest(tr_token_data *td, int with_val)
 {
     if (td->random)
         return 0;
     uint64_t h = digest_file(td, td->train, td->train_windows, 0xcbf29ce484222325ULL);
-    return digest_file(td, td->val, td->val_windows, h);
+    return with_val ? digest_file(td, td->val, td->val_windows, h) : h;
 }
 
 /* Counts every token of f into counts[V] (chunked reads). */

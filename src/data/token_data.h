@@ -54,11 +54,11 @@ long tr_token_data_steps_per_epoch(const tr_token_data *td);
 void tr_token_data_batch(tr_token_data *td, long step, const int32_t **x, const int32_t **y);
 /* Validation window w into x, y [T] each. */
 void tr_token_data_val_window(tr_token_data *td, long w, int32_t *x, int32_t *y);
-/* A hash of the files' contents for comparing ranks' copies: FNV-1a of up to 64
- * windows spread evenly over each file (the validation file's windows in use), the
- * first and the last included; reading whole corpora on every rank would cost a
- * start-up more than it is worth. 0 in random mode. */
-uint64_t tr_token_data_digest(tr_token_data *td);
+/* A hash of the files' contents for comparing copies: FNV-1a of up to 64 windows
+ * spread evenly over the training file, the first and the last included, then as
+ * many of the validation file's windows in use where with_val; reading whole corpora
+ * on every rank would cost a start-up more than it is worth. 0 in random mode. */
+uint64_t tr_token_data_digest(tr_token_data *td, int with_val);
 /* Per-token perplexity of the validation windows' targets under the training
  * tokens' unigram distribution (add-one smoothed): the baseline a model must beat.
  * Reads both files whole in chunks; call on one rank. Returns 0 in random mode. */

@@ -89,6 +89,9 @@ typedef struct tr_ckpt_meta {
     char precision[16];
     double loss_scale;
     long loss_scale_good, skipped_steps;
+    /* a hash of the training data (the labels, or windows of the token file: the
+     * trainer's same_data_everywhere); 0 where not recorded (older files, random data) */
+    uint64_t data_digest;
     const char *deck_text; /* on write */
     int collective_io;     /* on write: MPI-IO collective buffering for tensor data */
 } tr_ckpt_meta;

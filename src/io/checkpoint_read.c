@@ -103,6 +103,11 @@ static int read_meta(hid_t f, const char *path, tr_ckpt_meta *m, char *err, size
     rc = ckpt_attr_read(f, "seed", H5T_NATIVE_UINT64, &m->seed);
     if (rc)
         return attr_fail(rc, path, "seed", "a single integer", err, errlen);
+    m->data_digest = 0; /* came later: absent, not recorded */
+    rc = has(f, "data_digest") ? ckpt_attr_read(f, "data_digest", H5T_NATIVE_UINT64, &m->data_digest)
+                               : 0;
+    if (rc)
+        return attr_fail(rc, path, "data_digest", "a single integer", err, errlen);
     /* the layout it was written at: reading does not depend on it, but one that
      * cannot have been is a damaged file */
     if (meta_int(f, path, "written_ranks", 1, INT_MAX, &ranks, err, errlen) ||

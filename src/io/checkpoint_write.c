@@ -174,7 +174,8 @@ static int write_meta(hid_t f, const tr_ckpt_meta *m)
            ckpt_attr_str(f, "precision", m->precision[0] ? m->precision : "fp32") |
            ckpt_attr_write(f, "loss_scale", H5T_NATIVE_DOUBLE, &m->loss_scale) |
            ckpt_attr_i64(f, "loss_scale_good_steps", m->loss_scale_good) |
-           ckpt_attr_i64(f, "skipped_steps", m->skipped_steps);
+           ckpt_attr_i64(f, "skipped_steps", m->skipped_steps) |
+           ckpt_attr_write(f, "data_digest", H5T_NATIVE_UINT64, &m->data_digest);
 }
 
 /* fsync a path (file or directory); returns errno or 0 */

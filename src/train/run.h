@@ -24,6 +24,7 @@ typedef struct run {
     tr_dataset train, test;  /* images (data.format = idx) */
     tr_token_data tokens;     /* token windows (language models) */
     int lm;                   /* the model reads tokens */
+    uint64_t data_digest;     /* the training data's hash (same_data_everywhere), 0: none */
     tr_model model;
     tr_optim opt;
     tr_dp dp;

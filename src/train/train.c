@@ -167,21 +167,24 @@ static int open_metrics(run *r)
  * copies that differ would give ranks other loop lengths, and the job would wait
  * forever in a collective, and copies of another content would train another model.
  * Compared: the sample (window) counts and a hash of the labels, or of 64 windows
- * spread over each token file (tr_token_data_digest). Collective; rc is this rank's
- * verdict so far (kept when not 0). */
+ * spread over each token file (tr_token_data_digest). The training data's part of
+ * the hash goes into checkpoints (r->data_digest), for a resume to compare.
+ * Collective; rc is this rank's verdict so far (kept when not 0). */
 static int same_data_everywhere(run *r, int rc)
 {
     int64_t mine[3] = {0, 0, 0}, root[3];
     if (!rc && r->lm) {
         mine[0] = r->tokens.train_windows, mine[1] = r->tokens.val_windows;
-        mine[2] = (int64_t)tr_token_data_digest(&r->tokens);
+        r->data_digest = tr_token_data_digest(&r->tokens, 0);
+        mine[2] = (int64_t)tr_token_data_digest(&r->tokens, 1);
     } else if (!rc) {
         mine[0] = r->train.n, mine[1] = r->test.n;
         uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a of the labels, train then test */
-        for (long i = 0; i < r->train.n + r->test.n; i++) {
-            int32_t v = i < r->train.n ? r->train.labels[i] : r->test.labels[i - r->train.n];
-            h = (h ^ (uint64_t)(uint32_t)v) * 0x100000001b3ULL;
-        }
+        for (long i = 0; i < r->train.n; i++)
+            h = (h ^ (uint64_t)(uint32_t)r->train.labels[i]) * 0x100000001b3ULL;
+        r->data_digest = h;
+        for (long i = 0; i < r->test.n; i++)
+            h = (h ^ (uint64_t)(uint32_t)r->test.labels[i]) * 0x100000001b3ULL;
         mine[2] = (int64_t)h;
     }
     memcpy(root, mine, sizeof root);
@@ -205,6 +208,7 @@ static int same_data_everywhere(run *r, int rc)
 static int resume(run *r, uint64_t seed)
 {
     tr_train_ckpt_init(&r->ckpt, r->d, r->dir, &r->model, &r->opt, r->w, &r->scaler);
+    r->ckpt.meta.data_digest = r->data_digest;
     int reinit = 0;
     char msg[4096];
     /* before anything reads or writes a checkpoint (a signal may ask for one at any

@@ -35,6 +35,8 @@ check "resume from the original: trained steps 21-25" grep -q "^25,.*,train," "$
 check "resume from the original: the changed key named: $(grep -A3 '^note' "$WORK/out")" \
   grep -qx "note: 1 deck key differs from the run that wrote the checkpoint (this run uses its own):" "$WORK/out"
 check "resume from the original: train.steps 20 -> 25" grep -qx "  \[train\] steps = 25 (checkpoint: 20)" "$WORK/out"
+check "resume from the original: no warning about the data" \
+  bash -c "! grep -q 'training data differ' '$WORK/out'"
 
 # refused NAME PATTERN: resuming from $WORK/t/NAME.h5 fails clearly
 refused() {
@@ -52,6 +54,7 @@ refused step-array "root attribute 'step' $not_int"
 refused step-float "root attribute 'step' $not_int"
 refused step-string "root attribute 'step' $not_int"
 refused seed-string "root attribute 'seed' $not_int"
+refused data-digest-string "root attribute 'data_digest' $not_int"
 refused step-missing "lacks the root attribute 'step' that every trainer checkpoint has"
 refused model-variable-length "root attribute 'model' is not a short fixed-length string"
 refused model-too-long "root attribute 'model' is not a short fixed-length string"
@@ -83,6 +86,8 @@ else
   echo "note: no h5repack (Debian: hdf5-tools); its case is left out"
   same=(same-float64 same-gzip same-extra-dataset same-no-deck same-foreign-deck)
 fi
+same+=(same-other-data-digest same-no-data-digest)
+data_warning="^warning: the training data differ from those of the run that wrote the checkpoint (its data_digest 0x1234, this run's 0x[0-9a-f]*: .*): the resumed run trains on other data than the original\$"
 for name in "${same[@]}"; do
   resume "$name" "$WORK/t/$name.h5"
   check "$name: resumes: $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
@@ -93,6 +98,11 @@ for name in "${same[@]}"; do
       grep -q "^note: the deck stored in .*same-foreign-deck.h5 does not load with this trainer (.*unknown key 'old_key' in \[train\].*): its keys are not compared" "$WORK/out" ;;
     *) check "$name: the changed key named" grep -qx "  \[train\] steps = 25 (checkpoint: 20)" "$WORK/out" ;;
   esac
+  if [ "$name" = same-other-data-digest ]; then
+    check "$name: warns that the data differ: $(grep '^warning' "$WORK/out")" grep -q "$data_warning" "$WORK/out"
+  else
+    check "$name: no warning about the data" bash -c "! grep -q 'training data differ' '$WORK/out'"
+  fi
 done
 
 # resumed at or past the last step: nothing trained, the model evaluated as written
