@@ -42,8 +42,9 @@ static void usage(FILE *out)
             "                  training (N ranks: 1 unless given; one process, no mpirun)\n"
             "\n"
             "Exit codes: 0 done; 64 bad command line, deck or layout; 65 malformed data;\n"
-            "66 missing data or deck; 70 internal error; 71 out of memory; 74 cannot write\n"
-            "the run directory; 75 checkpointed on a signal (resubmit).\n");
+            "66 missing data or deck; 70 internal error; 71 out of memory, a failed\n"
+            "collective or no progress for run.hang_minutes; 74 cannot write the run\n"
+            "directory; 75 checkpointed on a signal (resubmit).\n");
 }
 
 /* "80GiB", "512MiB", "1.5e9" -> bytes; -1 when malformed (nan and inf too) */

@@ -44,7 +44,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("train", "micro_batches", TR_KEY_INT, "1", 1, 65536, 0, "split each rank's batch into this many micro-batches and accumulate gradients"),
     K("train", "eval_every", TR_KEY_INT, "0", 0, BIG, 0, "evaluate on the test split every N steps (0 = only at the end)"),
     K("train", "eval_batch_size", TR_KEY_INT, "1000", 1, 1 << 24, 0, "samples per evaluation batch over all ranks"),
-    K("train", "log_every", TR_KEY_INT, "10", 1, BIG, 0, "write a metrics.csv row (and a progress line) every N steps"),
+    K("train", "log_every", TR_KEY_INT, "10", 1, BIG, 0, "write a metrics.csv row every N steps (the progress line keeps its own pace: run.progress)"),
 
     K("optim", "name", TR_KEY_CHOICE, "sgd", 0, 0, "sgd|adamw", "optimizer"),
     K("optim", "lr", TR_KEY_FLOAT, "0.05", 0, 1e6, 0, "peak learning rate"),
@@ -83,7 +83,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("run", "stop_after_steps", TR_KEY_INT, "0", 0, BIG, 0, "checkpoint and exit 75 after this many steps of this session (0 = off): run a long job in slices"),
     K("run", "max_minutes", TR_KEY_FLOAT, "0", 0, 1e9, 0, "checkpoint and exit 75 once this session has run this long (0 = off): stay inside a wall-clock limit"),
     K("run", "hang_minutes", TR_KEY_FLOAT, "30", 0, 1e9, 0, "end the job (exit 71) when a rank has made no progress (no training step, evaluation batch, checkpoint piece or sampled token) for this long (0 = off): a hung rank, GPU or link does not hold the nodes until the time limit"),
-    K("run", "progress", TR_KEY_CHOICE, "auto", 0, 0, "auto|tty|lines|off", "progress display: auto = in place on a terminal, plain lines otherwise"),
+    K("run", "progress", TR_KEY_CHOICE, "auto", 0, 0, "auto|tty|lines|off", "progress display: auto = in place on a terminal, plain lines otherwise (the first step, about 20 a run, and at least one a minute)"),
 
     K("system", "device", TR_KEY_CHOICE, "cpu", 0, 0, "cpu|cuda|cpu-guarded", "where the math runs: cpu, or cuda (one GPU per rank, NCCL between them); cpu-guarded = the CPU with the model's memory readable only by kernels, transfers and collectives, as on a GPU (a check of the GPU code path; slow, for tests)"),
     K("system", "peak_gflops", TR_KEY_FLOAT, "0", 0, 1e12, 0, "peak GFLOP/s of one rank's device for MFU; 0 = the device's figure: a short GEMM calibration on a CPU, the datasheet's dense peak for the run's precision on a listed GPU, else a measured GEMM"),

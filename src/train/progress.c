@@ -25,9 +25,11 @@ void tr_progress_init(tr_progress *p, const char *mode, long total_steps)
     else
         p->mode = TR_PROGRESS_LINES;
     p->total_steps = total_steps;
-    /* about 20 lines per run in a log file, never more than one per step */
+    p->out = stdout;
+    /* about 20 lines per run in a log file (plus the first step, and one a minute
+     * when steps are slow), never more than one per step */
     p->every = total_steps / 20 > 1 ? total_steps / 20 : 1;
-    p->last_print = -1e30;
+    p->last_print = -1e30; /* so the first step is printed */
 }
 
 static void fmt_eta(char *buf, size_t len, double s)
@@ -48,7 +50,8 @@ void tr_progress_update(tr_progress *p, long step, double epoch, double loss, do
     int last = step == p->total_steps;
     if (p->mode == TR_PROGRESS_TTY && !last && now - p->last_print < 0.1)
         return; /* a terminal needs no more than 10 updates a second */
-    if (p->mode == TR_PROGRESS_LINES && !last && step % p->every)
+    if (p->mode == TR_PROGRESS_LINES && !last && step % p->every &&
+        now - p->last_print < TR_PROGRESS_QUIET_S)
         return;
     p->last_print = now;
     char eta[32];
@@ -57,17 +60,17 @@ void tr_progress_update(tr_progress *p, long step, double epoch, double loss, do
     char util[32] = "";
     if (mfu > 0)
         snprintf(util, sizeof util, "  MFU %.1f%%", 100 * mfu);
-    printf("%sstep %*ld/%ld  epoch %.2f  loss %.4f  lr %.3g  %.0f %s%s  ETA %s%s",
-           p->mode == TR_PROGRESS_TTY ? "\r" : "", width, step, p->total_steps, epoch, loss, lr,
-           rate, unit, util, eta, p->mode == TR_PROGRESS_TTY ? "\033[K" : "\n");
+    fprintf(p->out, "%sstep %*ld/%ld  epoch %.2f  loss %.4f  lr %.3g  %.0f %s%s  ETA %s%s",
+            p->mode == TR_PROGRESS_TTY ? "\r" : "", width, step, p->total_steps, epoch, loss, lr,
+            rate, unit, util, eta, p->mode == TR_PROGRESS_TTY ? "\033[K" : "\n");
     p->dirty = p->mode == TR_PROGRESS_TTY;
-    fflush(stdout);
+    fflush(p->out);
 }
 
 void tr_progress_break(tr_progress *p)
 {
     if (p->dirty) {
-        printf("\n");
+        fputc('\n', p->out);
         p->dirty = 0;
     }
 }
