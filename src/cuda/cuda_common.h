@@ -47,7 +47,9 @@ static inline void tr_cublas_check_at(const char *file, int line, cublasStatus_t
     ((TR_CUDA_SPAN_CHUNK * TR_CUDA_REDUCE_BLOCKS * sizeof(double) + 255) & ~(size_t)255)
 
 /* cuBLAS's workspace (cublasSetWorkspace), taken from the device's reservation so
- * that cuBLAS allocates nothing of its own. cuBLAS's documentation recommends 32 MiB
+ * that cuBLAS allocates nothing of its own; the cuBLASLt matmuls (cuda_linear_lt.cu)
+ * are given the same one, which their place on the one stream keeps from ever being
+ * used by two calls at once. cuBLAS's documentation recommends 32 MiB
  * on Hopper (sm_90) and Blackwell data-centre GPUs, 4 MiB on the others, the size of
  * the pool it would otherwise allocate itself; one size for all keeps the plan the
  * same wherever it is printed (--plan runs without a GPU), at 28 MiB too many on an
@@ -89,6 +91,7 @@ typedef struct tr_cuda_ctx {
     unsigned *d_flag;   /* [1] */
     float *d_col_partial; /* [TR_CUDA_COL_PARTIAL_FLOATS]: column sums' partials */
     void *d_cast[2];      /* [TR_CUDA_CAST_ELEMS] 16-bit values each: GEMM operands */
+    void *d_workspace;    /* [TR_CUDA_CUBLAS_WORKSPACE] bytes: cuBLAS's and cuBLASLt's */
     /* pinned host landing spots for what the host waits for */
     double *h_result;
     unsigned *h_flag;

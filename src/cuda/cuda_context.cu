@@ -151,7 +151,8 @@ static tr_cuda_ctx make_ctx(int device)
      * (cuda_gemm.cu: the logits, attention's output gradient, the MLP's hidden
      * gradient) promise fp32 sums rounded once, as the CPU rounds them: the flag keeps
      * any split-K reduction of theirs in fp32, the accumulator's type, rather than in
-     * C's (cublas_api.h), as cuBLASLt's calls do by allowing no reduction scheme. */
+     * C's (cublas_api.h), as cuBLASLt's calls do by allowing only the compute type's
+     * reduction scheme. */
     int math = CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
     TR_CUBLAS_CHECK(cublasSetMathMode(c.blas, (cublasMath_t)math));
     /* no atomics inside cuBLAS either: its results stay identical run to run (cuBLAS
@@ -159,8 +160,8 @@ static tr_cuda_ctx make_ctx(int device)
      * SM count with one toolkit, while one stream is active, as here; the atomics mode
      * is the stated exception) */
     TR_CUBLAS_CHECK(cublasSetAtomicsMode(c.blas, CUBLAS_ATOMICS_NOT_ALLOWED));
-    /* cuBLASLt: its own handle (host state only; the stream and the workspace, none,
-     * are given per call: cuda_linear_lt.cu) */
+    /* cuBLASLt: its own handle (host state only; the stream and the workspace,
+     * cuBLAS's, are given per call: cuda_linear_lt.cu) */
     tr_cublaslt_load();
     TR_CUBLAS_CHECK(cublasLtCreate(&c.lt));
     /* the device scratch and cuBLAS's workspace come later, from the device's
@@ -190,7 +191,11 @@ const tr_cuda_ctx *tr_cuda_ctx_get(void) { return the_ctx(); }
 /* Where the scratch came from: none yet, the reservation, or the context's own. */
 static enum { SCRATCH_NONE, SCRATCH_ADOPTED, SCRATCH_OWN } g_scratch;
 
-/* Lays the scratch out from base (256-byte aligned) in TR_CUDA_SCRATCH_BYTES. */
+/* Lays the scratch out from base (256-byte aligned) in TR_CUDA_BACKEND_BYTES: the
+ * scratch, then the workspace of cuBLAS (cuBLAS then allocates none of its own: its
+ * documentation wants the pointer 256-byte aligned; cublasSetStream would reset it
+ * to cuBLAS's own pool, so the stream was set first, in make_ctx, and is never set
+ * again) and of cuBLASLt. */
 static void place_scratch(tr_cuda_ctx *c, unsigned char *base)
 {
     size_t partial = TR_CUDA_PARTIAL_BYTES;
@@ -201,6 +206,8 @@ static void place_scratch(tr_cuda_ctx *c, unsigned char *base)
     unsigned char *cast = base + partial + 512 + TR_CUDA_COL_PARTIAL_FLOATS * sizeof(float);
     c->d_cast[0] = cast;
     c->d_cast[1] = cast + TR_CUDA_CAST_ELEMS * 2;
+    c->d_workspace = base + TR_CUDA_SCRATCH_BYTES;
+    TR_CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->d_workspace, TR_CUDA_CUBLAS_WORKSPACE));
 }
 
 void tr_cuda_ctx_adopt(void *base, size_t bytes)
@@ -220,14 +227,7 @@ void tr_cuda_ctx_adopt(void *base, size_t bytes)
     if (bytes < TR_CUDA_BACKEND_BYTES || (uintptr_t)base % 256)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: the CUDA context was handed %zu bytes at %p, needs %zu "
                  "256-byte aligned", bytes, base, (size_t)TR_CUDA_BACKEND_BYTES);
-    unsigned char *p = (unsigned char *)base;
-    place_scratch(c, p);
-    /* cuBLAS's workspace for the handle's stream: cuBLAS then allocates none of its
-     * own (its documentation: the pointer 256-byte aligned; cublasSetStream would
-     * reset it to cuBLAS's own pool, so the stream was set first, in make_ctx, and
-     * is never set again) */
-    TR_CUBLAS_CHECK(cublasSetWorkspace(c->blas, p + TR_CUDA_SCRATCH_BYTES,
-                                       TR_CUDA_CUBLAS_WORKSPACE));
+    place_scratch(c, (unsigned char *)base);
     g_scratch = SCRATCH_ADOPTED;
 }
 
@@ -243,6 +243,7 @@ void tr_cuda_ctx_give_back(void)
     c->d_flag = NULL;
     c->d_col_partial = NULL;
     c->d_cast[0] = c->d_cast[1] = NULL;
+    c->d_workspace = NULL;
     g_scratch = SCRATCH_NONE;
 }
 
@@ -251,9 +252,10 @@ const tr_cuda_ctx *tr_cuda_ctx_with_scratch(void)
     tr_cuda_ctx *c = the_ctx();
     if (g_scratch == SCRATCH_NONE) {
         /* no reservation in this process (the kernel tests, the benchmarks): buffers
-         * of its own, kept until the process ends; cuBLAS keeps its own pool too */
+         * of its own, kept until the process ends, laid out as a reservation's (the
+         * workspaces too), so the tests call cuBLAS and cuBLASLt as the trainer does */
         void *p = NULL;
-        TR_CUDA_CHECK(cudaMalloc(&p, TR_CUDA_SCRATCH_BYTES));
+        TR_CUDA_CHECK(cudaMalloc(&p, TR_CUDA_BACKEND_BYTES));
         place_scratch(c, (unsigned char *)p);
         g_scratch = SCRATCH_OWN;
     }

@@ -25,12 +25,18 @@
  * cuBLASLt's GELU is the tanh approximation (see tr_cuda_linear_gelu_forward in
  * cuda_gemm.cu for the evidence and the one difference from the CPU).
  *
- * Workspace: none (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 0). The trainer's
- * device memory is one allocation sized by the plan (cuda_device_memory.cu) and
- * nothing is allocated after start-up; with no workspace the heuristic offers only
- * algorithms that need none. Split-K reductions (which need one) are excluded
- * explicitly as well (REDUCTION_SCHEME_NONE): each dot product is one sequence, so
- * results do not depend on a reduction order either.
+ * Workspace: cuBLAS's (TR_CUDA_CUBLAS_WORKSPACE, 32 MiB, in the device's one
+ * reservation: nothing is allocated after start-up), which the context hands to
+ * both libraries; the one stream orders their calls, so they never use it at once.
+ * cuBLASLt's own default is none, which leaves the heuristic only the algorithms
+ * that need none; cuBLAS's documentation recommends 32 MiB on Hopper, PyTorch
+ * measured H100's cuBLASLt slower with 1 MiB than with 32 (pytorch#101145) and now
+ * shares its cuBLAS workspace with cuBLASLt the same way (pytorch#145130). Of the
+ * split-K reductions only CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE is allowed: the partial
+ * sums meet in fp32 in the workspace and D is rounded once, as the CPU rounds it (in
+ * place or in D's type, a 16-bit D would round every partial sum). Which algorithm
+ * runs changes the order of a sum, never its determinism: cuBLAS gives the same
+ * bits from run to run on one GPU model (cuda_context.cu).
  *
  * Alignment: cuBLASLt's preferences assume 256-byte aligned matrices unless told
  * otherwise, and the trainer's tensors are views at any float offset of its flat
@@ -168,13 +174,13 @@ static void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAt
 /* Asks the heuristic for its best algorithm: 1 and *algo, or 0 where it has none.
  * Any refusal counts as "none" (the fallback is always correct); the path the
  * calls take is visible to the tests (tr_cuda_linear_lt_counts). */
-static int ask_heuristic(cublasLtHandle_t lt, const lt_problem *p, const lt_key *key,
+static int ask_heuristic(const tr_cuda_ctx *c, const lt_problem *p, const lt_key *key,
                          cublasLtMatmulAlgo_t *algo)
 {
     cublasLtMatmulPreference_t pref;
     TR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t workspace = 0;
-    uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    uint64_t workspace = TR_CUDA_CUBLAS_WORKSPACE;
+    uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* and none: see the top */
     set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
     set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme, sizeof scheme);
     set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key->align_w, sizeof(uint32_t));
@@ -187,10 +193,11 @@ static int ask_heuristic(cublasLtHandle_t lt, const lt_problem *p, const lt_key 
     cublasLtMatmulHeuristicResult_t r;
     memset(&r, 0, sizeof r);
     int got = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->d, p->d, pref,
-                                                      1, &r, &got);
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->a, p->b, p->d, p->d,
+                                                      pref, 1, &r, &got);
     TR_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (s != CUBLAS_STATUS_SUCCESS || got < 1 || r.state != CUBLAS_STATUS_SUCCESS)
+    if (s != CUBLAS_STATUS_SUCCESS || got < 1 || r.state != CUBLAS_STATUS_SUCCESS ||
+        r.workspaceSize > workspace)
         return 0;
     *algo = r.algo;
     return 1;
@@ -211,8 +218,9 @@ static int linear_lt(void *out, int out16, float *pre, const float *inp, const v
         g_refused++;
         return 0;
     }
-    /* the context first: it loads cuBLASLt, whose calls the descriptors below use */
-    const tr_cuda_ctx *c = tr_cuda_ctx_get();
+    /* the context first: it loads cuBLASLt, whose calls the descriptors below use;
+     * with its scratch, which holds the workspace (and the 16-bit copies) */
+    const tr_cuda_ctx *c = tr_cuda_ctx_with_scratch();
     uint32_t epilogue = pre ? (b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                             : (b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
     lt_key key;
@@ -228,8 +236,6 @@ static int linear_lt(void *out, int out16, float *pre, const float *inp, const v
     key.out16 = out16;
     if (out16 && (!key.stored || pre)) /* (its bias's copy goes where inp's would) */
         tr_fatal(TR_EXIT_SOFTWARE, "bug: a 16-bit linear output needs a 16-bit input");
-    if (key.cast) /* the operands the matmul reads: the copies, 256-byte aligned */
-        c = tr_cuda_ctx_with_scratch();
     const void *wa = key.cast ? c->d_cast[0] : (const void *)w;
     const void *ia = key.stored ? inp16 : key.cast ? c->d_cast[1] : (const void *)inp;
     key.epilogue = (int)epilogue;
@@ -259,7 +265,7 @@ static int linear_lt(void *out, int out16, float *pre, const float *inp, const v
                                 IN, OUT);
     cublasLtMatmulAlgo_t algo;
     memset(&algo, 0, sizeof algo);
-    int found = known ? 1 : ask_heuristic(c->lt, &p, &key, &algo);
+    int found = known ? 1 : ask_heuristic(c, &p, &key, &algo);
     if (known)
         algo = known->algo;
     else
@@ -274,7 +280,8 @@ static int linear_lt(void *out, int out16, float *pre, const float *inp, const v
         }
         const float alpha = 1.0f, beta = 0.0f; /* C is not read: D = op(A) B' + bias */
         cublasStatus_t st = cublasLtMatmul(c->lt, p.desc, &alpha, wa, p.a, ia, p.b, &beta, out,
-                                           p.d, out, p.d, &algo, NULL, 0, c->stream);
+                                           p.d, out, p.d, &algo, c->d_workspace,
+                                           TR_CUDA_CUBLAS_WORKSPACE, c->stream);
         /* An algorithm the heuristic offered but the call refuses (checked before any
          * launch: NOT_SUPPORTED, INVALID_VALUE) leaves nothing queued: the fallback
          * takes this call and every later one of the shape (PyTorch does the same,

@@ -1214,7 +1214,7 @@ EMU_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDes
 {
     const char *fn = "cublasLtMatmul";
     (void)stream; /* the emulated streams are synchronous: the work is done on return */
-    (void)workspaceSizeInBytes; /* the algorithms here need none */
+    /* the algorithms here need no workspace: one given is checked, not used */
     if (!live_is(handle, OBJ_LT))
         return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!Cdesc) /* "If Cdesc is omitted, this function assumes it to be equal to Ddesc" */
@@ -1227,6 +1227,24 @@ EMU_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDes
     if (workspace && (uintptr_t)workspace % 256) {
         report(fn, "workspace %p is not 256-byte aligned", workspace);
         return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    /* a workspace the algorithm may write: device memory (a GPU would fault on host
+     * memory) that holds none of the operands (which it would overwrite) */
+    if (workspaceSizeInBytes && !tr_emu_device_span(workspace, workspaceSizeInBytes)) {
+        report(fn,
+               "workspace [%p, +%zu bytes) is not inside one live device allocation: the "
+               "kernel would fault",
+               workspace, workspaceSizeInBytes);
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    const void *operands[] = {A, B, C, D, desc ? desc->bias : NULL, desc ? desc->aux : NULL};
+    for (const void *op : operands) {
+        const char *w = static_cast<const char *>(workspace), *o = static_cast<const char *>(op);
+        if (workspaceSizeInBytes && op && o >= w && o < w + workspaceSizeInBytes) {
+            report(fn, "an operand at %p lies in the workspace %p (%zu bytes)", op, workspace,
+                   workspaceSizeInBytes);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
     }
     const tr_emu_lt_desc *d = desc;
     uint32_t align[4] = {alignment_of(A), alignment_of(B), alignment_of(C), alignment_of(D)};

@@ -568,8 +568,8 @@ static void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttri
     CHECK_STATUS(cublasLtMatmulPreferenceSetAttribute(p, a, &v, sizeof v), CUBLAS_STATUS_SUCCESS);
 }
 
-/* The heuristic, asked as cuda_linear_lt.cu asks it (no workspace, no reduction scheme,
- * the alignments given): the status, *count and *algo. */
+/* The heuristic, asked as cuda_linear_lt.cu asks it (32 MiB of workspace, reductions in
+ * the compute type only, the alignments given): the status, *count and *algo. */
 static cublasStatus_t heuristic(cublasLtHandle_t lt, cublasLtMatmulDesc_t d,
                                 cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                 cublasLtMatrixLayout_t dd, const uint32_t align[4], int *count,
@@ -577,11 +577,12 @@ static cublasStatus_t heuristic(cublasLtHandle_t lt, cublasLtMatmulDesc_t d,
 {
     cublasLtMatmulPreference_t pref;
     CHECK_STATUS(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
-    uint64_t ws = 0;
+    uint64_t ws = (uint64_t)32 << 20;
     CHECK_STATUS(cublasLtMatmulPreferenceSetAttribute(
                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
                  CUBLAS_STATUS_SUCCESS);
-    set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, CUBLASLT_REDUCTION_SCHEME_NONE);
+    set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+             CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
     set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]);
     set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]);
     set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]);
@@ -592,7 +593,7 @@ static cublasStatus_t heuristic(cublasLtHandle_t lt, cublasLtMatmulDesc_t d,
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, d, a, b, dd, dd, pref, 1, &r, count);
     CHECK_STATUS(cublasLtMatmulPreferenceDestroy(pref), CUBLAS_STATUS_SUCCESS);
     if (st == CUBLAS_STATUS_SUCCESS && *count == 1)
-        CHECK(r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize == 0,
+        CHECK(r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= ws,
               "heuristic result state %d, workspace %zu", (int)r.state, r.workspaceSize);
     if (algo)
         *algo = r.algo;
@@ -846,11 +847,12 @@ static void free_lt(LtProblem &p)
     CHECK_STATUS(cublasLtMatmulDescDestroy(p.desc), CUBLAS_STATUS_SUCCESS);
 }
 
-static cublasStatus_t run_lt(cublasLtHandle_t lt, LtProblem &p, const cublasLtMatmulAlgo_t *algo)
+static cublasStatus_t run_lt(cublasLtHandle_t lt, LtProblem &p, const cublasLtMatmulAlgo_t *algo,
+                             void *workspace = nullptr, size_t workspace_bytes = 0)
 {
     float one = 1.0f, zero = 0.0f;
     return cublasLtMatmul(lt, p.desc, &one, p.w, p.a, p.inp, p.b, &zero, p.out, p.d, p.out, p.d,
-                          algo, nullptr, 0, nullptr);
+                          algo, workspace, workspace_bytes, nullptr);
 }
 
 /* the heuristic refuses with `want` and no algorithm */
@@ -1054,6 +1056,20 @@ static void test_lt_refusals(cublasLtHandle_t lt)
         void *tight = dev_alloc((size_t)((p.Bn - 1) * ld + p.OUT) * 4);
         set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &tight, sizeof tight);
         CHECK_STATUS(run_lt(lt, p, nullptr), CUBLAS_STATUS_SUCCESS);
+        /* a workspace (cuda_linear_lt.cu gives cuBLAS's): device memory, 256-byte
+         * aligned, holding no operand; host memory faults, a short allocation too */
+        void *ws = dev_alloc(4096);
+        CHECK_STATUS(run_lt(lt, p, nullptr, ws, 4096), CUBLAS_STATUS_SUCCESS);
+        alignas(256) static unsigned char host_ws[4096];
+        CHECK_STATUS(run_lt(lt, p, nullptr, host_ws, 4096), CUBLAS_STATUS_EXECUTION_FAILED);
+        CHECK_STATUS(run_lt(lt, p, nullptr, ws, 8192), CUBLAS_STATUS_EXECUTION_FAILED);
+        CHECK_STATUS(run_lt(lt, p, nullptr, (char *)ws + 16, 256), IV);
+        void *inp = p.inp; /* the input inside the workspace */
+        p.inp = ws;
+        CHECK_STATUS(run_lt(lt, p, nullptr, ws, 4096), IV);
+        p.inp = inp;
+        set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ws, sizeof ws);
+        CHECK_STATUS(run_lt(lt, p, nullptr, ws, 4096), IV); /* the aux matrix in it */
         free_lt(p);
     }
 }
