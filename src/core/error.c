@@ -1,17 +1,21 @@
 /* error.c: fatal errors with rank, file and line; allocation with a purpose. */
 #include "error.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static tr_abort_fn g_abort;
+static pthread_t g_abort_thread; /* the thread that installed it: MPI's, FUNNELED */
 static int g_rank = -1;
 
 void tr_error_set_abort(tr_abort_fn abort_fn, int rank)
 {
     g_abort = abort_fn;
+    g_abort_thread = pthread_self();
     g_rank = rank;
 }
 
@@ -29,6 +33,13 @@ noreturn void tr_fatal_at(const char *file, int line, int code, const char *fmt,
     else
         fprintf(stderr, "%s:%d: %s\n", file, line, msg);
     fflush(stderr);
+    /* The hook calls MPI, which only the thread that installed it may (the library
+     * runs MPI_THREAD_FUNNELED), and exit() would run atexit handlers under threads
+     * still at work. Another thread (the data prefetcher, an OpenMP worker) ends the
+     * process at once instead; the launcher then ends the other ranks, as it does for
+     * any rank that dies (mpirun; srun's step, whose other tasks it kills). */
+    if (g_abort && !pthread_equal(pthread_self(), g_abort_thread))
+        _exit(code);
     if (g_abort)
         g_abort(code);
     exit(code);

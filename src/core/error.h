@@ -36,7 +36,9 @@ enum {
 };
 
 /* Fatal run-time error on this rank: prints "[rank R] file:line: message" and ends
- * the whole job through the installed abort hook (MPI_Abort once comm is up). */
+ * the whole job through the installed abort hook (MPI_Abort once comm is up); from
+ * any other thread than the hook's, by ending this process with _exit(code), which
+ * the launcher turns into the end of the job. */
 TR_NORETURN void tr_fatal_at(const char *file, int line, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 #define tr_fatal(code, ...) tr_fatal_at(__FILE__, __LINE__, (code), __VA_ARGS__)
@@ -47,7 +49,8 @@ void *tr_alloc_at(const char *file, int line, size_t bytes, const char *what);
 #define tr_alloc(bytes, what) tr_alloc_at(__FILE__, __LINE__, (bytes), (what))
 void tr_free(void *p);
 
-/* Installed by comm: how to end all ranks, and this rank's number for messages. */
+/* Installed by comm from the thread that calls MPI: how to end all ranks, and this
+ * rank's number for messages. */
 typedef void (*tr_abort_fn)(int code); /* must not return */
 void tr_error_set_abort(tr_abort_fn abort_fn, int rank);
 int tr_error_rank(void);
