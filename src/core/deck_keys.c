@@ -73,6 +73,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("checkpoint", "at_end", TR_KEY_BOOL, "true", 0, 0, 0, "write a checkpoint when training ends"),
     K("checkpoint", "collective_io", TR_KEY_BOOL, "false", 0, 0, 0, "tensor data through MPI-IO collective buffering (true) or each rank writing its contiguous part directly (false: faster on a local disk)"),
     K("checkpoint", "resume", TR_KEY_STRING, "auto", 0, 0, 0, "auto = newest valid checkpoint in dir, else start fresh; none; or a checkpoint file"),
+    K("checkpoint", "init_from", TR_KEY_PATH, "", 0, 0, 0, "start from the model weights of this checkpoint (any layout or optimizer; e.g. GPT-2's published weights converted by tools/gpt2_hf.py) instead of a random initialisation, with a fresh optimizer at step 0; a checkpoint that resume finds comes first, so a preempted run continues from its own"),
 
     K("sample", "prompt", TR_KEY_STRING, "The", 0, 0, 0, "gpt: text to continue after training (encoded with [data] tokenizer)"),
     K("sample", "length", TR_KEY_INT, "0", 0, 1 << 20, 0, "gpt: tokens to generate after training and print (0 = none)"),

@@ -113,7 +113,8 @@ void tr_ckpt_path(char *buf, size_t len, const char *dir, long step);
 int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n,
                   tr_group *g, tr_ckpt_stats *stats, char *err, size_t errlen);
 
-/* Collective over g. Checks format, version, model, optimizer, every tensor's
+/* Collective over g. Checks format, version, model, optimizer (not when
+ * meta->optimizer is "": a caller that reads only parameters), every tensor's
  * presence, shape and checksum, and fills each tensor's data range (and nothing
  * else: padding is left alone). On failure returns TR_EXIT_DATA (TR_EXIT_NOINPUT
  * when the file cannot be opened, TR_EXIT_SOFTWARE when the descriptions do not

@@ -129,7 +129,7 @@ static int read_meta(hid_t f, const char *path, tr_ckpt_meta *m, char *err, size
                   model, m->model);
         return -1;
     }
-    if (strcmp(opt, m->optimizer)) {
+    if (m->optimizer[0] && strcmp(opt, m->optimizer)) {
         ckpt_fail(err, errlen,
                   "'%s' holds %s optimizer state; this deck uses %s, which cannot resume from it",
                   path, opt, m->optimizer);

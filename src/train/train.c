@@ -230,7 +230,12 @@ static int resume(run *r, uint64_t seed)
         tr_optim_take_params(&r->opt, &r->model);
         tr_loss_scale_init(&r->scaler, r->d);
     }
-    return 0;
+    /* fine-tuning: given weights instead of the random ones, when nothing resumed
+     * (the master weights under mixed precision: the parameters follow, below) */
+    rc = tr_train_ckpt_init_from(&r->ckpt, r->w, msg, sizeof msg);
+    if (rc)
+        tr_run_key_error(r, "checkpoint", "init_from", "%s", msg);
+    return rc;
 }
 
 /* Loss and accuracy on the test split, each rank taking a contiguous shard. */

@@ -140,13 +140,16 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
     c->at_end = tr_deck_bool(d, "checkpoint", "at_end");
     c->at_start = tr_deck_bool(d, "checkpoint", "at_start");
     snprintf(c->resume, sizeof c->resume, "%s", tr_deck_str(d, "checkpoint", "resume"));
+    snprintf(c->init_from, sizeof c->init_from, "%s", tr_deck_str(d, "checkpoint", "init_from"));
     c->last_written = -1;
 
     c->dev = m->dev;
     size_t slice = o->hi - o->lo;
     float *om = host_view(c, o->m, slice), *ov = host_view(c, o->v, slice);
+    int before = c->nmirror;
     float *master = host_view(c, o->master, slice);
     float *params = master ? NULL : host_view(c, m->params, m->nparams);
+    c->param_mirror = c->nmirror > before ? before : -1;
     int states = o->kind == TR_OPT_ADAMW ? 2 : 1;
     c->tensors = tr_alloc((size_t)m->ntensors * (1 + states) * sizeof *c->tensors,
                           "checkpoint tensor list");
@@ -165,6 +168,7 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
                     add_state(c, l, pr, s == 0 ? "adam_m" : "adam_v", s == 0 ? om : ov, m, o,
                               w);
             }
+    c->nparam_tensors = m->ntensors; /* the s < 0 pass above */
     snprintf(c->meta.model, sizeof c->meta.model, "%s", m->name);
     snprintf(c->meta.optimizer, sizeof c->meta.optimizer, "%s",
              o->kind == TR_OPT_ADAMW ? "adamw" : "sgd");
@@ -331,6 +335,30 @@ int tr_train_ckpt_resume(tr_train_ckpt *c, const tr_world *w, long *step, int *r
     }
     err[0] = '\0';
     *reinit = n > 0; /* a failed load may have filled some tensors */
+    return 0;
+}
+
+int tr_train_ckpt_init_from(tr_train_ckpt *c, const tr_world *w, char *err, size_t errlen)
+{
+    err[0] = '\0';
+    if (!c->init_from[0] || c->last_written >= 0) /* unset, or a checkpoint resumed */
+        return 0;
+    tr_ckpt_meta meta = c->meta;
+    meta.optimizer[0] = '\0'; /* any optimizer's file: its state is not read */
+    int rc = tr_ckpt_read(c->init_from, &meta, c->tensors, c->nparam_tensors, w->world, err,
+                          errlen);
+    if (rc)
+        return rc;
+    if (c->param_mirror >= 0) {
+        const struct tr_ckpt_mirror *mi = &c->mirror[c->param_mirror];
+        c->dev->upload(mi->device, mi->host, mi->bytes);
+    }
+    if (w->rank == 0) {
+        printf("initialised the model's parameters from %s (model %s, written at step %ld by %d "
+               "rank%s); the optimizer starts fresh at step 0\n",
+               c->init_from, meta.model, meta.step, meta.ranks, meta.ranks == 1 ? "" : "s");
+        fflush(stdout);
+    }
     return 0;
 }
 

@@ -16,10 +16,12 @@ typedef struct tr_train_ckpt {
     long every;
     int keep, at_start, at_end;
     char resume[TR_DECK_VALUE_MAX];
-    /* parameters, then each optimizer state: what this rank holds of each (its tp
-     * blocks, its ZeRO slice of the state) and the part it writes */
+    char init_from[TR_DECK_VALUE_MAX]; /* weights to start from when nothing resumes */
+    /* parameters (the first nparam_tensors), then each optimizer state: what this
+     * rank holds of each (its tp blocks, its ZeRO slice of the state) and the part it
+     * writes */
     tr_ckpt_tensor *tensors;
-    int ntensors;
+    int ntensors, nparam_tensors;
     tr_ckpt_meta meta; /* model, optimizer, seed, layout; step set per write */
     char *deck_text;   /* the resolved deck, saved in every checkpoint */
     long last_written; /* step of the newest checkpoint this run wrote or loaded */
@@ -33,6 +35,7 @@ typedef struct tr_train_ckpt {
         size_t bytes;
     } mirror[4];
     int nmirror;
+    int param_mirror; /* the parameters' (or master weights') mirror; -1: none */
 } tr_train_ckpt;
 
 /* The tensor list for this rank's model (its stage's layers, its shards) and its
@@ -52,6 +55,13 @@ void tr_train_ckpt_free(tr_train_ckpt *c);
  * checkpoint cannot be used. */
 int tr_train_ckpt_resume(tr_train_ckpt *c, const tr_world *w, long *step, int *reinit,
                          char *err, size_t errlen);
+
+/* Applies [checkpoint] init_from when set and nothing was resumed: the model's
+ * parameters (the master weights under mixed precision) from that file, whatever
+ * layout and optimizer wrote it; the optimizer state stays fresh and the step 0.
+ * Collective. Returns 0, or the exit code with err (the file missing, another model
+ * or shape, a bad checksum). */
+int tr_train_ckpt_init_from(tr_train_ckpt *c, const tr_world *w, char *err, size_t errlen);
 
 /* Writes the checkpoint for `step` completed steps; prunes old ones. Collective.
  * Returns 0 or TR_EXIT_IOERR with err. */
