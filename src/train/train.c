@@ -353,10 +353,13 @@ static void print_banner(run *r)
            r->local_batch, r->micro, r->micro_batch);
     printf("run: %ld steps (%ld per epoch), directory %s\n", r->total_steps, r->steps_per_epoch,
            r->dir);
-    if (r->start_step >= r->total_steps)
+    if (r->start_step >= r->total_steps && r->ckpt.last_written >= 0)
         printf("note: resumed at step %ld, at or past this run's last step: nothing to train, "
                "the model is evaluated (raise train.steps or train.epochs to go on)\n",
                r->start_step);
+    else if (r->start_step >= r->total_steps) /* 0 steps asked for: evaluate (and sample) */
+        printf("note: 0 training steps: the model is evaluated as %s\n",
+               r->ckpt.init_from[0] ? "checkpoint.init_from gives it" : "initialised");
     if (r->lm)
         printf("mfu: against %.1f GFLOP/s per rank (%s)\n", r->peak_gflops, r->peak_source);
     fflush(stdout);
@@ -1025,7 +1028,14 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         int e = tr_summary_write(r->dir, &s);
         if (e)
             fprintf(stderr, "warning: cannot write %s/summary.json: %s\n", r->dir, strerror(e));
-        if (r->lm)
+        if (!samples_done && r->lm) /* nothing trained: no rates to report */
+            printf("done: no training step in %.1f s, val loss %.4f, perplexity %.2f, next-token "
+                   "accuracy %.2f%%\n",
+                   wall, test_loss, s.val_perplexity, 100 * test_acc);
+        else if (!samples_done)
+            printf("done: no training step in %.1f s, test loss %.4f, test accuracy %.2f%%\n",
+                   wall, test_loss, 100 * test_acc);
+        else if (r->lm)
             printf("done: %ld steps in %.1f s, %.0f tokens/s (%.1f GFLOP/s, MFU %.1f%% of "
                    "%.1f), val loss %.4f, perplexity %.2f, next-token accuracy %.2f%%\n",
                    r->total_steps, wall, s.tokens_per_second, s.gflops_per_second,

@@ -22,6 +22,8 @@ G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" checkpoint.keep=0)
 run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=4 run.dir="$WORK/a"
 check "the run to export: $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
 orig=$WORK/a/checkpoints/step_00000004.h5
+val() { grep -o "val loss [0-9.]*, perplexity [0-9.]*" "$1"; }
+val "$WORK/out" >"$WORK/a.val"
 
 "${TOOL[@]}" export "$orig" "$WORK/hf" >"$WORK/out" 2>&1
 check "export: $(cat "$WORK/out")" [ -s "$WORK/hf/model.safetensors" -a -s "$WORK/hf/config.json" ]
@@ -99,6 +101,16 @@ import h5py, numpy as np, sys
 f = h5py.File(sys.argv[1]); bad = []
 f['optimizer'].visititems(lambda n, o: bad.append(n) if isinstance(o, h5py.Dataset) and np.any(o[()]) else None)
 sys.exit(1 if bad or int(f.attrs['step']) else 0)" "$WORK/ft/checkpoints/step_00000000.h5"
+# no training: the imported model evaluated as it is, the original's final figures
+run 2 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=0 train.epochs=0 checkpoint.init_from="$WORK/imp.h5" \
+  run.dir="$WORK/eval"
+check "init_from, 0 steps: $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
+check "init_from, 0 steps: says so" \
+  grep -q "^note: 0 training steps: the model is evaluated as checkpoint.init_from gives it" \
+  "$WORK/out"
+check "init_from, 0 steps: the original's $(cat "$WORK/a.val")" \
+  [ "$(val "$WORK/out")" = "$(cat "$WORK/a.val")" -a -s "$WORK/a.val" ]
+check "init_from, 0 steps: no rates" grep -q "^done: no training step in" "$WORK/out"
 # device memory (the parameters reach it through host copies: cpu-guarded), ZeRO's
 # sliced master weights, fp16
 run 2 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=1 system.device=cpu-guarded parallel.zero=1 \
