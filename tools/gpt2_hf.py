@@ -89,17 +89,20 @@ class Failure(Exception):
 # header length, a JSON header {name: {dtype, shape, data_offsets}}, then the bytes) ----
 
 def read_safetensors(path):
+    size = os.path.getsize(path)
     with open(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < 8:
-        raise Failure(f"{path}: too short for a safetensors file")
-    n = struct.unpack("<Q", raw[:8])[0]
-    if 8 + n > len(raw):
-        raise Failure(f"{path}: its header claims {n} bytes, the file has {len(raw) - 8}")
-    try:
-        header = json.loads(raw[8:8 + n])
-    except ValueError as e:
-        raise Failure(f"{path}: the header is not JSON ({e}): not a safetensors file")
+        head = f.read(8)
+        if len(head) < 8:
+            raise Failure(f"{path}: too short for a safetensors file")
+        n = struct.unpack("<Q", head)[0]
+        if 8 + n > size:
+            raise Failure(f"{path}: its header claims {n} bytes, the file has {size - 8}")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise Failure(f"{path}: the header is not JSON ({e}): not a safetensors file")
+    # mapped, not read: GPT-2 1558M's float32 file is 6 GB, copied once into float32
+    raw = np.memmap(path, dtype=np.uint8, mode="r")
     base = 8 + n
     out = {}
     for name, info in header.items():
@@ -117,10 +120,10 @@ def read_safetensors(path):
                           f"{shape} inside the file (truncated?)")
         buf = raw[base + begin:base + end]
         if dtype == "BF16":  # the top half of a float32
-            a = (np.frombuffer(buf, "<u2").astype(np.uint32) << 16).view(np.float32)
+            a = (buf.view("<u2").astype(np.uint32) << 16).view(np.float32)
         else:
-            a = np.frombuffer(buf, {"F32": "<f4", "F16": "<f2", "F64": "<f8"}[dtype])
-        out[name] = a.astype(np.float32).reshape(shape)
+            a = buf.view({"F32": "<f4", "F16": "<f2", "F64": "<f8"}[dtype])
+        out[name] = np.array(a, dtype=np.float32).reshape(shape)  # a copy: the map closes
     return out
 
 

@@ -6,13 +6,14 @@
 #    (e2e/hf_gpt2_forward.py) is the reference GPT's loss of the checkpoint;
 #  - import: those files, a pytorch_model.bin with "transformer." names and a tied
 #    lm_head.weight, and a bfloat16 safetensors file, back into checkpoints whose /model
-#    is the original bit for bit (bf16: the original's values rounded to bf16);
+#    is the original bit for bit (bf16: the original's values cut to bf16); an untied
+#    head and a truncated file are refused;
 #  - init_from: a run at another layout (tp 2 x pp 2, bf16-mixed, SGD) starts from the
 #    imported weights (its step-0 checkpoint holds them bit for bit) with a fresh
-#    optimizer, as does one on cpu-guarded with ZeRO 1 in fp16-mixed; run again, the
-#    first resumes its own checkpoint instead; a file of another
-#    model size, a missing file, and resume= on a file without optimizer state are
-#    refused with the key named.
+#    optimizer, as does one on cpu-guarded with ZeRO 1 in fp16-mixed, and a run of 0
+#    steps evaluates them to the original's final validation loss; run again, the
+#    first resumes its own checkpoint instead; a file of another model size, a missing
+#    file, and resume= on a file without optimizer state are refused with the key named.
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
 "$PYTHON" -c "import torch, h5py" 2>/dev/null || { echo "skipped: no python3-torch/h5py"; exit 77; }
@@ -85,6 +86,14 @@ t = torch.load(sys.argv[1]); t['lm_head.weight'] = t['lm_head.weight'] * 2; torc
 rc=$?
 check "an untied head refused: $rc $(cat "$WORK/out")" [ $rc = 1 -a ! -e "$WORK/untied.h5" ]
 check "an untied head: the message" grep -q "lm_head.weight differs from wte.weight" "$WORK/out"
+
+# a truncated download is refused, naming the tensor cut short
+mkdir -p "$WORK/cut" && cp "$WORK/hf/config.json" "$WORK/cut/"
+head -c 100000 "$WORK/hf/model.safetensors" >"$WORK/cut/model.safetensors"
+"${TOOL[@]}" import "$WORK/cut" "$WORK/cut.h5" >"$WORK/out" 2>&1
+rc=$?
+check "a truncated file refused: $rc $(cat "$WORK/out")" [ $rc = 1 -a ! -e "$WORK/cut.h5" ]
+check "a truncated file: the message" grep -q "inside the file (truncated?)" "$WORK/out"
 
 # fine-tuning from the import at another layout and precision, with another optimizer
 F=("${G[@]}" train.steps=3 parallel.tp=2 parallel.pp=2 train.micro_batches=2
