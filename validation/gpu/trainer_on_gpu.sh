@@ -6,8 +6,9 @@
 # within 1e-4 relative per step (fp32 on both; cuBLAS and OpenBLAS sum in different
 # orders), and a GPU checkpoint must resume on the CPU. bf16-mixed runs too (its
 # curve within 1e-2 of the CPU's bf16-mixed), with each of the two tensor-core
-# attention forms (TRAINER_CUDA_ATTENTION). Exits 77 (skipped) where no GPU is
-# usable, which the trainer itself reports.
+# attention forms (TRAINER_CUDA_ATTENTION). A CPU checkpoint's weights start a GPU run
+# (checkpoint.init_from) bit for bit. Exits 77 (skipped) where no GPU is usable, which
+# the trainer itself reports.
 # The GPU's memory beyond the plan's one reservation after the first step (the
 # trainer's "device memory:" line, from cudaMemGetInfo) must stay under 24 MiB at
 # 1 rank: cuBLAS's workspace and the backend's scratch are inside the reservation,
@@ -50,5 +51,14 @@ gpu_pair gpt_zero1 2 1e-4 "${G[@]}" parallel.zero=1
 run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=$((S + 4)) run.dir="$WORK/gpt"
 check "the GPU run's checkpoint resumes on the CPU: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
 check "... from step $S" grep -q "resumed from .*step_$(printf %08d "$S")" "$WORK/out"
+# a CPU checkpoint's weights start a GPU run (checkpoint.init_from, bf16-mixed: into the
+# master weights through their host copy)
+src_ckpt="$WORK/gpt.cpu/checkpoints/step_$(printf %08d "$S").h5"
+run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=1 system.device=cuda \
+  train.precision=bf16-mixed checkpoint.at_start=true checkpoint.init_from="$src_ckpt" \
+  run.dir="$WORK/gpt_init"
+check "init_from on the GPU: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
+check "init_from on the GPU: its step-0 checkpoint holds the CPU run's weights" \
+  h5diff -q "$src_ckpt" "$WORK/gpt_init/checkpoints/step_00000000.h5" /model /model
 check "no rank left running" no_leftover_ranks
 finish
