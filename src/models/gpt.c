@@ -861,53 +861,8 @@ const tr_model_def tr_model_gpt = {
 
 /* ---- generation ---------------------------------------------------------------- */
 
-int tr_gpt_pick_token(const float *lg, int V, int top_k, float temperature, uint64_t seed,
-                      uint64_t draw)
-{
-    if (top_k <= 1) {
-        int best = 0;
-        for (int j = 1; j < V; j++)
-            if (lg[j] > lg[best])
-                best = j;
-        return best;
-    }
-    if (top_k > V)
-        top_k = V;
-    /* selection of the k largest by repeated scans: k is small */
-    int *top = calloc((size_t)top_k, sizeof *top);
-    double *w = calloc((size_t)top_k, sizeof *w);
-    if (!top || !w)
-        tr_fatal(TR_EXIT_OSERR, "out of memory");
-    for (int i = 0; i < top_k; i++) {
-        int best = -1;
-        for (int j = 0; j < V; j++) {
-            int taken = 0;
-            for (int q = 0; q < i && !taken; q++)
-                taken = top[q] == j;
-            if (!taken && (best < 0 || lg[j] > lg[best]))
-                best = j;
-        }
-        top[i] = best;
-    }
-    double sum = 0;
-    for (int i = 0; i < top_k; i++)
-        sum += w[i] = exp(((double)lg[top[i]] - lg[top[0]]) / temperature);
-    double u = tr_rng_uniform(seed, TR_STREAM_SAMPLE, draw) * sum;
-    int pick = top[top_k - 1];
-    for (int i = 0; i < top_k; i++) {
-        u -= w[i];
-        if (u < 0) {
-            pick = top[i];
-            break;
-        }
-    }
-    free(top);
-    free(w);
-    return pick;
-}
-
-int tr_gpt_generate(tr_model *m, int32_t *tokens, int n_prompt, int n_total, int top_k,
-                    float temperature, uint64_t seed)
+int tr_gpt_generate(tr_model *m, int32_t *tokens, int n_prompt, int n_total,
+                    const tr_sampling *s)
 {
     gpt *g = G(m);
     const tr_gpt_config *c = &g->cfg;
@@ -923,7 +878,7 @@ int tr_gpt_generate(tr_model *m, int32_t *tokens, int n_prompt, int n_total, int
         tr_gpt_stage_forward(m, 0, tokens + n - ctx, 1, ctx);
         int v0, Vl;
         tr_gpt_stage_logits(m, ctx - 1, full, &v0, &Vl);
-        tokens[n] = tr_gpt_pick_token(full, c->V, top_k, temperature, seed, (uint64_t)n);
+        tokens[n] = tr_pick_token(full, c->V, s, (uint64_t)n);
     }
     tr_free(full);
     return n_total;

@@ -2,6 +2,8 @@
 #ifndef TR_GPT_H
 #define TR_GPT_H
 
+#include "sampling.h"
+
 #include "model.h"
 
 #include <stdint.h>
@@ -55,16 +57,10 @@ void tr_gpt_stage_logits(tr_model *m, int row, float *full, int *v0, int *Vl);
  * gradient is summed between the first and the last stage. */
 void tr_gpt_tied_range(const tr_model *m, size_t *lo, size_t *hi);
 
-/* Picks the next token from the full logits row lg[0..V): greedy for top_k <= 1,
- * else top-k at the temperature with the counter-based RNG (seed, draw). */
-int tr_gpt_pick_token(const float *lg, int V, int top_k, float temperature, uint64_t seed,
-                      uint64_t draw);
-
 /* Continues tokens[0..n_prompt) (n_prompt >= 1) up to n_total tokens in place,
- * each from the newest seq_len tokens: greedy for top_k = 1, else top-k sampling
- * at the temperature, seeded. Rank-local: uses only this rank's model. Returns
- * n_total. */
-int tr_gpt_generate(tr_model *m, int32_t *tokens, int n_prompt, int n_total, int top_k,
-                    float temperature, uint64_t seed);
+ * each from the newest seq_len tokens, picked as s says (sampling.h; token n is draw
+ * n). Rank-local: uses only this rank's model. Returns n_total. */
+int tr_gpt_generate(tr_model *m, int32_t *tokens, int n_prompt, int n_total,
+                    const tr_sampling *s);
 
 #endif

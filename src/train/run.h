@@ -81,7 +81,7 @@ void tr_pipeline_step(run *r, const int32_t *x, const int32_t *y, float scale, d
 double tr_pipeline_forward(run *r, const int32_t *x, const int32_t *y, int B, long *correct);
 /* Generation through the stages, every rank of the pipeline taking part; tok[0 ..
  * n_prompt) must be the same on all of them. */
-void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total, int top_k,
-                          float temperature, uint64_t seed);
+void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total,
+                          const tr_sampling *s);
 
 #endif

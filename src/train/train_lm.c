@@ -145,14 +145,12 @@ void tr_lm_sample(run *r)
         tok[i] = (int32_t)ids[i];
     if (split)
         tr_bcast(tok, n, TR_I32, 0, r->w->world);
-    int top_k = (int)tr_deck_int(r->d, "sample", "top_k");
-    float temperature = (float)tr_deck_float(r->d, "sample", "temperature");
-    uint64_t seed = (uint64_t)tr_deck_int(r->d, "train", "seed");
+    tr_sampling how = tr_sampling_from_deck(r->d);
     double t0 = tr_wtime();
     if (split)
-        tr_pipeline_generate(r, tok, (int)n, (int)total, top_k, temperature, seed);
+        tr_pipeline_generate(r, tok, (int)n, (int)total, &how);
     else
-        tr_gpt_generate(&r->model, tok, (int)n, (int)total, top_k, temperature, seed);
+        tr_gpt_generate(&r->model, tok, (int)n, (int)total, &how);
     double dt = tr_wtime() - t0;
     if (r->w->rank == 0) {
         uint32_t *out = malloc(total * sizeof *out);
@@ -163,9 +161,10 @@ void tr_lm_sample(run *r)
         char *text = NULL;
         size_t len = 0;
         int rc = tr_bpe_decode(r->bpe, out, total, &text, &len);
+        char said[96];
+        tr_sampling_describe(&how, said, sizeof said);
         if (rc == 0)
-            printf("sample (%s, %ld tokens in %.1f s):\n%s\n",
-                   top_k == 1 ? "greedy" : "top-k", length, dt, text);
+            printf("sample (%s, %ld tokens in %.1f s):\n%s\n", said, length, dt, text);
         else
             printf("sample: the model produced a token outside the tokenizer's vocabulary\n");
         fflush(stdout);

@@ -100,8 +100,8 @@ double tr_pipeline_forward(run *r, const int32_t *x, const int32_t *y, int B, lo
     return tr_gpt_stage_loss(m, 0, y, B, correct);
 }
 
-void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total, int top_k,
-                          float temperature, uint64_t seed)
+void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total,
+                          const tr_sampling *s)
 {
     tr_model *m = &r->model;
     const tr_world *w = r->w;
@@ -129,7 +129,7 @@ void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total, int t
                 counts[q] = (size_t)Vl, counts[w->tp + q] = (size_t)q * Vl;
             if (w->tp > 1)
                 tr_allgatherv(full, counts, counts + w->tp, TR_F32, w->tp_group);
-            next = tr_gpt_pick_token(full, c->V, top_k, temperature, seed, (uint64_t)n);
+            next = tr_pick_token(full, c->V, s, (uint64_t)n);
         }
         tr_bcast(&next, 1, TR_I32, w->pp - 1, w->pp_group);
         tok[n] = next;

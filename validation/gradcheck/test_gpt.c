@@ -231,14 +231,15 @@ static void test_init_and_generation(void)
     CHECK(found == 4, "layers named as GPT-2's checkpoints (found %d of 4)", found);
 
     int32_t a[12] = {1, 2, 3}, b[12] = {1, 2, 3};
-    tr_gpt_generate(&m, a, 3, 12, 1, 1.0f, 1);
-    tr_gpt_generate(&m, b, 3, 12, 1, 1.0f, 1);
+    tr_sampling greedy = {1, 1.0f, 1.0f, 1}, top4 = {4, 1.0f, 1.0f, 9};
+    tr_gpt_generate(&m, a, 3, 12, &greedy);
+    tr_gpt_generate(&m, b, 3, 12, &greedy);
     CHECK(!memcmp(a, b, sizeof a), "greedy generation is deterministic");
     int inrange = 1;
     for (int i = 0; i < 12; i++)
         inrange &= a[i] >= 0 && a[i] < V;
     CHECK(inrange, "generated tokens lie in [0, V): padded logits never win");
-    tr_gpt_generate(&m, b, 3, 12, 4, 1.0f, 9);
+    tr_gpt_generate(&m, b, 3, 12, &top4);
     inrange = 1;
     for (int i = 0; i < 12; i++)
         inrange &= b[i] >= 0 && b[i] < V;
