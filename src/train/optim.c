@@ -1,4 +1,5 @@
-/* optim.c: SGD with momentum and AdamW over flat buffers; warmup + cosine. */
+/* optim.c: SGD with momentum and AdamW over flat buffers; warmup, then constant,
+ * cosine or linear decay. */
 #include "optim.h"
 #include "core/error.h"
 
@@ -22,8 +23,10 @@ void tr_optim_init(tr_optim *o, const tr_deck *d, const tr_device *dev, size_t c
     o->beta1 = tr_deck_float(d, "optim", "beta1");
     o->beta2 = tr_deck_float(d, "optim", "beta2");
     o->eps = (float)tr_deck_float(d, "optim", "eps");
-    o->schedule =
-        strcmp(tr_deck_str(d, "optim", "schedule"), "cosine") ? TR_SCHED_CONSTANT : TR_SCHED_COSINE;
+    const char *sched = tr_deck_str(d, "optim", "schedule");
+    o->schedule = !strcmp(sched, "cosine")   ? TR_SCHED_COSINE
+                  : !strcmp(sched, "linear") ? TR_SCHED_LINEAR
+                                             : TR_SCHED_CONSTANT;
     o->warmup_steps = tr_deck_int(d, "optim", "warmup_steps");
     o->min_lr = (float)tr_deck_float(d, "optim", "min_lr");
     o->clip_norm = (float)tr_deck_float(d, "optim", "clip_grad_norm");
@@ -81,10 +84,13 @@ float tr_optim_lr(const tr_optim *o, long step)
     if (o->schedule == TR_SCHED_CONSTANT)
         return o->lr;
     long span = o->total_steps - o->warmup_steps;
-    /* reaches min_lr after the last step, as PyTorch's CosineAnnealingLR(T_max = span) */
+    /* reaches min_lr after the last step, as PyTorch's CosineAnnealingLR(T_max = span);
+     * linear: as Hugging Face's get_linear_schedule_with_warmup after its warmup */
     double progress = span > 0 ? (double)(step - o->warmup_steps) / (double)span : 1.0;
     if (progress > 1)
         progress = 1;
+    if (o->schedule == TR_SCHED_LINEAR)
+        return o->min_lr + (o->lr - o->min_lr) * (float)(1.0 - progress);
     return o->min_lr + 0.5f * (o->lr - o->min_lr) * (float)(1.0 + cos(3.14159265358979323846 * progress));
 }
 

@@ -7,7 +7,7 @@
 #include "models/model.h"
 
 typedef enum { TR_OPT_SGD = 0, TR_OPT_ADAMW = 1 } tr_opt_kind;
-typedef enum { TR_SCHED_CONSTANT = 0, TR_SCHED_COSINE = 1 } tr_sched_kind;
+typedef enum { TR_SCHED_CONSTANT = 0, TR_SCHED_COSINE = 1, TR_SCHED_LINEAR = 2 } tr_sched_kind;
 
 typedef struct tr_optim {
     tr_opt_kind kind;
