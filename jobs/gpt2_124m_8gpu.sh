@@ -9,8 +9,12 @@
 #   Works: everything on the Slurm side (see jobs/gpt_512gpu.sh) and, with
 #   DEVICE=cpu, the training itself: DEVICE=cpu sbatch --gpus-per-node=0 ... trains
 #   on the node's cores (slowly: GPT-2 124M is a GPU model).
-#   The CUDA path (device = cuda, the default here: dp over the 8 GPUs with NCCL) is
-#   written but has never run on a real GPU: run ctest -L gpu on one node first.
+#   The CUDA path (device = cuda, the default here: dp over the 8 GPUs with NCCL) has
+#   run on one GPU (an H100: its tests pass, GPT-2 124M at 13 % MFU), not yet on
+#   several with NCCL between them: run ctest -L gpu on one node first.
+#   Fine-tuning from GPT-2's published weights (README, "Checkpoints"):
+#   OVERRIDES="checkpoint.init_from=data/gpt2_124m_openai.h5 optim.lr=6e-5
+#   optim.schedule=linear optim.warmup_steps=100 train.steps=2000" sbatch jobs/gpt2_124m_8gpu.sh
 #
 # FOR YOUR CLUSTER: partition and account (the "##SBATCH" lines), module loads,
 # CPUs per task (the node's cores / 8), NCCL settings (jobs/gpt_512gpu.sh explains).
