@@ -14,7 +14,11 @@ import  reads GPT-2 weights as Hugging Face stores them (a model directory with
 export  writes a trainer checkpoint's GPT as OUT_DIR/config.json and
         OUT_DIR/model.safetensors (float32), which transformers' GPT2LMHeadModel
         .from_pretrained(OUT_DIR) loads (tied head, LayerNorm eps 1e-5, GELU in its tanh
-        form: activation_function "gelu_new"; no dropout, as the trainer trains).
+        form: activation_function "gelu_new"; no dropout, as the trainer trains). A run
+        with GPT-2's tokenizer (data.tokenizer = gpt2) also gets its files as
+        OUT_DIR/vocab.json and OUT_DIR/merges.txt (copies of the deck's data.encoder
+        and data.merges, which GPT2Tokenizer.from_pretrained(OUT_DIR) reads), where
+        they are found from the current directory.
 
 The layouts: Hugging Face's GPT-2 keeps its linear layers as Conv1D, weight [in, out]
 (y = x W + b); the trainer keeps them as nn.Linear does, [out, in] (README,
@@ -32,6 +36,7 @@ import argparse
 import configparser
 import json
 import os
+import shutil
 import struct
 import sys
 import zlib
@@ -283,12 +288,19 @@ def read_checkpoint(path):
     return tensors, deck
 
 
-def n_head_of_deck(deck):
+def deck_value(deck, section, key):
     cp = configparser.ConfigParser(inline_comment_prefixes=("#",), interpolation=None)
     try:
         cp.read_string(deck)
-        return int(cp.get("model", "n_head"))
-    except (configparser.Error, ValueError):
+        return cp.get(section, key).strip()
+    except configparser.Error:
+        return None
+
+
+def n_head_of_deck(deck):
+    try:
+        return int(deck_value(deck, "model", "n_head"))
+    except (TypeError, ValueError):
         return None
 
 
@@ -348,6 +360,16 @@ def do_export(a):
     write_safetensors(os.path.join(a.out, "model.safetensors"), sd, {"format": "pt"})
     print(f"{a.out}: config.json and model.safetensors of a GPT-2 with {n_layer} blocks, "
           f"{n_head} heads, width {C}, {T} positions, vocabulary {V}")
+    if (deck_value(deck, "data", "tokenizer") or "gpt2") == "gpt2":  # the deck's default
+        files = {"vocab.json": deck_value(deck, "data", "encoder") or "data/gpt2/encoder.json",
+                 "merges.txt": deck_value(deck, "data", "merges") or "data/gpt2/vocab.bpe"}
+        if all(os.path.isfile(src) for src in files.values()):
+            for name, src in files.items():
+                shutil.copyfile(src, os.path.join(a.out, name))
+            print(f"{a.out}: the run's GPT-2 tokenizer as vocab.json and merges.txt")
+        else:
+            print(f"{a.out}: no tokenizer files written: {' or '.join(files.values())} not "
+                  "found from here (run from the directory the training ran in)")
     return 0
 
 

@@ -3,7 +3,8 @@
 # start from them (checkpoint.init_from).
 #  - export: a trained GPT's checkpoint as Hugging Face's config.json and
 #    model.safetensors, whose loss computed the way transformers computes it
-#    (e2e/hf_gpt2_forward.py) is the reference GPT's loss of the checkpoint;
+#    (e2e/hf_gpt2_forward.py) is the reference GPT's loss of the checkpoint, with the
+#    GPT-2 tokenizer's files where the run used it;
 #  - import: those files, a pytorch_model.bin with "transformer." names and a tied
 #    lm_head.weight, and a bfloat16 safetensors file, back into checkpoints whose /model
 #    is the original bit for bit (bf16: the original's values cut to bf16); an untied
@@ -30,6 +31,23 @@ val "$WORK/out" >"$WORK/a.val"
 check "export: $(cat "$WORK/out")" [ -s "$WORK/hf/model.safetensors" -a -s "$WORK/hf/config.json" ]
 check "transformers' loss of the export is the reference's of the checkpoint" \
   timeout 120 "$PYTHON" validation/e2e/hf_gpt2_forward.py "$WORK/hf" "$orig"
+
+# a run with GPT-2's tokenizer: its files come along (here a copy of the checkpoint
+# whose /deck says so, exported from the repository root where the deck's paths point)
+if [ -f data/gpt2/encoder.json ] && [ -f data/gpt2/vocab.bpe ]; then
+  "$PYTHON" -c "
+import h5py, numpy as np, shutil, sys
+shutil.copyfile(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], 'r+') as f:
+    deck = f['deck'][()].decode().replace('tokenizer = bytes', 'tokenizer = gpt2')
+    del f['deck']
+    f.create_dataset('deck', data=np.bytes_(deck))" "$orig" "$WORK/bpe.h5"
+  "${TOOL[@]}" export "$WORK/bpe.h5" "$WORK/hf_bpe" >"$WORK/out" 2>&1
+  check "export with GPT-2's tokenizer: its vocab.json and merges.txt: $(cat "$WORK/out")" \
+    cmp -s data/gpt2/encoder.json "$WORK/hf_bpe/vocab.json"
+  check "... merges.txt" cmp -s data/gpt2/vocab.bpe "$WORK/hf_bpe/merges.txt"
+fi
+check "a byte-level run's export has no tokenizer files" [ ! -e "$WORK/hf/vocab.json" ]
 
 same_model() { h5diff -q "$1" "$2" /model /model; }
 "${TOOL[@]}" import "$WORK/hf" "$WORK/imp.h5" >"$WORK/out" 2>&1
