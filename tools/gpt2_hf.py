@@ -2,7 +2,7 @@
 """gpt2_hf.py: GPT-2 weights between Hugging Face's format and the trainer's checkpoints.
 
 usage:
-  gpt2_hf.py import HF_MODEL OUT.h5 [--n-head N]
+  gpt2_hf.py import HF_MODEL OUT.h5 [--n-head N] [--seq-len T]
   gpt2_hf.py export CHECKPOINT.h5 OUT_DIR [--n-head N]
 
 import  reads GPT-2 weights as Hugging Face stores them (a model directory with
@@ -11,6 +11,9 @@ import  reads GPT-2 weights as Hugging Face stores them (a model directory with
         a run starts from with checkpoint.init_from = OUT.h5 (fine-tuning). The deck
         overrides that give the model its shapes are printed (inputs/gpt2_124m.in has
         those of GPT-2 124M). Float16 and bfloat16 weights are widened to float32.
+        --seq-len T keeps the first T rows of the position table (wpe): a model with a
+        shorter context (model.seq_len = T) then starts from the same weights, as
+        nanoGPT crops GPT-2's block size.
 export  writes a trainer checkpoint's GPT as OUT_DIR/config.json and
         OUT_DIR/model.safetensors (float32), which transformers' GPT2LMHeadModel
         .from_pretrained(OUT_DIR) loads (tied head, LayerNorm eps 1e-5, GELU in its tanh
@@ -314,6 +317,11 @@ def do_import(a):
         raise Failure(f"{path}: no config.json beside it names n_head: give --n-head")
     if C % n_head:
         raise Failure(f"{path}: n_head {n_head} does not divide the width {C}")
+    if a.seq_len:
+        if not 0 < a.seq_len <= T:
+            raise Failure(f"{path}: --seq-len {a.seq_len}: its position table has {T} rows")
+        sd["wpe.weight"] = sd["wpe.weight"][:a.seq_len]
+        T = a.seq_len
     tensors = {}
     for k, v in sd.items():
         tensors[trainer_path(k)] = v.T if transposed(k) else v
@@ -381,6 +389,8 @@ def main():
     i.add_argument("source", help="model directory, model.safetensors or pytorch_model.bin")
     i.add_argument("out", help="the checkpoint to write (.h5)")
     i.add_argument("--n-head", type=int, default=0)
+    i.add_argument("--seq-len", type=int, default=0,
+                   help="keep the first T positions of wpe (a shorter context)")
     e = sub.add_parser("export", help="trainer checkpoint -> Hugging Face GPT-2")
     e.add_argument("checkpoint")
     e.add_argument("out", help="directory for config.json and model.safetensors")

@@ -347,6 +347,11 @@ int tr_train_ckpt_init_from(tr_train_ckpt *c, const tr_world *w, char *err, size
     meta.optimizer[0] = '\0'; /* any optimizer's file: its state is not read */
     int rc = tr_ckpt_read(c->init_from, &meta, c->tensors, c->nparam_tensors, w->world, err,
                           errlen);
+    size_t used = strlen(err);
+    if (rc && strstr(err, "/model/wpe/weight has shape") && used < errlen) /* every rank */
+        snprintf(err + used, errlen - used,
+                 "; for a shorter model.seq_len than the weights', tools/gpt2_hf.py import "
+                 "--seq-len T keeps the first T positions");
     if (rc)
         return rc;
     if (c->param_mirror >= 0) {

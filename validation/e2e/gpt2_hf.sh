@@ -14,7 +14,8 @@
 #    optimizer, as does one on cpu-guarded with ZeRO 1 in fp16-mixed, and a run of 0
 #    steps evaluates them to the original's final validation loss; run again, the
 #    first resumes its own checkpoint instead; a file of another model size, a missing
-#    file, and resume= on a file without optimizer state are refused with the key named.
+#    file, and resume= on a file without optimizer state are refused with the key named;
+#    an import cropped to a shorter context (--seq-len) starts a run of that seq_len.
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
 "$PYTHON" -c "import torch, h5py" 2>/dev/null || { echo "skipped: no python3-torch/h5py"; exit 77; }
@@ -161,6 +162,22 @@ expect_refused() { # expect_refused CODE PATTERN overrides...
 }
 expect_refused 65 "checkpoint.init_from=.*/model/wte/weight has shape \[256, 64\], the model has \[256, 128\]" \
   checkpoint.init_from="$WORK/imp.h5" model.n_embd=128
+expect_refused 65 "/model/wpe/weight has shape \[32, 64\], the model has \[16, 64\].*import --seq-len T" \
+  checkpoint.init_from="$WORK/imp.h5" model.seq_len=16
 expect_refused 66 "checkpoint.init_from=$WORK/none.h5.*No such file" checkpoint.init_from="$WORK/none.h5"
+# a shorter context: the import keeps the first positions, and a run of that seq_len
+# starts from them (its step-0 wpe is the original's first 16 rows, the rest the same)
+"${TOOL[@]}" import "$WORK/hf" "$WORK/crop.h5" --seq-len 16 >"$WORK/out" 2>&1
+check "import --seq-len 16: $(cat "$WORK/out")" grep -q "model.seq_len=16" "$WORK/out"
+run 2 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=1 model.seq_len=16 checkpoint.at_start=true \
+  checkpoint.init_from="$WORK/crop.h5" run.dir="$WORK/short"
+check "init_from the cropped import at seq_len 16: $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
+check "... its wpe is the original's first 16 rows, every other tensor the same" "$PYTHON" -c "
+import h5py, numpy as np, sys
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+bad = []
+a['model'].visititems(lambda n, o: bad.append(n) if isinstance(o, h5py.Dataset) and not
+    np.array_equal(o[()][:16] if n == 'wpe/weight' else o[()], b['model'][n][()]) else None)
+sys.exit(1 if bad else 0)" "$orig" "$WORK/short/checkpoints/step_00000000.h5"
 expect_refused 65 "holds none optimizer state; this deck uses adamw" checkpoint.resume="$WORK/imp.h5"
 finish
