@@ -10,14 +10,17 @@ import  reads GPT-2 weights as Hugging Face stores them (a model directory with
         writes a trainer checkpoint holding the parameters (no optimizer state), which
         a run starts from with checkpoint.init_from = OUT.h5 (fine-tuning). The deck
         overrides that give the model its shapes are printed (inputs/gpt2_124m.in has
-        those of GPT-2 124M). Float16 and bfloat16 weights are widened to float32.
+        those of GPT-2 124M), and config.json's dropout as the deck's keys (GPT-2's
+        0.1; the trainer's default is none). Float16 and bfloat16 weights are widened
+        to float32.
         --seq-len T keeps the first T rows of the position table (wpe): a model with a
         shorter context (model.seq_len = T) then starts from the same weights, as
         nanoGPT crops GPT-2's block size.
 export  writes a trainer checkpoint's GPT as OUT_DIR/config.json and
         OUT_DIR/model.safetensors (float32), which transformers' GPT2LMHeadModel
         .from_pretrained(OUT_DIR) loads (tied head, LayerNorm eps 1e-5, GELU in its tanh
-        form: activation_function "gelu_new"; no dropout, as the trainer trains). A run
+        form: activation_function "gelu_new"; resid_pdrop, embd_pdrop and attn_pdrop
+        the run's model.resid_pdrop, embd_pdrop and attn_pdrop). A run
         with GPT-2's tokenizer (data.tokenizer = gpt2) also gets its files as
         OUT_DIR/vocab.json and OUT_DIR/merges.txt (copies of the deck's data.encoder
         and data.merges, which GPT2Tokenizer.from_pretrained(OUT_DIR) reads), where
@@ -300,6 +303,14 @@ def deck_value(deck, section, key):
         return None
 
 
+def pdrop_of_deck(deck, key):
+    """The run's model.<key> (a dropout probability; none given: 0, the default)."""
+    try:
+        return float(deck_value(deck, "model", key) or 0.0)
+    except ValueError:
+        return 0.0
+
+
 def n_head_of_deck(deck):
     try:
         return int(deck_value(deck, "model", "n_head"))
@@ -335,6 +346,10 @@ def do_import(a):
     print(f"{a.out}: GPT-2 with {n_layer} blocks, {n_head} heads, width {C}, {T} positions, "
           f"vocabulary {V}: {n} parameters ({len(tensors)} tensors)")
     print(f"train from it with:  checkpoint.init_from={a.out} {overrides}")
+    drops = [f"model.{k}={cfg[k]:g}" for k in ("embd_pdrop", "attn_pdrop", "resid_pdrop")
+             if isinstance(cfg.get(k), (int, float)) and cfg[k] > 0]
+    if drops:
+        print(f"its config.json trains with dropout; to do so too:  {' '.join(drops)}")
     return 0
 
 
@@ -356,7 +371,8 @@ def do_export(a):
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
         "n_layer": n_layer, "n_head": n_head, "n_embd": C, "n_positions": T, "n_ctx": T,
         "vocab_size": V, "n_inner": None, "activation_function": "gelu_new",
-        "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+        "layer_norm_epsilon": 1e-5, **{k: pdrop_of_deck(deck, k) for k in
+                                       ("resid_pdrop", "embd_pdrop", "attn_pdrop")},
         "initializer_range": 0.02, "scale_attn_weights": True, "tie_word_embeddings": True,
         "bos_token_id": V - 1 if V == 50257 else None,
         "eos_token_id": V - 1 if V == 50257 else None,

@@ -43,7 +43,14 @@ trainer or from HF transformers: token + learned position embeddings, n_layer pr
 blocks (x += attn(ln_1(x)); x += mlp(ln_2(x))), causal multi-head attention with a fused
 c_attn (q, k, v stacked along the output dimension, each cut into n_head contiguous
 heads), GELU in its tanh form, final ln_f, logits = ln_f(x) wte^T (tied), LayerNorm eps
-1e-5, loss = mean cross-entropy over all B*T positions. All of it runs in float32
+1e-5, loss = mean cross-entropy over all B*T positions. Dropout (the deck's
+model.embd_pdrop, attn_pdrop, resid_pdrop) at GPT-2's sites: the embeddings' sum, the
+attention probabilities, each projection before its residual add; its masks are the
+trainer's documented ones (src/backend/dropout_math.h: Philox-4x32-10 written here in
+numpy, keyed by train.seed, counter (step << 32 | 5 << 20 | site, n / 4), word n % 4
+below p 2^32 drops, kept values times float32(1 / (1 - p)); n the element's index in
+the step's global batch, sites 0 for the embeddings and 1 + 3 l + (0 attention, 1 its
+projection, 2 the MLP's) for block l), so a run with dropout is checked the same way. All of it runs in float32
 (float64 for --fp64-floor and for the self-test's finite differences), one thread,
 deterministic algorithms. The deck's float settings (lr, betas, eps, weight_decay) are
 rounded to float32 first, as the trainer holds them.
@@ -128,6 +135,10 @@ class Config:
         self.clip = get("optim", "clip_grad_norm", float, 0.0)
         self.shuffle = get("data", "shuffle", str, "false").lower()
         self.train_tokens = get("data", "train_tokens", str, "")
+        self.seed = get("train", "seed", int, 1234)
+        self.embd_pdrop = get("model", "embd_pdrop", f32, 0.0)
+        self.attn_pdrop = get("model", "attn_pdrop", f32, 0.0)
+        self.resid_pdrop = get("model", "resid_pdrop", f32, 0.0)
         if self.n_embd % self.n_head:
             raise SystemExit(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
 
@@ -228,12 +239,50 @@ def gelu_erf(x):  # the self-test's deliberately wrong variant
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
-def forward(P, cfg, idx, targets, gelu=gelu_tanh):
-    """Mean cross-entropy of the next-token predictions; P: name -> tensor."""
+def philox4x32(key, hi, lo):
+    """Philox-4x32-10 (Salmon et al., SC'11) of the uint64 counters lo (an array) with the
+    counter's high word hi and key, both ints: the four uint32 words, [4, len(lo)]."""
+    m32 = np.uint64(0xFFFFFFFF)
+    lo = np.asarray(lo, dtype=np.uint64)
+    c = [lo & m32, lo >> np.uint64(32), np.full_like(lo, hi & 0xFFFFFFFF),
+         np.full_like(lo, hi >> 32)]
+    k0, k1 = key & 0xFFFFFFFF, (key >> 32) & 0xFFFFFFFF
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c[0]
+        p1 = np.uint64(0xCD9E8D57) * c[2]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ np.uint64(k0), p1 & m32,
+             (p0 >> np.uint64(32)) ^ c[3] ^ np.uint64(k1), p0 & m32]
+        k0, k1 = (k0 + 0x9E3779B9) & 0xFFFFFFFF, (k1 + 0xBB67AE85) & 0xFFFFFFFF
+    return np.stack(c)
+
+
+def dropout_factors(cfg, p, step, site, shape):
+    """The trainer's mask for a tensor of `shape` that holds a whole global batch: a
+    float32 tensor of 0 and 1 / (1 - p) (None where p is 0)."""
+    if p <= 0 or step is None:
+        return None
+    n = np.arange(int(np.prod(shape)), dtype=np.uint64)
+    words = philox4x32(cfg.seed, (step << 32) | (5 << 20) | site, n >> np.uint64(2))
+    draw = np.take_along_axis(words, (n & np.uint64(3)).astype(np.int64)[None, :], 0)[0]
+    threshold = min(int(float(np.float32(p)) * 4294967296.0), 4294967295)
+    scale = np.float32(1.0 / (1.0 - float(np.float32(p))))
+    f = np.where(draw < threshold, np.float32(0), scale).astype(np.float32)
+    return torch.from_numpy(f.reshape(shape))
+
+
+def dropped(t, cfg, p, step, site):
+    f = dropout_factors(cfg, p, step, site, tuple(t.shape))
+    return t if f is None else t * f.to(t.dtype)
+
+
+def forward(P, cfg, idx, targets, gelu=gelu_tanh, step=None):
+    """Mean cross-entropy of the next-token predictions; P: name -> tensor. step: a
+    training step's batch (dropout's masks, where the deck has any), None: no dropout."""
     B, T = idx.shape
     C, nh = cfg.n_embd, cfg.n_head
     hs = C // nh
     x = P["wte/weight"][idx] + P["wpe/weight"][:T].unsqueeze(0)
+    x = dropped(x, cfg, cfg.embd_pdrop, step, 0)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     for i in range(cfg.n_layer):
         h = f"h.{i}/"
@@ -245,11 +294,14 @@ def forward(P, cfg, idx, targets, gelu=gelu_tanh):
         v = v.view(B, T, nh, hs).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        att = dropped(att, cfg, cfg.attn_pdrop, step, 1 + 3 * i)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + (y @ P[h + "attn/c_proj/weight"].t() + P[h + "attn/c_proj/bias"])
+        y = y @ P[h + "attn/c_proj/weight"].t() + P[h + "attn/c_proj/bias"]
+        x = x + dropped(y, cfg, cfg.resid_pdrop, step, 2 + 3 * i)
         a = F.layer_norm(x, (C,), P[h + "ln_2/weight"], P[h + "ln_2/bias"], LN_EPS)
         a = gelu(a @ P[h + "mlp/c_fc/weight"].t() + P[h + "mlp/c_fc/bias"])
-        x = x + (a @ P[h + "mlp/c_proj/weight"].t() + P[h + "mlp/c_proj/bias"])
+        y = a @ P[h + "mlp/c_proj/weight"].t() + P[h + "mlp/c_proj/bias"]
+        x = x + dropped(y, cfg, cfg.resid_pdrop, step, 3 + 3 * i)
     x = F.layer_norm(x, (C,), P["ln_f/weight"], P["ln_f/bias"], LN_EPS)
     logits = x @ P["wte/weight"].t()  # tied head, [B, T, V]
     return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
@@ -279,7 +331,7 @@ def train(arrays, cfg, tokens, steps, dtype, gelu=gelu_tanh, decay_all=False, ke
     for s in range(steps):
         x, y = batch_for_step(tokens, s, cfg.seq_len, cfg.batch_size)
         opt.zero_grad(set_to_none=True)
-        loss = forward(P, cfg, x, y, gelu)
+        loss = forward(P, cfg, x, y, gelu, step=s)
         loss.backward()
         losses.append(loss.item())
         if s == 0:
@@ -352,7 +404,7 @@ def torch_grad(arrays, cfg, tokens, step, dtype=torch.float32):
     """Loss and gradients of the batch of `step` at the given parameters."""
     P = make_params(arrays, dtype)
     x, y = batch_for_step(tokens, step, cfg.seq_len, cfg.batch_size)
-    loss = forward(P, cfg, x, y)
+    loss = forward(P, cfg, x, y, step=step)
     loss.backward()
     return loss.item(), {k: p.grad.double().numpy() for k, p in P.items()}
 
@@ -626,6 +678,10 @@ def self_test(a):
 
     V = 97
     cfg = Config(tiny_deck(V))
+    # the numpy Philox against Random123's known answers (counter words 0..3, key)
+    w = philox4x32(0x299f31d0a4093822, 0x0370734413198a2e, [0x85a308d3243f6a88])[:, 0]
+    report("Philox-4x32-10 known answer", list(w) == [0xd16cfe09, 0x94fdcceb, 0x5001e420,
+                                                      0x24126ea1], " ".join(f"{x:08x}" for x in w))
     arrays = init_arrays(cfg, 1, std=0.2)
     rng = np.random.default_rng(2)
     tokens = rng.integers(0, V, size=cfg.seq_len * cfg.batch_size * 3 + 5).astype(np.int64)

@@ -16,7 +16,10 @@
  * In bf16/fp16-mixed, qkv, out and dqkv are stored as 16-bit values and dO is read as
  * values of the format: each thread widens (or rounds) its head's slices into copies
  * of its own (T x HS each) before the BLAS reads them, and stores its out, dq, dk and
- * dv from such copies. */
+ * dv from such copies.
+ * Dropout (transformer_kernels.h): each thread forms its head's dropped probabilities
+ * A * M in a T x T buffer of its own, drawing M element by element (dropout_math.h),
+ * in forward for O and again in backward for dV and dA. */
 #include "backend/transformer_kernels.h"
 #include "backend/lowp_math.h" /* tr_round_lowp */
 #include "backend/scalar_math.h"
@@ -61,6 +64,27 @@ size_t tr_cpu_attention_state_floats(int B, int T, int NH)
     return (size_t)B * NH * T * T;
 }
 
+/* Ad = A * M for head (b, h) of the call: the causal part of each row, zeros beyond */
+static void dropped_probs(float *Ad, const float *A, int T, const tr_dropout *d, int b, int h)
+{
+    for (int t = 0; t < T; t++) {
+        const float *a = A + (size_t)t * T;
+        float *o = Ad + (size_t)t * T;
+        for (int j = 0; j <= t; j++)
+            o[j] = a[j] * tr_dropout_factor(d, tr_dropout_att_index(d, b, h, t, j, T));
+        for (int j = t + 1; j < T; j++)
+            o[j] = 0.0f;
+    }
+}
+
+/* dA *= M in place over the causal part (the gradient of A from that of A * M) */
+static void mask_prob_grad(float *dA, int T, const tr_dropout *d, int b, int h)
+{
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j <= t; j++)
+            dA[(size_t)t * T + j] *= tr_dropout_factor(d, tr_dropout_att_index(d, b, h, t, j, T));
+}
+
 /* One head's T rows of HS values at element off of src, a tensor stored in format
  * (qkv: lowp_math.h), ld apart, as floats: src's own for fp32, else widened (exactly)
  * into buf (T x HS, *ld set to HS). Serially, inside the loop over heads. */
@@ -95,15 +119,17 @@ static void store_head_rows(void *dst, size_t off, int ld, const float *src, int
 }
 
 void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
-                              int NH, int format)
+                              int NH, int format, const tr_dropout *drop)
 {
     int HS = head_size(C, NH, "attention_forward");
-    int nbh = B * NH;
+    int nbh = B * NH, dropping = tr_dropout_on(drop);
     float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
     {
         /* q, k, v, and the head's output before it is stored in the format */
         float *views = views_alloc(4, T, HS, format);
+        float *Ad = dropping ? tr_alloc((size_t)T * T * sizeof(float), "attention dropout")
+                             : NULL;
         size_t vs = (size_t)T * HS;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < nbh; bh++) {
@@ -121,8 +147,10 @@ void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, ldq, k, ldk,
                         0.0f, A, T);
             causal_softmax(A, T);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, v, ldv,
-                        0.0f, o, ldo);
+            if (dropping)
+                dropped_probs(Ad, A, T, drop, b, h);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f,
+                        dropping ? Ad : A, T, v, ldv, 0.0f, o, ldo);
             /* out (stored in the format: rounded as it is stored) and the probabilities
              * stored for backward, as the model stores activations; serial spans, not
              * tr_cpu_round_lowp, whose own parallel region would nest in this one */
@@ -130,22 +158,25 @@ void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int
                 store_head_rows(out, o0, C, o, T, HS, format);
             tr_round_lowp_span(A, (size_t)T * T, format);
         }
+        tr_free(Ad);
         tr_free(views);
     }
 }
 
 void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const void *out,
                                const void *qkv, const float *att, int B, int T, int C, int NH,
-                               int format)
+                               int format, const tr_dropout *drop)
 {
     (void)out; /* the saved probabilities already hold what the GPU recomputes from it */
     int HS = head_size(C, NH, "attention_backward");
-    int ld = 3 * C, nbh = B * NH;
+    int ld = 3 * C, nbh = B * NH, dropping = tr_dropout_on(drop);
     float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
     {
         /* q, k, v, dO, and dq, dk, dv before they are stored in the format */
         float *views = views_alloc(7, T, HS, format);
+        float *Ad = dropping ? tr_alloc((size_t)T * T * sizeof(float), "attention dropout")
+                             : NULL;
         size_t vs = (size_t)T * HS;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < nbh; bh++) {
@@ -167,8 +198,12 @@ void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const 
 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, ldo, v, ldv,
                         0.0f, dA, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, A, T, dO, ldo,
-                        0.0f, dv, ldg);
+            if (dropping) { /* dV = (A * M)^T dO; dA = M * (dO V^T) */
+                dropped_probs(Ad, A, T, drop, b, h);
+                mask_prob_grad(dA, T, drop, b, h);
+            }
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f,
+                        dropping ? Ad : A, T, dO, ldo, 0.0f, dv, ldg);
             /* softmax backward, in place: dA becomes dS, the gradient of the scaled scores */
             for (int t = 0; t < T; t++) {
                 const float *a = A + (size_t)t * T;
@@ -191,6 +226,7 @@ void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const 
                 store_head_rows(dqkv, off + 2 * (size_t)C, ld, dv, T, HS, format);
             }
         }
+        tr_free(Ad);
         tr_free(views);
     }
 }

@@ -462,6 +462,7 @@ const tr_kernels tr_cpu_kernels = {
     .mlp_backward = tr_cpu_mlp_backward,
     .residual_forward = tr_cpu_residual_forward,
     .narrow_stored = tr_cpu_narrow_stored,
+    .dropout = tr_cpu_dropout,
     .attention_state_floats = tr_cpu_attention_state_floats,
     .attention_forward = tr_cpu_attention_forward,
     .attention_backward = tr_cpu_attention_backward,

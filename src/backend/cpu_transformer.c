@@ -261,6 +261,27 @@ void tr_cpu_narrow_stored(void *out, const float *inp, size_t n, int format)
         tr_stored_store(out, i, inp[i], format);
 }
 
+/* Four elements per Philox call (dropout_math.h): the groups of four global indices
+ * that meet [base, base + n), each thread its own groups. */
+void tr_cpu_dropout(float *out, const float *inp, size_t n, const tr_dropout *d)
+{
+    if (!n)
+        return;
+    uint64_t g0 = d->base >> 2, ng = ((d->base + n - 1) >> 2) - g0 + 1;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN_ELEMS)
+    for (uint64_t k = 0; k < ng; k++) {
+        uint32_t r[4];
+        tr_philox4x32(r, d->seed, d->stream, g0 + k);
+        for (int w = 0; w < 4; w++) {
+            uint64_t e = (g0 + k) * 4 + (uint64_t)w;
+            if (e < d->base || e - d->base >= n)
+                continue;
+            size_t i = (size_t)(e - d->base);
+            out[i] = inp[i] * (r[w] < d->threshold ? 0.0f : d->scale);
+        }
+    }
+}
+
 /* ---- a language model's logits --------------------------------------------------- */
 
 /* fp32: the product as linear_forward_stored leaves it, rounded where it is read (a

@@ -253,6 +253,13 @@ static void guarded_narrow_stored(void *out, const float *inp, size_t n, int for
     tr_guarded_close();
 }
 
+static void guarded_dropout(float *out, const float *inp, size_t n, const tr_dropout *d)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.dropout(out, inp, n, d);
+    tr_guarded_close();
+}
+
 static size_t guarded_attention_state_floats(int B, int T, int NH)
 {
     tr_guarded_open();
@@ -261,17 +268,17 @@ static size_t guarded_attention_state_floats(int B, int T, int NH)
     return r;
 }
 
-static void guarded_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C, int NH, int format)
+static void guarded_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C, int NH, int format, const tr_dropout *drop)
 {
     tr_guarded_open();
-    tr_cpu_kernels.attention_forward(out, att, qkv, B, T, C, NH, format);
+    tr_cpu_kernels.attention_forward(out, att, qkv, B, T, C, NH, format, drop);
     tr_guarded_close();
 }
 
-static void guarded_attention_backward(void *dqkv, float *datt, const void *dout, const void *out, const void *qkv, const float *att, int B, int T, int C, int NH, int format)
+static void guarded_attention_backward(void *dqkv, float *datt, const void *dout, const void *out, const void *qkv, const float *att, int B, int T, int C, int NH, int format, const tr_dropout *drop)
 {
     tr_guarded_open();
-    tr_cpu_kernels.attention_backward(dqkv, datt, dout, out, qkv, att, B, T, C, NH, format);
+    tr_cpu_kernels.attention_backward(dqkv, datt, dout, out, qkv, att, B, T, C, NH, format, drop);
     tr_guarded_close();
 }
 
@@ -399,6 +406,7 @@ const tr_kernels tr_guarded_kernels = {
     .mlp_backward = guarded_mlp_backward,
     .residual_forward = guarded_residual_forward,
     .narrow_stored = guarded_narrow_stored,
+    .dropout = guarded_dropout,
     .attention_state_floats = guarded_attention_state_floats,
     .attention_forward = guarded_attention_forward,
     .attention_backward = guarded_attention_backward,

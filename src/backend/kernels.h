@@ -11,6 +11,8 @@
 #ifndef TR_KERNELS_H
 #define TR_KERNELS_H
 
+#include "backend/dropout_math.h" /* tr_dropout */
+
 #include <stddef.h>
 
 /* Shape of a 2-D convolution, stride 1, square kernel, symmetric zero padding. */
@@ -198,6 +200,10 @@ typedef struct tr_kernels {
     void (*residual_forward)(void *out, const void *a, const float *b, size_t n, int format);
     /* out, stored in format, = inp rounded to it (the embeddings' sum into the stream) */
     void (*narrow_stored)(void *out, const float *inp, size_t n, int format);
+    /* out[i] = inp[i] times tr_dropout_factor(d, d->base + i) (0 or 1 / (1 - p)),
+     * fp32, out may be inp; d on (tr_dropout_on). The mask is drawn, never stored:
+     * backward calls it again on the gradient with the same d (dropout_math.h). */
+    void (*dropout)(float *out, const float *inp, size_t n, const tr_dropout *d);
     /* att (and backward's datt) is the backend's own state for backward, of
      * attention_state_floats(B, T, NH) floats each: the CPU saves the probabilities
      * there (B*NH*T*T), rounded to `format` (a tr_precision; they are stored
@@ -207,13 +213,16 @@ typedef struct tr_kernels {
      * (lowp_math.h: 16 bits a value in bf16/fp16-mixed; c_proj's input, read by the
      * _stored linear entries), which backward reads; backward's dout is stored in
      * `format` (written by linear_backward_stored_dinp), and its dqkv too (read by
-     * linear_backward_stored_dout). */
+     * linear_backward_stored_dout). drop (NULL or off: none) drops attention's
+     * probabilities after the softmax, (b, h, i, j) as tr_dropout_att_index numbers
+     * them: forward multiplies V by the dropped ones, backward draws the same mask; the
+     * saved state is of the probabilities before it. */
     size_t (*attention_state_floats)(int B, int T, int NH);
     void (*attention_forward)(void *out, float *att, const void *qkv, int B, int T, int C,
-                              int NH, int format);
+                              int NH, int format, const tr_dropout *drop);
     void (*attention_backward)(void *dqkv, float *datt, const void *dout, const void *out,
                                const void *qkv, const float *att, int B, int T, int C, int NH,
-                               int format);
+                               int format, const tr_dropout *drop);
     /* A language model's logits [B*T,Vl] are kept in the form the backend chooses,
      * logits_format(format, C, Vl): TR_PREC_FP32 (floats holding a product's fp32
      * sums, read as values of format: the CPU's form) or format itself (stored in its

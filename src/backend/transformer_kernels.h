@@ -27,6 +27,8 @@
 #ifndef TR_TRANSFORMER_KERNELS_H
 #define TR_TRANSFORMER_KERNELS_H
 
+#include "backend/dropout_math.h" /* tr_dropout */
+
 #include <stddef.h>
 
 /* ---- embedding: out = wte[tok] + wpe[t] ------------------------------------------
@@ -151,6 +153,12 @@ void tr_cpu_mlp_backward(float *dinp, float *dw_fc, float *db_fc, float *dw_proj
 void tr_cpu_residual_forward(void *out, const void *a, const float *b, size_t n, int format);
 void tr_cpu_narrow_stored(void *out, const float *inp, size_t n, int format);
 
+/* ---- dropout, elementwise over n: out = inp times the mask's factor -----------------
+ * out[i] = inp[i] tr_dropout_factor(d, d->base + i) (dropout_math.h: 0 or 1 / (1 - p)),
+ * fp32, out may be inp. The model drops the embeddings' sum and each projection's
+ * output before the residual add, and calls it again on their gradients in backward. */
+void tr_cpu_dropout(float *out, const float *inp, size_t n, const tr_dropout *d);
+
 /* ---- causal multi-head self-attention core ----------------------------------------
  * qkv [B,T,3C]: q, k, v concatenated on the last dim, each split into NH heads of HS,
  * stored in `format` (lowp_math.h: 16-bit values in bf16/fp16; c_attn's output,
@@ -167,13 +175,16 @@ void tr_cpu_narrow_stored(void *out, const float *inp, size_t n, int format);
  * Backward: dqkv [B,T,3C] (=), rounded to `format` and stored in it (as qkv; its
  * reader is linear_backward_stored_dout); out is forward's output (unused here); datt
  * [B,NH,T,T] is scratch the caller provides (contents on return unspecified).
+ * Dropout (drop on, dropout_math.h): out = per head (A * M) v, with A the probabilities
+ * (what att saves) and M the mask's factors of tr_dropout_att_index; backward draws M
+ * again: dA = M * (dO v^T) before the softmax's backward, dV = (A * M)^T dO. NULL: none.
  * C % NH must be 0. */
 size_t tr_cpu_attention_state_floats(int B, int T, int NH); /* B*NH*T*T */
 void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
-                              int NH, int format);
+                              int NH, int format, const tr_dropout *drop);
 void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const void *out,
                                const void *qkv, const float *att, int B, int T, int C, int NH,
-                               int format);
+                               int format, const tr_dropout *drop);
 
 /* ---- a language model's logits ------------------------------------------------------
  * The CPU keeps them as fp32 floats (logits_format returns TR_PREC_FP32: the fp32

@@ -15,6 +15,9 @@ const tr_key_spec tr_deck_keys[] = {
     K("model", "n_embd", TR_KEY_INT, "768", 8, 65536, 0, "gpt: width of the residual stream"),
     K("model", "seq_len", TR_KEY_INT, "1024", 1, 65536, 0, "gpt: context length in tokens (also the size of the position table)"),
     K("model", "vocab_size", TR_KEY_INT, "50257", 2, 1 << 24, 0, "gpt: vocabulary size (GPT-2's BPE: 50257; bytes: 256); token files must fit in it"),
+    K("model", "embd_pdrop", TR_KEY_FLOAT, "0", 0, 0.95, 0, "gpt: dropout probability of the embeddings' sum (Hugging Face's embd_pdrop; GPT-2 was trained with 0.1); training steps only"),
+    K("model", "attn_pdrop", TR_KEY_FLOAT, "0", 0, 0.95, 0, "gpt: dropout probability of attention's probabilities (attn_pdrop); training steps only"),
+    K("model", "resid_pdrop", TR_KEY_FLOAT, "0", 0, 0.95, 0, "gpt: dropout probability of each attention and MLP output before it is added to the residual stream (resid_pdrop); training steps only"),
     K("model", "vocab_pad", TR_KEY_INT, "64", 1, 4096, 0, "gpt: pad the embedding/logit rows to a multiple of this for speed; padded logits never touch the loss"),
 
     K("data", "format", TR_KEY_CHOICE, "idx", 0, 0, "idx|tokens|random_tokens", "idx = images and labels in MNIST's IDX format (gzipped or not); tokens = token files from the tokenize tool; random_tokens = uniform random tokens, for benchmarks only"),

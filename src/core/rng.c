@@ -1,31 +1,15 @@
 /* rng.c: Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as
- * 1, 2, 3", SC'11), the generator cuRAND and PyTorch use for counter-based draws. */
+ * 1, 2, 3", SC'11; philox.h), the generator cuRAND and PyTorch use for counter-based
+ * draws. */
 #include "rng.h"
+#include "philox.h"
 
 #include <math.h>
 
-static inline uint32_t mulhilo(uint32_t a, uint32_t b, uint32_t *hi)
-{
-    uint64_t p = (uint64_t)a * b;
-    *hi = (uint32_t)(p >> 32);
-    return (uint32_t)p;
-}
-
 tr_philox_out tr_philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo)
 {
-    uint32_t c0 = (uint32_t)counter_lo, c1 = (uint32_t)(counter_lo >> 32);
-    uint32_t c2 = (uint32_t)counter_hi, c3 = (uint32_t)(counter_hi >> 32);
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int round = 0; round < 10; round++) {
-        uint32_t hi0, hi1;
-        uint32_t lo0 = mulhilo(0xD2511F53u, c0, &hi0);
-        uint32_t lo1 = mulhilo(0xCD9E8D57u, c2, &hi1);
-        uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-        c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    tr_philox_out o = {{c0, c1, c2, c3}};
+    tr_philox_out o;
+    tr_philox4x32(o.v, key, counter_hi, counter_lo);
     return o;
 }
 

@@ -30,6 +30,7 @@ enum {
     TR_STREAM_SHUFFLE = 2u << 20, /* + epoch */
     TR_STREAM_TOKENS = 3u << 20,  /* random-token benchmark data: + 0 train, + 1 eval */
     TR_STREAM_SAMPLE = 4u << 20,  /* text generation's top-k draws */
+    TR_STREAM_DROPOUT = 5u << 20, /* + the site (gpt.c), counter hi word: + step << 32 */
 };
 
 #endif

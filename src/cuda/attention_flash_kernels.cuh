@@ -7,10 +7,17 @@
  * same source on the CPU (unit.test_attention_flash_emu). Written against CUDA's
  * built-ins (threadIdx, __syncthreads, __shfl_sync, __shfl_xor_sync through
  * cuda_launch.cuh's warp reductions, min) and TR_DYNAMIC_SMEM (cuda_launch.cuh on the
- * GPU, the emulator's on the CPU); the includer provides them first. */
+ * GPU, the emulator's on the CPU); the includer provides them first.
+ *
+ * Dropout of the probabilities (drop.threshold nonzero; transformer_kernels.h): the
+ * mask's factor f of (i, j) is drawn where p is formed, in each kernel alike
+ * (dropout_math.h). Forward sums the row's undropped p into l (the softmax is of the
+ * scores) and p f into O; backward uses p f for dV and ds = p (f dp - Dvec): Dvec =
+ * rowsum(dO * O) is still sum_j p_ij f_ij dp_ij, O being formed from p f. */
 #ifndef TR_ATTENTION_FLASH_KERNELS_CUH
 #define TR_ATTENTION_FLASH_KERNELS_CUH
 
+#include "backend/dropout_math.h" /* tr_dropout_factor */
 #include "backend/lowp_math.h"   /* tr_stored_load, tr_stored_store */
 #include "backend/scalar_math.h" /* tr_expf */
 #include "cuda/cuda_launch.cuh"  /* tr_warp_sum, tr_warp_max, TR_CUDA_BLOCK */
@@ -60,7 +67,7 @@ template <int D> __device__ static inline float dot_bcast(const float *a, const 
 template <int D>
 __global__ static void __launch_bounds__(FA_THREADS)
     flash_forward_kernel(void *out, float *lse, const void *qkv, int T, int C, int NH, int HS,
-                         float scale, int format)
+                         float scale, int format, tr_dropout drop)
 {
     const int R = fa_rows<D>::R, BR = FA_WARPS * R, LDK = D + 1;
     TR_DYNAMIC_SMEM(smem);
@@ -104,6 +111,8 @@ __global__ static void __launch_bounds__(FA_THREADS)
             float corr = m[r] == -INFINITY ? 0.0f : tr_expf(m[r] - mnew);
             l[r] = l[r] * corr + tr_warp_sum(p[r]);
             m[r] = mnew;
+            if (drop.threshold && valid) /* O sums the dropped p; l the whole row */
+                p[r] *= tr_dropout_factor(&drop, tr_dropout_att_index(&drop, b, h, i, j, T));
 #pragma unroll
             for (int c = 0; c < D / 32; c++)
                 acc[r][c] *= corr;
@@ -164,7 +173,8 @@ __global__ static void flash_dvec_kernel(float *dvec, const void *dout, const vo
 template <int D>
 __global__ static void __launch_bounds__(FA_THREADS)
     flash_dkv_kernel(void *dqkv, const void *dout, const void *qkv, const float *lse,
-                     const float *dvec, int T, int C, int NH, int HS, float scale, int format)
+                     const float *dvec, int T, int C, int NH, int HS, float scale, int format,
+                     tr_dropout drop)
 {
     const int R = fa_rows<D>::R, BK = FA_WARPS * R, LDQ = D + 1;
     TR_DYNAMIC_SMEM(smem);
@@ -204,7 +214,13 @@ __global__ static void __launch_bounds__(FA_THREADS)
             float dp = dot_bcast<D>(Vs + (warp * R + r) * D, dOt + lane * LDQ);
             bool valid = i < T && j <= i;
             p[r] = valid ? tr_expf(s - li) : 0.0f;
-            ds[r] = p[r] * (dp - di);
+            if (drop.threshold && valid) { /* dV takes p f, ds = p (f dp - Dvec) */
+                float f = tr_dropout_factor(&drop, tr_dropout_att_index(&drop, b, h, i, j, T));
+                ds[r] = p[r] * (f * dp - di);
+                p[r] *= f;
+            } else {
+                ds[r] = p[r] * (dp - di);
+            }
         }
         for (int ii = 0; ii < 32; ii++) {
             const float *qr = Qt + ii * LDQ, *gr = dOt + ii * LDQ;
@@ -239,7 +255,8 @@ __global__ static void __launch_bounds__(FA_THREADS)
 template <int D>
 __global__ static void __launch_bounds__(FA_THREADS)
     flash_dq_kernel(void *dqkv, const void *dout, const void *qkv, const float *lse,
-                    const float *dvec, int T, int C, int NH, int HS, float scale, int format)
+                    const float *dvec, int T, int C, int NH, int HS, float scale, int format,
+                    tr_dropout drop)
 {
     const int R = fa_rows<D>::R, BQ = FA_WARPS * R, LDK = D + 1;
     TR_DYNAMIC_SMEM(smem);
@@ -282,6 +299,8 @@ __global__ static void __launch_bounds__(FA_THREADS)
             float dp = dot_bcast<D>(dOs + (warp * R + r) * D, Vt + lane * LDK);
             bool valid = i < T && j <= i;
             float p = valid ? tr_expf(s - li[r]) : 0.0f;
+            if (drop.threshold && valid)
+                dp *= tr_dropout_factor(&drop, tr_dropout_att_index(&drop, b, h, i, j, T));
             ds[r] = p * (dp - di[r]);
         }
         for (int jj = 0; jj < 32; jj++) {

@@ -50,10 +50,17 @@
  * fp16-mixed runs the operands are fp16 and P and dS are rounded to fp16 once; forward's running
  * max moves at every tile (a register rescale is cheap here), where the WMMA kernel
  * lets it lag by up to e^8. Row sums are kept per lane and added across the row's 4
- * lanes once, at the end. */
+ * lanes once, at the end.
+ *
+ * Dropout of the probabilities (drop.threshold nonzero), as the other forms draw it
+ * (attention_flash_kernels.cuh): each fragment element's row and key are known where
+ * the causal mask is applied, and there the mask's factor f is drawn, a Philox call
+ * for a lane's two neighbouring keys; P f goes into O and dV (l sums P), and dS = P (f
+ * dP - Dvec). */
 #ifndef TR_ATTENTION_MMA_KERNELS_CUH
 #define TR_ATTENTION_MMA_KERNELS_CUH
 
+#include "backend/dropout_math.h" /* tr_dropout_factor2 */
 #include "backend/lowp_math.h"   /* tr_round_lowp */
 #include "backend/scalar_math.h" /* tr_expf */
 #include "cuda/cuda_launch.cuh"      /* TR_DYNAMIC_SMEM */
@@ -280,7 +287,7 @@ __device__ static inline uint16_t *mma_stage(unsigned char *sm, unsigned rows, i
 template <int D, int F>
 __global__ static void __launch_bounds__(MMA_THREADS)
     mma_forward_kernel(void *out, float *lse, const uint16_t *qkv, int T, int C, int NH, int HS,
-                       float scale, int vq)
+                       float scale, int vq, tr_dropout drop)
 {
     typedef mma_layout<D> L;
     TR_DYNAMIC_SMEM(sm);
@@ -352,6 +359,20 @@ __global__ static void __launch_bounds__(MMA_THREADS)
                 s[n][e] = p;
                 l[e >> 1] += p;
             }
+        if (drop.threshold) /* O sums the dropped P; l the whole row */
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    int j = j0 + 8 * n + 2 * (lane % 4);
+                    if (j > imask[hh]) /* both masked: 0 */
+                        continue;
+                    float f0, f1;
+                    tr_dropout_factor2(&drop, tr_dropout_att_index(&drop, b, h, imask[hh], j, T),
+                                       &f0, &f1);
+                    s[n][2 * hh] *= f0;
+                    s[n][2 * hh + 1] *= f1;
+                }
         mma_accumulate<D, F>(o, s, mma_stage(sm, L::ROWS, st, 1), lane);
     }
     float inv[2];
@@ -385,7 +406,8 @@ __device__ static void mma_load_rowstats(float *Lt, float *Dt, const float *lse,
 template <int D, int F>
 __global__ static void __launch_bounds__(MMA_THREADS)
     mma_dkv_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
-                   const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo)
+                   const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo,
+                   tr_dropout drop)
 {
     typedef mma_layout<D> L;
     TR_DYNAMIC_SMEM(sm);
@@ -440,9 +462,15 @@ __global__ static void __launch_bounds__(MMA_THREADS)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int c = 8 * n + 2 * (lane % 4) + (e & 1), i = i0 + c;
-                float pe = i < T && key[e >> 1] <= i ? tr_expf(scale * p[n][e] - Lt[c]) : 0.0f;
-                p[n][e] = pe;
-                ds[n][e] = pe * (ds[n][e] - Dt[c]);
+                bool live = i < T && key[e >> 1] <= i;
+                float pe = live ? tr_expf(scale * p[n][e] - Lt[c]) : 0.0f;
+                /* neighbouring queries are T elements apart: a Philox call each */
+                float f = drop.threshold && live
+                              ? tr_dropout_factor(
+                                    &drop, tr_dropout_att_index(&drop, b, h, i, key[e >> 1], T))
+                              : 1.0f;
+                p[n][e] = pe * f;
+                ds[n][e] = pe * (f * ds[n][e] - Dt[c]);
             }
         mma_accumulate<D, F>(dv, p, dOs, lane); /* dV += P^T dO */
         mma_accumulate<D, F>(dk, ds, Qs, lane); /* dK += dS^T Q (scale at the end) */
@@ -458,7 +486,8 @@ __global__ static void __launch_bounds__(MMA_THREADS)
 template <int D, int F>
 __global__ static void __launch_bounds__(MMA_THREADS)
     mma_dq_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
-                  const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo)
+                  const float *dvec, int T, int C, int NH, int HS, float scale, int vq, int vo,
+                  tr_dropout drop)
 {
     typedef mma_layout<D> L;
     TR_DYNAMIC_SMEM(sm);
@@ -508,14 +537,24 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         mma_scores<D, F>(p, qf, Ks, lane);                                /* S = Q K^T */
         mma_scores<D, F>(ds, of, mma_stage(sm, L::ROWS, st, 1), lane);    /* dP = dO V^T */
 #pragma unroll
-        for (int n = 0; n < 8; n++)
+        for (int n = 0; n < 8; n++) {
+            float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+            int jp = j0 + 8 * n + 2 * (lane % 4);
+            if (drop.threshold)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++)
+                    if (row[hh] < T && jp <= row[hh])
+                        tr_dropout_factor2(&drop,
+                                           tr_dropout_att_index(&drop, b, h, row[hh], jp, T),
+                                           &f[2 * hh], &f[2 * hh + 1]);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int j = j0 + 8 * n + 2 * (lane % 4) + (e & 1), hh = e >> 1;
+                int j = jp + (e & 1), hh = e >> 1;
                 bool live = row[hh] < T && j <= row[hh];
                 float pe = live ? tr_expf(scale * p[n][e] - li[hh]) : 0.0f;
-                ds[n][e] = pe * (ds[n][e] - di[hh]);
+                ds[n][e] = pe * (f[e] * ds[n][e] - di[hh]);
             }
+        }
         mma_accumulate<D, F>(dq, ds, Ks, lane); /* dQ += dS K (scale at the end) */
     }
     const float one[2] = {1.0f, 1.0f};

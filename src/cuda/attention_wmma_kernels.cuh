@@ -33,10 +33,17 @@
  * same source on the CPU, one coroutine per CUDA thread, with WMMA's collectives on a
  * fragment layout of its own (the kernels never index a fragment), so that the CPU
  * test suite proves their tiling, masking, lazy rescale and 16-bit stores against the
- * CPU attention (test_attention_wmma_emu). */
+ * CPU attention (test_attention_wmma_emu).
+ *
+ * Dropout of the probabilities (drop.threshold nonzero; transformer_kernels.h), as the
+ * fp32 kernels draw it (attention_flash_kernels.cuh): a lane pair holds its row's
+ * elements with their indices, so the mask's factor f multiplies P after l has summed
+ * the row (forward), and backward takes P f for dV and dS = P (f dP - Dvec); a lane's
+ * two neighbouring keys share one Philox call (tr_dropout_factor2). */
 #ifndef TR_ATTENTION_WMMA_KERNELS_CUH
 #define TR_ATTENTION_WMMA_KERNELS_CUH
 
+#include "backend/dropout_math.h" /* tr_dropout_factor2 */
 #include "backend/lowp_math.h"   /* tr_stored_store */
 #include "backend/scalar_math.h" /* tr_expf */
 
@@ -177,7 +184,7 @@ __device__ static void store_rows(void *dst, size_t o0, size_t ldd, int row0, in
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_forward_kernel(void *out, float *lse, const uint16_t *qkv, int T, int C, int NH, int HS,
-                      float scale, int vec, int format)
+                      float scale, int vec, int format, tr_dropout drop)
 {
     typedef tc_layout<D> L;
     TC_DYNAMIC_SMEM(tc_sm);
@@ -243,6 +250,17 @@ __global__ static void __launch_bounds__(TC_THREADS)
             psum += sv[e];
         }
         l += psum + __shfl_xor_sync(0xffffffffu, psum, 1);
+        if (drop.threshold) /* O sums the dropped P; l the whole row */
+#pragma unroll
+            for (int kk = 0; kk < 16; kk++) {
+                int j = j0 + PAIR_COL(kk, half);
+                if (j > i) /* both masked: 0 */
+                    continue;
+                float f0, f1;
+                tr_dropout_factor2(&drop, tr_dropout_att_index(&drop, b, h, i, j, T), &f0, &f1);
+                sv[2 * kk] *= f0;
+                sv[2 * kk + 1] *= f1;
+            }
         __syncwarp(); /* all scores read (and any rescale done) before P overwrites them */
 #pragma unroll
         for (int kk = 0; kk < 16; kk++)
@@ -263,7 +281,7 @@ template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_dkv_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                   const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
-                  int format)
+                  int format, tr_dropout drop)
 {
     typedef tc_layout<D> L;
     TC_DYNAMIC_SMEM(tc_sm);
@@ -311,9 +329,14 @@ __global__ static void __launch_bounds__(TC_THREADS)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int c = PAIR_COL(kk, half) + e, i = i0 + c;
-                float p = (i < T && j <= i) ? tr_expf(scale * S[r * L::LS + c] - Lt[c]) : 0.0f;
-                p2[e] = p;
-                d2[e] = p * (G[r * L::LS + c] - Dt[c]);
+                bool live = i < T && j <= i;
+                float p = live ? tr_expf(scale * S[r * L::LS + c] - Lt[c]) : 0.0f;
+                /* neighbouring queries are T elements apart: a Philox call each */
+                float f = drop.threshold && live
+                              ? tr_dropout_factor(&drop, tr_dropout_att_index(&drop, b, h, i, j, T))
+                              : 1.0f;
+                p2[e] = p * f;
+                d2[e] = p * (f * G[r * L::LS + c] - Dt[c]);
             }
             pp[kk] = __floats2bfloat162_rn(p2[0], p2[1]);
             dd[kk] = __floats2bfloat162_rn(d2[0], d2[1]);
@@ -339,7 +362,7 @@ template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_dq_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                  const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
-                 int format)
+                 int format, tr_dropout drop)
 {
     typedef tc_layout<D> L;
     TC_DYNAMIC_SMEM(tc_sm);
@@ -377,12 +400,16 @@ __global__ static void __launch_bounds__(TC_THREADS)
         bf16x2 dd[16];
 #pragma unroll
         for (int kk = 0; kk < 16; kk++) {
-            float d2[2];
+            float d2[2], f[2] = {1.0f, 1.0f};
+            int jp = j0 + PAIR_COL(kk, half);
+            if (drop.threshold && i < T && jp <= i)
+                tr_dropout_factor2(&drop, tr_dropout_att_index(&drop, b, h, i, jp, T), &f[0],
+                                   &f[1]);
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int c = PAIR_COL(kk, half) + e, jj = j0 + c;
                 float p = (i < T && jj <= i) ? tr_expf(scale * S[r * L::LS + c] - li) : 0.0f;
-                d2[e] = p * (G[r * L::LS + c] - di);
+                d2[e] = p * (f[e] * G[r * L::LS + c] - di);
             }
             dd[kk] = __floats2bfloat162_rn(d2[0], d2[1]);
         }

@@ -51,21 +51,22 @@ static int head_size(int C, int NH, const char *what)
 
 template <int D>
 static void forward_d(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
-                      int HS, float scale, int format)
+                      int HS, float scale, int format, const tr_dropout &drop)
 {
     static int opted;
     size_t smem = fwd_smem<D>();
     tr_cuda_allow_smem(flash_forward_kernel<D>, smem, &opted);
     unsigned grid = tr_cuda_tile_grid(B, NH, T, FA_WARPS * fa_rows<D>::R);
     flash_forward_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(out, lse, qkv, T, C,
-                                                                         NH, HS, scale, format);
+                                                                         NH, HS, scale, format,
+                                                                         drop);
     TR_CUDA_LAUNCHED();
 }
 
 template <int D>
 static void backward_d(void *dqkv, const void *dout, const void *qkv, const float *lse,
                        const float *dvec, int B, int T, int C, int NH, int HS, float scale,
-                       int format)
+                       int format, const tr_dropout &drop)
 {
     static int opted_kv, opted_q;
     size_t smem = bwd_smem<D>();
@@ -73,10 +74,10 @@ static void backward_d(void *dqkv, const void *dout, const void *qkv, const floa
     tr_cuda_allow_smem(flash_dkv_kernel<D>, smem, &opted_kv);
     tr_cuda_allow_smem(flash_dq_kernel<D>, smem, &opted_q);
     flash_dkv_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(
-        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, format);
+        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, format, drop);
     TR_CUDA_LAUNCHED();
     flash_dq_kernel<D><<<grid, FA_THREADS, smem, tr_cuda_stream()>>>(
-        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, format);
+        dqkv, dout, qkv, lse, dvec, T, C, NH, HS, scale, format, drop);
     TR_CUDA_LAUNCHED();
 }
 
@@ -98,7 +99,8 @@ enum { FORM_FLASH, FORM_WMMA, FORM_MMA };
  * format (set before the first kernel: the same in forward and backward): the
  * mma.sync kernels where chosen and the head size fits (bf16 and fp16;
  * cuda_attention_tc.h; the choice holds for the run), else WMMA (bf16 only, where the
- * GPU grants its shared memory). Else the fp32 kernels here. */
+ * GPU grants its shared memory). Else the fp32 kernels here. Each form drops
+ * attention's probabilities alike (model.attn_pdrop; dropout_math.h). */
 static int attention_form(int HS, int format)
 {
     if (!tr_is_lowp(format) || tr_cuda_gemm_precision() != format)
@@ -111,7 +113,7 @@ static int attention_form(int HS, int format)
 }
 
 void tr_cuda_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
-                               int NH, int format)
+                               int NH, int format, const tr_dropout *drop)
 {
     /* out is rounded to format as it is stored; the saved log-sum-exps stay fp32:
      * they are not an activation */
@@ -120,25 +122,26 @@ void tr_cuda_attention_forward(void *out, float *att, const void *qkv, int B, in
         return;
     float scale = 1.0f / sqrtf((float)HS);
     int form = attention_form(HS, format);
+    tr_dropout d = tr_dropout_on(drop) ? *drop : tr_dropout_make(0.0f, 0, 0, 0, 0);
     if (form == FORM_MMA) {
-        tr_cuda_attention_mma_forward(out, att, qkv, B, T, C, NH, HS, scale, format);
+        tr_cuda_attention_mma_forward(out, att, qkv, B, T, C, NH, HS, scale, format, d);
         return;
     }
     if (form == FORM_WMMA) {
-        tr_cuda_attention_tc_forward(out, att, qkv, B, T, C, NH, HS, scale, format);
+        tr_cuda_attention_tc_forward(out, att, qkv, B, T, C, NH, HS, scale, format, d);
         return;
     }
     switch (padded_head(HS, "attention_forward")) {
-    case 32: forward_d<32>(out, att, qkv, B, T, C, NH, HS, scale, format); break;
-    case 64: forward_d<64>(out, att, qkv, B, T, C, NH, HS, scale, format); break;
-    case 128: forward_d<128>(out, att, qkv, B, T, C, NH, HS, scale, format); break;
-    default: forward_d<256>(out, att, qkv, B, T, C, NH, HS, scale, format); break;
+    case 32: forward_d<32>(out, att, qkv, B, T, C, NH, HS, scale, format, d); break;
+    case 64: forward_d<64>(out, att, qkv, B, T, C, NH, HS, scale, format, d); break;
+    case 128: forward_d<128>(out, att, qkv, B, T, C, NH, HS, scale, format, d); break;
+    default: forward_d<256>(out, att, qkv, B, T, C, NH, HS, scale, format, d); break;
     }
 }
 
 void tr_cuda_attention_backward(void *dqkv, float *datt, const void *dout, const void *out,
                                 const void *qkv, const float *att, int B, int T, int C, int NH,
-                                int format)
+                                int format, const tr_dropout *drop)
 {
     int HS = head_size(C, NH, "attention_backward");
     if (B <= 0 || T <= 0)
@@ -151,20 +154,21 @@ void tr_cuda_attention_backward(void *dqkv, float *datt, const void *dout, const
                         tr_cuda_stream()>>>(dvec, dout, out, B, T, C, NH, HS, format);
     TR_CUDA_LAUNCHED();
     int form = attention_form(HS, format);
+    tr_dropout d = tr_dropout_on(drop) ? *drop : tr_dropout_make(0.0f, 0, 0, 0, 0);
     if (form == FORM_MMA) {
         tr_cuda_attention_mma_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,
-                                       format);
+                                       format, d);
         return;
     }
     if (form == FORM_WMMA) {
         tr_cuda_attention_tc_backward(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale,
-                                      format);
+                                      format, d);
         return;
     }
     switch (padded_head(HS, "attention_backward")) {
-    case 32: backward_d<32>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format); break;
-    case 64: backward_d<64>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format); break;
-    case 128: backward_d<128>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format); break;
-    default: backward_d<256>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format); break;
+    case 32: backward_d<32>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format, d); break;
+    case 64: backward_d<64>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format, d); break;
+    case 128: backward_d<128>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format, d); break;
+    default: backward_d<256>(dqkv, dout, qkv, att, dvec, B, T, C, NH, HS, scale, format, d); break;
     }
 }

@@ -12,21 +12,21 @@
 
 template <int D>
 static void tc_forward_d(void *out, float *lse, const uint16_t *qkv, int B, int T, int C, int NH,
-                         int HS, float scale, int format)
+                         int HS, float scale, int format, const tr_dropout &drop)
 {
     static int opted;
     size_t bytes = tc_layout<D>::FWD_BYTES;
     tr_cuda_allow_smem(tc_forward_kernel<D>, bytes, &opted);
     unsigned grid = tr_cuda_tile_grid(B, NH, T, TC_TILE);
     tc_forward_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(
-        out, lse, qkv, T, C, NH, HS, scale, tr_cuda_vec4_rows(qkv, qkv, C, HS), format);
+        out, lse, qkv, T, C, NH, HS, scale, tr_cuda_vec4_rows(qkv, qkv, C, HS), format, drop);
     TR_CUDA_LAUNCHED();
 }
 
 template <int D>
 static void tc_backward_d(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                           const float *dvec, int B, int T, int C, int NH, int HS, float scale,
-                          int format)
+                          int format, const tr_dropout &drop)
 {
     static int opted_kv, opted_q;
     size_t bytes = tc_layout<D>::BWD_BYTES;
@@ -36,10 +36,11 @@ static void tc_backward_d(void *dqkv, const uint16_t *dout, const uint16_t *qkv,
     int vec = tr_cuda_vec4_rows(qkv, dout, C, HS);
     tc_dkv_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(dqkv, dout, qkv, lse, dvec,
                                                                   T, C, NH, HS, scale, vec,
-                                                                  format);
+                                                                  format, drop);
     TR_CUDA_LAUNCHED();
     tc_dq_kernel<D><<<grid, TC_THREADS, bytes, tr_cuda_stream()>>>(dqkv, dout, qkv, lse, dvec, T,
-                                                                 C, NH, HS, scale, vec, format);
+                                                                 C, NH, HS, scale, vec, format,
+                                                                 drop);
     TR_CUDA_LAUNCHED();
 }
 
@@ -64,26 +65,28 @@ int tr_cuda_attention_tc_fits(int HS)
 }
 
 void tr_cuda_attention_tc_forward(void *out, float *lse, const void *qkv16, int B, int T,
-                                  int C, int NH, int HS, float scale, int format)
+                                  int C, int NH, int HS, float scale, int format,
+                                  const tr_dropout &drop)
 {
     const uint16_t *qkv = (const uint16_t *)qkv16;
     if (HS <= 32)
-        tc_forward_d<32>(out, lse, qkv, B, T, C, NH, HS, scale, format);
+        tc_forward_d<32>(out, lse, qkv, B, T, C, NH, HS, scale, format, drop);
     else if (HS <= 64)
-        tc_forward_d<64>(out, lse, qkv, B, T, C, NH, HS, scale, format);
+        tc_forward_d<64>(out, lse, qkv, B, T, C, NH, HS, scale, format, drop);
     else
-        tc_forward_d<128>(out, lse, qkv, B, T, C, NH, HS, scale, format);
+        tc_forward_d<128>(out, lse, qkv, B, T, C, NH, HS, scale, format, drop);
 }
 
 void tr_cuda_attention_tc_backward(void *dqkv, const void *dout16, const void *qkv16,
                                    const float *lse, const float *dvec, int B, int T, int C,
-                                   int NH, int HS, float scale, int format)
+                                   int NH, int HS, float scale, int format,
+                                   const tr_dropout &drop)
 {
     const uint16_t *qkv = (const uint16_t *)qkv16, *dout = (const uint16_t *)dout16;
     if (HS <= 32)
-        tc_backward_d<32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
+        tc_backward_d<32>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format, drop);
     else if (HS <= 64)
-        tc_backward_d<64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
+        tc_backward_d<64>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format, drop);
     else
-        tc_backward_d<128>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format);
+        tc_backward_d<128>(dqkv, dout, qkv, lse, dvec, B, T, C, NH, HS, scale, format, drop);
 }

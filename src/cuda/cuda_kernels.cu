@@ -44,6 +44,7 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .mlp_backward = tr_cuda_mlp_backward,
     .residual_forward = tr_cuda_residual_forward,
     .narrow_stored = tr_cuda_narrow_stored,
+    .dropout = tr_cuda_dropout,
     .attention_state_floats = tr_cuda_attention_state_floats,
     .attention_forward = tr_cuda_attention_forward,
     .attention_backward = tr_cuda_attention_backward,

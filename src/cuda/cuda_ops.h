@@ -122,14 +122,15 @@ void tr_cuda_widen_stored(float *dst, const void *src, size_t n, int format);
 /* dst, stored in format, = src rounded to it */
 void tr_cuda_narrow_stored(void *dst, const float *src, size_t n, int format);
 void tr_cuda_residual_forward(void *out, const void *a, const float *b, size_t n, int format);
+void tr_cuda_dropout(float *out, const float *inp, size_t n, const tr_dropout *d);
 
 /* cuda_attention.cu */
 size_t tr_cuda_attention_state_floats(int B, int T, int NH); /* B*NH*T */
 void tr_cuda_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
-                               int NH, int format);
+                               int NH, int format, const tr_dropout *drop);
 void tr_cuda_attention_backward(void *dqkv, float *datt, const void *dout, const void *out,
                                 const void *qkv, const float *att, int B, int T, int C, int NH,
-                                int format);
+                                int format, const tr_dropout *drop);
 
 /* cuda_xent.cu */
 double tr_cuda_xent_padded_forward(float *stats, float *losses, const void *logits,

@@ -1,6 +1,6 @@
 /* cuda_transformer.cu: the element-wise and row-wise kernels of a GPT-2 style model
  * on the GPU: token + position embedding (whole and vocabulary-sharded), layernorm,
- * GELU and the residual add. Attention is in cuda_attention.cu, the cross-entropy in
+ * GELU, the residual add and dropout. Attention is in cuda_attention.cu, the cross-entropy in
  * cuda_xent.cu.
  *
  * Semantics as in transformer_kernels.h. Parameter gradients are sums over rows;
@@ -180,6 +180,15 @@ void tr_cuda_narrow_stored(void *dst, const float *src, size_t n, int format)
         return;
     narrow_stored_kernel<<<tr_cuda_grid(n), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(dst, src, n,
                                                                                   format);
+    TR_CUDA_LAUNCHED();
+}
+
+void tr_cuda_dropout(float *out, const float *inp, size_t n, const tr_dropout *d)
+{
+    if (n == 0)
+        return;
+    dropout_kernel<<<tr_cuda_grid((n + 3) / 4 + 1), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        out, inp, n, *d);
     TR_CUDA_LAUNCHED();
 }
 

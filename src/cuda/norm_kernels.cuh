@@ -1,5 +1,5 @@
 /* norm_kernels.cuh: the device code of cuda_transformer.cu's layernorm, GELU and
- * residual add (which it launches). Free of CUDA headers, so
+ * residual add and dropout (which it launches). Free of CUDA headers, so
  * validation/unit/test_cuda_kernels_emu.cpp runs it on the CPU under the warp
  * emulator. */
 #ifndef TR_NORM_KERNELS_CUH
@@ -383,6 +383,27 @@ __global__ static void residual_kernel(void *out, const void *a, const float *b,
             for (size_t j = i; j < i + 4 && j < n; j++)
                 tr_stored_store(out, j, residual_1(tr_stored_load(a, j, format), b[j], format),
                                 format);
+        }
+    }
+}
+
+/* out[i] = inp[i] times dropout's factor (dropout_math.h), out may be inp: one thread
+ * per group of four global indices, one Philox call each, the CPU's grouping
+ * (tr_cpu_dropout), so both draw and apply the same bits */
+__global__ static void dropout_kernel(float *out, const float *inp, size_t n, tr_dropout d)
+{
+    uint64_t g0 = d.base >> 2, ng = ((d.base + n - 1) >> 2) - g0 + 1;
+    TR_GRID_STRIDE(k, ng)
+    {
+        uint32_t r[4];
+        tr_philox4x32(r, d.seed, d.stream, g0 + k);
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            uint64_t e = (g0 + k) * 4 + (uint64_t)w;
+            if (e < d.base || e - d.base >= n)
+                continue;
+            size_t i = (size_t)(e - d.base);
+            out[i] = inp[i] * (r[w] < d.threshold ? 0.0f : d.scale);
         }
     }
 }

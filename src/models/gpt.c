@@ -42,6 +42,16 @@
 
 enum { LN1, QKV, PROJ, LN2, FC, FCPROJ, PER_BLOCK };
 
+/* Dropout sites (their Philox streams: TR_STREAM_DROPOUT + site): the embeddings, and
+ * per block l: 1 + 3 l + one of these */
+enum { SITE_ATTN, SITE_ATTN_RESID, SITE_MLP_RESID, SITES_PER_BLOCK };
+
+/* A slot's pass: marked for training by tr_gpt_stage_train, taken by its forward. */
+typedef struct slot_pass {
+    int marked, train;
+    long step, row0;
+} slot_pass;
+
 /* One block's activations for one slot (pointers into buffers of max_batch rows). */
 typedef struct block_acts {
     void *ln1;                        /* [B,T,C] stored in stored_format */
@@ -64,6 +74,7 @@ typedef struct gpt {
     int first, last;   /* the stage holds the embeddings / the head */
     int l0, nl;        /* blocks [l0, l0 + nl) */
     int slots, recompute;
+    slot_pass *pass; /* [slots] */
     /* m->precision when the buffers were laid out: the layernorms' outputs and the
      * MLP's activations are stored in its width (transformer_kernels.h) */
     int stored_format;
@@ -447,6 +458,7 @@ static void gpt_free(tr_model *m)
     free(g->xstats);
     free(g->tok);
     free(g->tgt);
+    free(g->pass);
     free(g);
     m->impl = NULL;
 }
@@ -461,10 +473,49 @@ static void tp_sum(const gpt *g, float *x, size_t n)
         tr_allreduce(x, x, n, TR_F32, TR_SUM, g->cfg.layout.tp_group);
 }
 
+/* ---- dropout ------------------------------------------------------------------- */
+
+/* Site `site`'s dropout in slot's pass (off where it is not training or p is 0), for a
+ * tensor of `per_row` elements per batch row: the call's element 0 is element row0
+ * per_row of the global batch's. Attention's (per_row 1) numbers its rows so, and its
+ * heads as the model's (dropout_math.h). */
+static tr_dropout site_dropout(const gpt *g, int slot, int site, float p, uint64_t per_row)
+{
+    const slot_pass *s = &g->pass[slot];
+    int on = s->train && p > 0.0f;
+    tr_dropout d = tr_dropout_make(on ? p : 0.0f, g->cfg.seed, on ? (uint64_t)s->step : 0,
+                                   TR_STREAM_DROPOUT + (uint32_t)site,
+                                   on ? (uint64_t)s->row0 * per_row : 0);
+    d.heads = g->cfg.NH;
+    d.head0 = g->tp_rank * g->NHl;
+    return d;
+}
+
+/* Local block i's three sites in slot's pass, indexed by SITE_* (T positions a row) */
+static void block_dropouts(const gpt *g, int slot, int i, int T, tr_dropout d[SITES_PER_BLOCK])
+{
+    const tr_gpt_config *c = &g->cfg;
+    int site0 = 1 + SITES_PER_BLOCK * (g->l0 + i);
+    uint64_t row = (uint64_t)T * (uint64_t)c->C; /* the residual stream's values a row */
+    d[SITE_ATTN] = site_dropout(g, slot, site0 + SITE_ATTN, c->attn_pdrop, 1);
+    d[SITE_ATTN_RESID] = site_dropout(g, slot, site0 + SITE_ATTN_RESID, c->resid_pdrop, row);
+    d[SITE_MLP_RESID] = site_dropout(g, slot, site0 + SITE_MLP_RESID, c->resid_pdrop, row);
+}
+
+void tr_gpt_stage_train(tr_model *m, int slot, long step, long row0)
+{
+    gpt *g = G(m);
+    if (slot < 0 || slot >= g->slots || step < 0 || row0 < 0)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: training pass of slot %d, step %ld, row %ld", slot,
+                 step, row0);
+    g->pass[slot] = (slot_pass){1, 1, step, row0};
+}
+
 /* ---- forward ------------------------------------------------------------------- */
 
 /* Local block i on x_in [B,T,C] into a (a->res3 is its output). */
-static void block_forward(tr_model *m, int i, const block_acts *b, const void *x, int B, int T)
+static void block_forward(tr_model *m, int i, int slot, const block_acts *b, const void *x,
+                          int B, int T)
 {
     gpt *g = G(m);
     const tr_kernels *k = m->k;
@@ -488,10 +539,16 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const void *x
     k->linear_forward_stored_io(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * Cl,
                                 m->precision, g->dqkv, g->dln);
     /* att is the backend's state for backward, stored (rounded) by the kernel itself */
-    k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, g->NHl, m->precision);
+    tr_dropout d[SITES_PER_BLOCK];
+    block_dropouts(g, slot, i, T, d);
+    k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, g->NHl, m->precision,
+                         &d[SITE_ATTN]);
     k->linear_forward_stored(g->proj_out, b->atty, proj[0].value,
                              bias_here ? proj[1].value : NULL, BT, Cl, C, m->precision, g->dln);
     tp_sum(g, g->proj_out, n);
+    /* dropped after the tp sum: every tp rank draws the same mask for the whole row */
+    if (tr_dropout_on(&d[SITE_ATTN_RESID]))
+        k->dropout(g->proj_out, g->proj_out, n, &d[SITE_ATTN_RESID]);
     k->residual_forward(b->res2, x, g->proj_out, n, m->precision);
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value, ln2[1].value,
                          B, T, C, m->precision);
@@ -500,6 +557,8 @@ static void block_forward(tr_model *m, int i, const block_acts *b, const void *x
     k->linear_forward_stored(g->proj_out, b->fch_gelu, fcp[0].value,
                              bias_here ? fcp[1].value : NULL, BT, Fl, C, m->precision, g->dfch);
     tp_sum(g, g->proj_out, n);
+    if (tr_dropout_on(&d[SITE_MLP_RESID]))
+        k->dropout(g->proj_out, g->proj_out, n, &d[SITE_MLP_RESID]);
     k->residual_forward(b->res3, b->res2, g->proj_out, n, m->precision);
 }
 
@@ -533,6 +592,9 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
     const tr_kernels *k = m->k;
     int C = g->cfg.C, BT = B * T;
     check_slot(m, slot, B, T);
+    /* a training pass where tr_gpt_stage_train marked it, else an evaluation */
+    g->pass[slot].train = g->pass[slot].marked;
+    g->pass[slot].marked = 0;
     if (g->first) { /* its tokens stay where backward finds them */
         tok = tr_model_upload(m, g->tok[slot], tok, (size_t)BT * sizeof *tok);
         /* the fp32 sum in proj_out (free until the first block), stored into the stream */
@@ -546,11 +608,14 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
                                        C, g->v0, g->Vl);
             tp_sum(g, g->proj_out, (size_t)BT * C);
         }
+        tr_dropout d = site_dropout(g, slot, 0, g->cfg.embd_pdrop, (uint64_t)T * C);
+        if (tr_dropout_on(&d))
+            k->dropout(g->proj_out, g->proj_out, (size_t)BT * C, &d);
         k->narrow_stored(g->encoded[slot], g->proj_out, (size_t)BT * C, m->precision);
     }
     for (int i = 0; i < g->nl; i++) {
         block_acts b = acts_for(g, i, slot);
-        block_forward(m, i, &b, block_input(g, i, slot), B, T);
+        block_forward(m, i, slot, &b, block_input(g, i, slot), B, T);
     }
     if (!g->last)
         return;
@@ -649,7 +714,7 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
     block_acts b;
     if (g->recompute) { /* rebuild the block's activations from its input */
         b = g->work;
-        block_forward(m, i, &b, x_in, B, T);
+        block_forward(m, i, s, &b, x_in, B, T);
     } else {
         b = g->blk[i * g->slots + s];
     }
@@ -658,7 +723,16 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
      * that stores them, or a product's (dln) by the kernels that read them; the
      * layernorms' input gradients add into dres (the residual's backward). The hidden
      * gradient lives in dfch, in the backend's form (transformer_kernels.h). */
-    k->mlp_backward(g->dln, fc[0].grad, fc[1].grad, fcp[0].grad, fcp[1].grad, g->dres, b.ln2,
+    /* resid dropout: the projections' output gradients are dres through the same mask
+     * (drawn again), in proj_out, which forward is done with */
+    tr_dropout d[SITES_PER_BLOCK];
+    block_dropouts(g, s, i, T, d);
+    const float *dproj = g->dres;
+    if (tr_dropout_on(&d[SITE_MLP_RESID])) {
+        k->dropout(g->proj_out, g->dres, n, &d[SITE_MLP_RESID]);
+        dproj = g->proj_out;
+    }
+    k->mlp_backward(g->dln, fc[0].grad, fc[1].grad, fcp[0].grad, fcp[1].grad, dproj, b.ln2,
                     b.fch, b.fch_gelu, fc[0].value, fcp[0].value, BT, C, Fl, m->precision,
                     g->dfch);
     tp_sum(g, g->dln, n);
@@ -669,10 +743,15 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
      * input gradient, in dfch, which the MLP's backward has freed; dln is the CPU's
      * fp32 scratch for it), and so is dqkv, whose widening to fp32 on the CPU goes to
      * dfch again once attention's backward is done with it */
-    k->linear_backward_stored_dinp(g->dfch, proj[0].grad, proj[1].grad, g->dres, b.atty,
+    dproj = g->dres;
+    if (tr_dropout_on(&d[SITE_ATTN_RESID])) {
+        k->dropout(g->proj_out, g->dres, n, &d[SITE_ATTN_RESID]);
+        dproj = g->proj_out;
+    }
+    k->linear_backward_stored_dinp(g->dfch, proj[0].grad, proj[1].grad, dproj, b.atty,
                                    proj[0].value, BT, Cl, C, m->precision, g->dln);
     k->attention_backward(g->dqkv, g->datt, g->dfch, b.atty, b.qkv, b.att, B, T, Cl, g->NHl,
-                          m->precision);
+                          m->precision, &d[SITE_ATTN]);
     k->linear_backward_stored_dout(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1,
                                    qkv[0].value, BT, C, 3 * Cl, m->precision, g->dfch);
     tp_sum(g, g->dln, n);
@@ -714,6 +793,9 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
     }
     if (g->first) {
         const tr_param *wte = P(m, g->wte, 0), *wpe = P(m, g->wpe, 0);
+        tr_dropout d = site_dropout(g, slot, 0, c->embd_pdrop, (uint64_t)T * C);
+        if (tr_dropout_on(&d)) /* the embeddings' gradient through forward's mask */
+            k->dropout(g->dres, g->dres, (size_t)BT * C, &d);
         if (g->tp == 1)
             k->embedding_backward(wte->grad, wpe->grad, g->dres, tok, B, T, C, c->V);
         else
@@ -823,8 +905,9 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
     g->xstats = calloc(S, sizeof(float *));
     g->tok = calloc(S, sizeof(int32_t *));
     g->tgt = calloc(S, sizeof(int32_t *));
+    g->pass = calloc(S, sizeof *g->pass);
     if (!g->blk || !g->encoded || !g->lnf_out || !g->lnf_mean || !g->lnf_rstd || !g->logits ||
-        !g->xstats || !g->tok || !g->tgt)
+        !g->xstats || !g->tok || !g->tgt || !g->pass)
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     m->impl = g;
     m->hooks = &gpt_hooks;
@@ -848,6 +931,10 @@ static int build_from_deck(tr_model *m, const tr_deck *d, tr_shape input,
         .T = (int)tr_deck_int(d, "model", "seq_len"),
         .V = (int)tr_deck_int(d, "model", "vocab_size"),
         .vocab_pad = (int)tr_deck_int(d, "model", "vocab_pad"),
+        .embd_pdrop = (float)tr_deck_float(d, "model", "embd_pdrop"),
+        .attn_pdrop = (float)tr_deck_float(d, "model", "attn_pdrop"),
+        .resid_pdrop = (float)tr_deck_float(d, "model", "resid_pdrop"),
+        .seed = (uint64_t)tr_deck_int(d, "train", "seed"),
         .layout = *layout,
     };
     return tr_gpt_build(m, &c, err, errlen);

@@ -14,6 +14,11 @@ typedef struct tr_gpt_config {
     int V;           /* vocabulary */
     int vocab_pad;   /* rows padded to a multiple of this */
     int Vp;          /* padded vocabulary (a multiple of vocab_pad x tp), set by tr_gpt_build */
+    /* dropout probabilities, Hugging Face's names: the embeddings' sum, attention's
+     * probabilities, each projection's output before the residual add (0: none); the
+     * masks are drawn from seed (dropout_math.h) in training passes only */
+    float embd_pdrop, attn_pdrop, resid_pdrop;
+    uint64_t seed;
     tr_model_layout layout; /* this rank's share; zero: the whole model */
 } tr_gpt_config;
 
@@ -41,6 +46,12 @@ void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, 
  * tr_gpt_stage_grad(m); afterwards a stage that is not the first leaves the gradient
  * of its input in tr_gpt_stage_grad(m). T <= seq_len (generation uses shorter). */
 void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int T);
+/* Makes slot's next forward, and the backward of that slot after it, a training pass
+ * of step `step` whose rows are rows row0.. of the step's global batch (over every
+ * data-parallel rank and micro-batch): the config's dropout applies, its masks drawn
+ * for those global rows, so they are the same at any layout. A forward not so marked
+ * (evaluation, generation) has no dropout. */
+void tr_gpt_stage_train(tr_model *m, int slot, long step, long row0);
 double tr_gpt_stage_loss(tr_model *m, int slot, const int32_t *y, int B, long *correct);
 void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int32_t *y, int B,
                            float loss_scale, tr_grads_ready_fn ready, void *ctx);

@@ -72,11 +72,11 @@ void tr_lm_sample(run *r);
 void tr_lm_free(run *r);
 
 /* ---- train_pipeline.c ---- */
-/* A step's forward and backward of every micro-batch of x/y in the schedule's order;
- * the last backward starts the dp buckets. The loss sum and correct count are this
- * rank's (non-zero on the last stage only). */
-void tr_pipeline_step(run *r, const int32_t *x, const int32_t *y, float scale, double *loss_sum,
-                      long *correct);
+/* Step `step`'s forward and backward of every micro-batch of x/y in the schedule's
+ * order (training passes: dropout applies); the last backward starts the dp buckets.
+ * The loss sum and correct count are this rank's (non-zero on the last stage only). */
+void tr_pipeline_step(run *r, long step, const int32_t *x, const int32_t *y, float scale,
+                      double *loss_sum, long *correct);
 /* Forward only of B samples (evaluation): the loss sum on the last stage, else 0. */
 double tr_pipeline_forward(run *r, const int32_t *x, const int32_t *y, int B, long *correct);
 /* Generation through the stages, every rank of the pipeline taking part; tok[0 ..

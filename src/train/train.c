@@ -338,8 +338,13 @@ static void print_banner(run *r)
     if (r->w->rank)
         return;
     print_layout(r);
-    printf("model %s: %zu parameters, %d layers\n", r->model.name, r->model.nparams_logical,
+    printf("model %s: %zu parameters, %d layers", r->model.name, r->model.nparams_logical,
            r->model.nlayers);
+    const tr_gpt_config *gc = tr_gpt_config_of(&r->model);
+    if (gc && (gc->embd_pdrop > 0 || gc->attn_pdrop > 0 || gc->resid_pdrop > 0))
+        printf("; dropout in training steps: embeddings %g, attention %g, residual %g",
+               (double)gc->embd_pdrop, (double)gc->attn_pdrop, (double)gc->resid_pdrop);
+    printf("\n");
     if (r->lm)
         printf("data: %ld train, %ld validation windows of %d tokens%s; global batch %ld = %d "
                "ranks x %ld (%ld micro-batches of %ld)\n",
@@ -749,7 +754,7 @@ static int train_step(run *r, long step, int logged, double *loss_sum, long *cor
     *loss_sum = 0;
     *correct = 0;
     if (r->lm) {
-        tr_pipeline_step(r, x, y, scale, loss_sum, correct);
+        tr_pipeline_step(r, step, x, y, scale, loss_sum, correct);
     } else {
         for (long k = 0; k < r->micro; k++) {
             const void *xk = (const char *)x + (size_t)k * r->micro_batch * in * in_bytes;

@@ -34,8 +34,8 @@ static tr_dtype stream_type(const run *r)
     return tr_stored_bytes(r->model.precision) == 2 ? TR_U16 : TR_F32;
 }
 
-void tr_pipeline_step(run *r, const int32_t *x, const int32_t *y, float scale, double *loss_sum,
-                      long *correct)
+void tr_pipeline_step(run *r, long step, const int32_t *x, const int32_t *y, float scale,
+                      double *loss_sum, long *correct)
 {
     tr_model *m = &r->model;
     const tr_world *w = r->w;
@@ -54,6 +54,8 @@ void tr_pipeline_step(run *r, const int32_t *x, const int32_t *y, float scale, d
             if (!first)
                 tr_recv(tr_gpt_stage_input(m, s), n, st, w->pp_rank - 1, TAG_ACTIVATION,
                         w->pp_group);
+            /* dropout's masks: these rows' place in the step's global batch */
+            tr_gpt_stage_train(m, s, step, (long)w->dp_rank * r->local_batch + (long)op.micro * B);
             tr_gpt_stage_forward(m, s, xk, B, T);
             if (last) {
                 long ok = 0;

@@ -43,13 +43,13 @@ static double now(void)
 static void forward(const shapes *s)
 {
     tr_cuda_kernels.attention_forward(s->out, s->lse, s->qkv, s->B, s->T, s->C, s->NH,
-                                      TR_PREC_BF16);
+                                      TR_PREC_BF16, NULL);
 }
 
 static void backward(const shapes *s)
 {
     tr_cuda_kernels.attention_backward(s->dqkv, s->scratch, s->dout, s->out, s->qkv, s->lse, s->B,
-                                       s->T, s->C, s->NH, TR_PREC_BF16);
+                                       s->T, s->C, s->NH, TR_PREC_BF16, NULL);
 }
 
 /* seconds per call: best of 5 trials */

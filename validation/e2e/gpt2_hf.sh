@@ -4,7 +4,8 @@
 #  - export: a trained GPT's checkpoint as Hugging Face's config.json and
 #    model.safetensors, whose loss computed the way transformers computes it
 #    (e2e/hf_gpt2_forward.py) is the reference GPT's loss of the checkpoint, with the
-#    GPT-2 tokenizer's files where the run used it;
+#    GPT-2 tokenizer's files where the run used it, and the run's dropout in config.json
+#    (which import prints back as the deck's keys);
 #  - import: those files, a pytorch_model.bin with "transformer." names and a tied
 #    lm_head.weight, and a bfloat16 safetensors file, back into checkpoints whose /model
 #    is the original bit for bit (bf16: the original's values cut to bf16); an untied
@@ -22,7 +23,8 @@ layout_gpt_setup
 TOOL=(timeout 120 "$PYTHON" tools/gpt2_hf.py)
 G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" checkpoint.keep=0)
 
-run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=4 run.dir="$WORK/a"
+run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=4 run.dir="$WORK/a" model.embd_pdrop=0.1 \
+  model.resid_pdrop=0.05
 check "the run to export: $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
 orig=$WORK/a/checkpoints/step_00000004.h5
 val() { grep -o "val loss [0-9.]*, perplexity [0-9.]*" "$1"; }
@@ -32,6 +34,11 @@ val "$WORK/out" >"$WORK/a.val"
 check "export: $(cat "$WORK/out")" [ -s "$WORK/hf/model.safetensors" -a -s "$WORK/hf/config.json" ]
 check "transformers' loss of the export is the reference's of the checkpoint" \
   timeout 120 "$PYTHON" validation/e2e/hf_gpt2_forward.py "$WORK/hf" "$orig"
+check "config.json has the run's dropout" "$PYTHON" -c "
+import json, sys
+c = json.load(open(sys.argv[1]))
+sys.exit(0 if (c['embd_pdrop'], c['attn_pdrop'], c['resid_pdrop']) == (0.1, 0.0, 0.05) else 1)" \
+  "$WORK/hf/config.json"
 
 # a run with GPT-2's tokenizer: its files come along (here a copy of the checkpoint
 # whose /deck says so, exported from the repository root where the deck's paths point)
@@ -56,6 +63,8 @@ check "import the export: $(cat "$WORK/out")" same_model "$orig" "$WORK/imp.h5"
 grep -q "checkpoint.init_from=$WORK/imp.h5 model.name=gpt model.n_layer=4 model.n_head=4" \
   "$WORK/out"
 check "import prints the overrides: $(cat "$WORK/out")" [ $? = 0 ]
+check "import prints config.json's dropout as keys" \
+  grep -q "trains with dropout; to do so too:  model.embd_pdrop=0.1 model.resid_pdrop=0.05$" "$WORK/out"
 
 # the other forms Hugging Face publishes: a pickled state dict with the model's prefix
 # and the tied head, and 16-bit weights (the hub's gpt2 files have both kinds of name)

@@ -14,7 +14,9 @@
 # Why these tolerances (measured errors are ~10x below them): the header of
 # gpt_torch_reference.py. The same run on 2 data-parallel ranks must pass the same
 # check and give the 1-rank losses within 1e-6; the byte-level corpus (vocabulary
-# 256, a multiple of 64: no padding) must pass it too.
+# 256, a multiple of 64: no padding) must pass it too, and so must a byte-level run
+# with dropout at every site on 2 ranks (the reference draws the trainer's documented
+# masks: src/backend/dropout_math.h).
 # data.val_limit only shortens the final evaluation, which nothing here looks at.
 source "$(dirname "$0")/../lib.sh"
 "$PYTHON" -c "import torch, h5py, numpy" 2>/dev/null ||
@@ -31,9 +33,10 @@ RUN_TIMEOUT=300
 check "the reference's self-test" "$PYTHON" validation/gpt_torch_reference.py --self-test
 printf '[model]\nname = gpt\n' >"$WORK/gpt.in"
 
-# train NP DIR VOCAB TOKENS: the 10-step run the reference reproduces
+# train NP DIR VOCAB TOKENS [overrides]: the 10-step run the reference reproduces
 train() {
   local np=$1 dir=$2 vocab=$3 tok=$4
+  shift 4
   run "$np" "$WORK/out" "$WORK/err" "$WORK/gpt.in" model.n_layer=2 model.n_head=4 \
     model.n_embd=64 model.seq_len=32 model.vocab_size="$vocab" data.format=tokens \
     data.train_tokens="$tok.train.tok" data.val_tokens="$tok.val.tok" data.shuffle=false \
@@ -41,7 +44,7 @@ train() {
     optim.name=adamw optim.lr=1e-3 optim.beta1=0.9 optim.beta2=0.95 optim.eps=1e-8 \
     optim.weight_decay=0.1 optim.schedule=constant optim.warmup_steps=0 \
     optim.clip_grad_norm=0 checkpoint.every=1 checkpoint.at_start=true checkpoint.keep=100 \
-    run.dir="$dir" run.progress=off sample.length=0 data.val_limit=8
+    run.dir="$dir" run.progress=off sample.length=0 data.val_limit=8 "$@"
   check "gpt on $np rank(s), vocab $vocab: exit $RC: $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
 }
 
@@ -63,6 +66,11 @@ train 2 "$WORK/bpe2" 50257 "$BPE"
 if [ -f "$BYTES.train.tok" ] && [ -f "$BYTES.val.tok" ]; then
   train 1 "$WORK/bytes1" 256 "$BYTES"
   [ "$RC" = 0 ] && reference "$WORK/bytes1" "$BYTES.train.tok"
+  train 2 "$WORK/drop2" 256 "$BYTES" model.embd_pdrop=0.1 model.attn_pdrop=0.2 \
+    model.resid_pdrop=0.1 train.seed=99
+  check "the banner states the dropout" \
+    grep -q "dropout in training steps: embeddings 0.1, attention 0.2, residual 0.1" "$WORK/out"
+  [ "$RC" = 0 ] && reference "$WORK/drop2" "$BYTES.train.tok"
 else
   echo "note: no $BYTES.train.tok, the byte-vocabulary case is not run"
 fi

@@ -809,6 +809,15 @@ static void test_elementwise(void)
     tr_cpu_residual_forward(other.h, inp.h, other.h, n, TR_PREC_FP32); /* out aliasing b */
     gpu->residual_forward(other.d, inp.d, other.d, n, TR_PREC_FP32);
     compare("residual_forward out (in place)", &other, TOL_ELEM);
+    /* dropout: the same mask (dropout_math.h) and products, so the same bits; from a
+     * global element that is not a multiple of four, then in place */
+    tr_dropout d = tr_dropout_make(0.2f, 5, 3, TR_STREAM_DROPOUT + 7, 1001);
+    tr_cpu_dropout(out.h, inp.h, n, &d);
+    gpu->dropout(out.d, inp.d, n, &d);
+    compare("dropout out", &out, 0.0);
+    tr_cpu_dropout(inp.h, inp.h, n, &d);
+    gpu->dropout(inp.d, inp.d, n, &d);
+    compare("dropout out (in place)", &inp, 0.0);
     pair *all[] = {&inp, &out, &dout, &dinp, &other};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);
@@ -821,16 +830,18 @@ static void test_elementwise(void)
  * from it; out and dqkv must agree. The datt scratch starts as NaN on the GPU, so
  * a read of scratch the kernels did not write first would show. qkv is stored in the
  * format, as c_attn stores it, and dout as c_proj's backward stores it. */
-/* whether the mma.sync attention is chosen (tr_cuda_set_attention_kernel) */
+/* whether the mma.sync attention is chosen (tr_cuda_set_attention_kernel), and the
+ * dropout of the probabilities both sides get (NULL: none) */
 static int g_mma;
+static const tr_dropout *g_drop;
 
 static void test_attention_shape(int b, int t, int c, int nh, int format)
 {
-    printf("attention%s: B=%d T=%d C=%d NH=%d (head size %d)\n",
+    printf("attention%s: B=%d T=%d C=%d NH=%d (head size %d)%s\n",
            format == TR_PREC_BF16   ? " (bf16-mixed)"
            : format == TR_PREC_FP16 ? " (fp16-mixed)"
                                     : "",
-           b, t, c, nh, c / nh);
+           b, t, c, nh, c / nh, g_drop ? ", dropout" : "");
     /* bf16-mixed rounds P and dS to bf16 on the GPU's tensor cores, not on the CPU, and
      * fp16-mixed to fp16 on the mma.sync kernels (head sizes up to 64) */
     double tol = format == TR_PREC_BF16                           ? TOL_ATT_BF16
@@ -859,17 +870,20 @@ static void test_attention_shape(int b, int t, int c, int nh, int format)
         init[i] = (float)tr_rng_uniform(82, (uint64_t)format, i);
     stored dqkv = stored_of(init, bt * 3 * c, format);
     free(init);
-    tr_cpu_attention_forward(out.h, att.h, qkv.h, b, t, c, nh, format);
-    gpu->attention_forward(out.d, att.d, qkv.d, b, t, c, nh, format);
+    tr_cpu_attention_forward(out.h, att.h, qkv.h, b, t, c, nh, format, g_drop);
+    gpu->attention_forward(out.d, att.d, qkv.d, b, t, c, nh, format, g_drop);
     compare_stored("attention_forward out (stored)", &out, tol);
-    tr_cpu_attention_backward(dqkv.h, datt.h, dout.h, out.h, qkv.h, att.h, b, t, c, nh, format);
-    gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh, format);
+    tr_cpu_attention_backward(dqkv.h, datt.h, dout.h, out.h, qkv.h, att.h, b, t, c, nh, format,
+                              g_drop);
+    gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh, format,
+                            g_drop);
     compare_stored("attention_backward dqkv (stored)", &dqkv, tol);
     /* twice: the same bits (no atomics, dqkv overwritten) */
     size_t dbytes = bt * 3 * c * tr_stored_bytes(format);
     void *first = malloc(dbytes), *again = malloc(dbytes);
     tr_cuda_download(first, dqkv.d, dbytes);
-    gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh, format);
+    gpu->attention_backward(dqkv.d, datt.d, dout.d, out.d, qkv.d, att.d, b, t, c, nh, format,
+                            g_drop);
     tr_cuda_download(again, dqkv.d, dbytes);
     CHECK(memcmp(first, again, dbytes) == 0, "attention_backward: two runs differ");
     free(first);
@@ -917,8 +931,19 @@ static void test_attention(void)
     test_attention_shape(1, 130, 96, 1, TR_PREC_FP16);
     test_attention_shape(1, 1024, 128, 2, TR_PREC_FP16);
     test_attention_shape(1, 70, 40, 2, TR_PREC_FP16);
+    /* dropout of the probabilities (model.attn_pdrop) in every form, each drawing the
+     * CPU's mask: mma.sync (chosen here), then WMMA (bf16) and the fp32 kernels (fp32,
+     * fp16, head size 96); a call of a dp and tp rank (global rows 3.., heads 2.. of 8) */
+    tr_dropout d = tr_dropout_make(0.2f, 11, 4, TR_STREAM_DROPOUT + 1, 3);
+    d.heads = 8, d.head0 = 2;
+    g_drop = &d;
+    test_attention_shape(2, 77, 64, 4, TR_PREC_BF16);
     tr_cuda_set_attention_kernel(0);
     g_mma = 0;
+    for (int f = TR_PREC_FP32; f <= TR_PREC_FP16; f++)
+        test_attention_shape(2, 77, 64, 4, f);
+    test_attention_shape(1, 130, 96, 1, TR_PREC_FP32);
+    g_drop = NULL;
 }
 
 /* ---- cross-entropy --------------------------------------------------------------- */

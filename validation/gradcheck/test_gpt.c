@@ -6,7 +6,13 @@
  * gradients-ready offsets walk down to 0, micro-batches add up to the whole batch,
  * GPT-2's initialisation (loss near ln V at step 0, N(0, 0.02) weights, residual
  * projections scaled by 1/sqrt(2 L), LayerNorm gains 1), the checkpoint-facing
- * shapes, and greedy generation being deterministic.
+ * shapes, and greedy generation being deterministic. The check runs twice: without
+ * dropout, and with dropout 0.3 at every site (embeddings, attention's probabilities,
+ * both residual projections) in training passes, where the masks are fixed by (seed,
+ * step, global row), so the loss is a smooth function of the parameters and the same
+ * finite differences judge the masked backward; there the micro-batches are rows 5
+ * and 6 of a global batch, and must add up to the batch of rows 5..6, and an
+ * evaluation forward (no training pass) must give the plain model's loss.
  *
  * Tiny model: L=2, NH=2, C=8, T=5, V=11 padded to Vp=16, batch B=2. For the check
  * the parameters are redrawn from U(-0.5, 0.5) (LayerNorm gains from U(0.5, 1.5)) so
@@ -41,14 +47,20 @@
 #define TOL 1e-2
 enum { B = 2, T = 5, V = 11, C = 8, NH = 2, L = 2, PAD = 8 };
 
+/* the training pass of the dropout case: step 3, rows 5.. of the global batch */
+enum { DROP_STEP = 3, DROP_ROW0 = 5 };
+
 typedef struct ctx {
     tr_model *m;
+    int train; /* mark each forward a training pass (dropout) */
     int32_t tok[B * T], tgt[B * T];
 } ctx;
 
 static double loss_fn(void *p)
 {
     ctx *c = p;
+    if (c->train)
+        tr_gpt_stage_train(c->m, 0, DROP_STEP, DROP_ROW0);
     return tr_model_forward(c->m, c->tok, c->tgt, B, NULL);
 }
 
@@ -86,11 +98,13 @@ static fd_result fd_check_richardson(const fd_problem *p, float *x, const float 
     return r;
 }
 
-static void build(tr_model *m)
+static void build(tr_model *m, float pdrop)
 {
     memset(m, 0, sizeof *m);
     m->name = "gpt";
-    tr_gpt_config cfg = {.L = L, .NH = NH, .C = C, .T = T, .V = V, .vocab_pad = PAD};
+    tr_gpt_config cfg = {.L = L, .NH = NH, .C = C, .T = T, .V = V, .vocab_pad = PAD,
+                         .embd_pdrop = pdrop, .attn_pdrop = pdrop, .resid_pdrop = pdrop,
+                         .seed = 77};
     char err[256];
     CHECK(tr_gpt_build(m, &cfg, err, sizeof err) == 0, "build: %s", err);
     tr_model_allocate(m, &tr_cpu_device, B);
@@ -107,11 +121,12 @@ static void on_ready(void *p, size_t lo)
         r->lo[r->n++] = lo;
 }
 
-static void test_gradients(void)
+static void test_gradients(float pdrop)
 {
+    printf("gradients, dropout %.1f\n", (double)pdrop);
     tr_model m;
-    build(&m);
-    ctx c = {.m = &m};
+    build(&m, pdrop);
+    ctx c = {.m = &m, .train = pdrop > 0};
     for (int i = 0; i < B * T; i++) {
         c.tok[i] = (int32_t)(tr_rng_u64(7, 1, (uint64_t)i) % V);
         c.tgt[i] = (int32_t)(tr_rng_u64(7, 2, (uint64_t)i) % V);
@@ -126,7 +141,7 @@ static void test_gradients(void)
             fd_fill_uniform(p->value, logical, -0.5f, 0.5f, 100 + (uint64_t)t);
     }
     memset(m.grads, 0, m.nparams * sizeof(float));
-    tr_model_forward(&m, c.tok, c.tgt, B, NULL);
+    double train_loss = loss_fn(&c);
     ready_log rl = {.n = 0};
     tr_model_backward(&m, c.tok, c.tgt, B, 1.0f, on_ready, &rl);
     float *analytic = tr_alloc(m.nparams * sizeof(float), "test");
@@ -164,9 +179,12 @@ static void test_gradients(void)
                         0.0);
     }
 
-    /* micro-batches: two backward passes of one sample each add up to the batch's */
+    /* micro-batches: two backward passes of one sample each add up to the batch's (with
+     * dropout: the sample's own global row, whose masks they are) */
     memset(m.grads, 0, m.nparams * sizeof(float));
     for (int b = 0; b < B; b++) {
+        if (c.train)
+            tr_gpt_stage_train(&m, 0, DROP_STEP, DROP_ROW0 + b);
         tr_model_forward(&m, c.tok + b * T, c.tgt + b * T, 1, NULL);
         tr_model_backward(&m, c.tok + b * T, c.tgt + b * T, 1, 1.0f, NULL, NULL);
     }
@@ -182,6 +200,20 @@ static void test_gradients(void)
           "largest gradient %.3g", diff, big);
     printf("  micro-batches vs batch: max difference %.2e of the largest gradient\n",
            diff / big);
+    if (c.train) { /* an unmarked forward evaluates: no dropout, the plain model's loss */
+        double eval = tr_model_forward(&m, c.tok, c.tgt, B, NULL);
+        tr_model plain;
+        build(&plain, 0.0f);
+        memcpy(plain.params, m.params, m.nparams * sizeof(float));
+        double want = tr_model_forward(&plain, c.tok, c.tgt, B, NULL);
+        CHECK(eval == want, "evaluation with dropout configured: loss %.9g, the plain model's "
+              "%.9g", eval, want);
+        CHECK(fabs(train_loss - eval) > 1e-3 * fabs(eval), "a training pass drops: loss %.6g, "
+              "evaluation %.6g", train_loss, eval);
+        printf("  training pass loss %.6f, evaluation %.6f (the plain model's)\n", train_loss,
+               eval);
+        tr_model_free(&plain);
+    }
     tr_free(analytic);
     tr_model_free(&m);
 }
@@ -189,7 +221,7 @@ static void test_gradients(void)
 static void test_init_and_generation(void)
 {
     tr_model m;
-    build(&m);
+    build(&m, 0.0f);
     tr_model_init_params(&m, 42);
     ctx c = {.m = &m};
     for (int i = 0; i < B * T; i++) {
@@ -250,7 +282,8 @@ static void test_init_and_generation(void)
 int main(void)
 {
     tr_cpu_backend_init(2);
-    test_gradients();
+    test_gradients(0.0f);
+    test_gradients(0.3f);
     test_init_and_generation();
     return tr_test_finish();
 }

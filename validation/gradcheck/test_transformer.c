@@ -324,7 +324,7 @@ typedef struct att_rig {
 static double att_loss(void *ctx)
 {
     att_rig *a = ctx;
-    tr_cpu_attention_forward(a->out, a->att, a->qkv, SB, ST, SC, SNH, 0);
+    tr_cpu_attention_forward(a->out, a->att, a->qkv, SB, ST, SC, SNH, 0, NULL);
     return dot_r(a->out, a->R, (size_t)SB * ST * SC);
 }
 
@@ -387,12 +387,12 @@ static void test_attention(void)
     fill_nan(dqkv, nqkv);
     fill_nan(datt, natt); /* scratch: must be written before it is read */
     tr_cpu_attention_backward(dqkv, datt, a.R, a.out, a.qkv, a.att, SB, ST, SC, SNH,
-                              TR_PREC_FP32);
+                              TR_PREC_FP32, NULL);
     fd_problem p = {att_loss, NULL, &a};
     FD_CHECK_TENSOR("attention d/dqkv", fd_check(&p, a.qkv, dqkv, nqkv, EPS, FLOOR, TOL), 0.0);
     fill_nan(dqkv2, nqkv);
     tr_cpu_attention_backward(dqkv2, datt, a.R, a.out, a.qkv, a.att, SB, ST, SC, SNH,
-                              TR_PREC_FP32);
+                              TR_PREC_FP32, NULL);
     CHECK(same_bits(dqkv, dqkv2, nqkv), "attention backward: two runs differ (or dqkv not =)");
 
     /* causal mask: changing every q, k, v of time t0 leaves rows t < t0 of out and att
@@ -561,9 +561,9 @@ static size_t big_run(const big *g, float *res)
 
     float *out = take(&w, n), *att = take(&w, natt), *datt = take(&w, natt);
     float *dqkv = take(&w, 3 * n);
-    tr_cpu_attention_forward(out, att, g->qkv, LB, LT, LC, LNH, 0);
+    tr_cpu_attention_forward(out, att, g->qkv, LB, LT, LC, LNH, 0, NULL);
     tr_cpu_attention_backward(dqkv, datt, g->dout, out, g->qkv, att, LB, LT, LC, LNH,
-                              TR_PREC_FP32);
+                              TR_PREC_FP32, NULL);
 
     float *stats = take(&w, 2 * BT), *losses = take(&w, BT), *loss = take(&w, 2);
     float *dlogits = take(&w, BT * LVP);
@@ -737,17 +737,17 @@ static void test_fused_rounding(void)
         tr_free(xw), tr_free(xs);
         /* out from unrounded probabilities, which are stored rounded: the fp32 call
          * leaves them unrounded, so backward gets the fused call's state on both sides */
-        tr_cpu_attention_forward(o2, att, qkvr, B, T, C, NH, TR_PREC_FP32);
+        tr_cpu_attention_forward(o2, att, qkvr, B, T, C, NH, TR_PREC_FP32, NULL);
         void *os = tr_alloc(n * tr_stored_bytes(f), "attention out"); /* stored in f */
         void *qs = stored_copy(qkv, n3, f); /* qkv is stored in f */
-        tr_cpu_attention_forward(os, att, qs, B, T, C, NH, f);
+        tr_cpu_attention_forward(os, att, qs, B, T, C, NH, f, NULL);
         float *ow = widened(os, n, f);
         check_fused("attention_forward (out stored)", f, ow, o2, n);
         void *ds = tr_alloc(n3 * tr_stored_bytes(f), "dqkv"); /* stored in f too */
         void *ys = stored_copy(y, n, f); /* dout stored in f */
-        tr_cpu_attention_backward(ds, datt, ys, os, qs, att, B, T, C, NH, f);
+        tr_cpu_attention_backward(ds, datt, ys, os, qs, att, B, T, C, NH, f, NULL);
         float *dw3 = widened(ds, n3, f);
-        tr_cpu_attention_backward(o2, datt, yr, x, qkvr, att, B, T, C, NH, TR_PREC_FP32);
+        tr_cpu_attention_backward(o2, datt, yr, x, qkvr, att, B, T, C, NH, TR_PREC_FP32, NULL);
         check_fused("attention_backward (dout, dqkv stored)", f, dw3, o2, n3);
         tr_free(os), tr_free(ow), tr_free(qs), tr_free(ds), tr_free(dw3), tr_free(ys);
         /* the cross-entropy: logits read as values of f, dlogits rounded to f */

@@ -10,9 +10,15 @@
 # magnitude while never flaking. The learning rate is modest on purpose: at 3e-3 this
 # model hits a loss spike at step 15 (gradient norm 275), and a spike turns 1e-8
 # rounding differences into 1e-4 ones; any layout comparison needs a smooth curve.
+# Every run has dropout at all three sites (0.1): its masks are drawn for each
+# element's place in the global batch (dropout_math.h), so they too must be the same
+# at every layout, micro-batching and recomputation; a mask keyed by a rank's local
+# rows, or drawn again differently in a recomputed forward, moves the curve by far
+# more than 2e-6.
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
-common=("${LAYOUT_GPT[@]}" checkpoint.at_end=false)
+common=("${LAYOUT_GPT[@]}" checkpoint.at_end=false model.embd_pdrop=0.1 model.attn_pdrop=0.1
+  model.resid_pdrop=0.1)
 RUN_TIMEOUT=180
 # The sanitizer build proves the same code paths memory-clean in 6 steps (the release
 # build runs the 20 that the comparison is stated for): it is 6x slower per step, and
@@ -31,6 +37,9 @@ layout() { # layout NP NAME overrides...
 }
 
 layout 1 single
+also 1 nodrop model.embd_pdrop=0 model.attn_pdrop=0 model.resid_pdrop=0
+grep -q "dropout in training steps: embeddings 0.1, attention 0.1, residual 0.1" \
+  "$WORK/single.out" || fail "the banner states the dropout: $(grep '^model' "$WORK/single.out")"
 also 2 dp2
 layout 2 tp2 parallel.tp=2
 layout 2 pp2 parallel.pp=2
@@ -63,6 +72,11 @@ bad = 0
 for d in sorted(glob.glob(os.path.join(work, "*", "metrics.csv"))):
     name = os.path.basename(os.path.dirname(d))
     if name == "single":
+        continue
+    if name == "nodrop":  # the same run without dropout: its masks must matter
+        worst = max(abs(a[2] - b[2]) / abs(a[2]) for a, b in zip(ref, rows(name)))
+        print(f"{name:32s} (no dropout) relative loss difference {worst:.2e}, must be > 1e-3")
+        bad += worst <= 1e-3
         continue
     got = rows(name)
     if [(p, s) for p, s, _ in got] != [(p, s) for p, s, _ in ref]:

@@ -3,7 +3,9 @@
 # (same layout) ends with bit-identical parameters and AdamW state (h5diff) and the
 # same metrics.csv rows as the run done straight; a checkpoint written on 2 ranks
 # resumes on 1 with the same loss curve (fp32 summation order aside); and the same
-# run on 1, 2 and 4 ranks gives the same losses.
+# run on 1, 2 and 4 ranks gives the same losses. With dropout at every site: its
+# masks are drawn from (seed, step, place in the global batch), so a resumed run
+# draws what the straight one did.
 source "$(dirname "$0")/../lib.sh"
 BYTES=$SRC/data/brown/bytes
 [ -f "$BYTES.train.tok" ] || { echo "skipped: no $BYTES.train.tok (run scripts/prepare_text.sh)"; exit 77; }
@@ -13,7 +15,8 @@ common=("$WORK/gpt.in" model.n_layer=2 model.n_head=2 model.n_embd=32 model.seq_
   data.val_tokens="$BYTES.val.tok" data.val_limit=8 data.train_limit=0 train.batch_size=8
   train.micro_batches=2 train.steps=14 train.log_every=1 train.eval_every=7 optim.name=adamw
   optim.lr=3e-3 optim.schedule=cosine optim.warmup_steps=3 optim.weight_decay=0.1
-  optim.clip_grad_norm=1.0 run.progress=off sample.length=0)
+  optim.clip_grad_norm=1.0 run.progress=off sample.length=0 model.embd_pdrop=0.1
+  model.attn_pdrop=0.2 model.resid_pdrop=0.1)
 
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/straight"
 check "straight run: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]

@@ -163,4 +163,17 @@ static void compare(const char *what, const vec &got, const vec &want, double to
     CHECK(e <= tol, "%s: relative error %.3e above %.0e", what, e, tol);
 }
 
+/* A run with dropout against the same run without: a mask that drops nothing (or is
+ * not applied) leaves out and dqkv as they were, so most must differ */
+static void check_dropout_matters(const emu_run &dropped, const emu_run &plain)
+{
+    size_t differ = 0, n = plain.out.size() + plain.dqkv.size();
+    for (size_t i = 0; i < plain.out.size(); i++)
+        differ += plain.out[i] != dropped.out[i];
+    for (size_t i = 0; i < plain.dqkv.size(); i++)
+        differ += plain.dqkv[i] != dropped.dqkv[i];
+    printf("  dropout changed %zu of %zu values of out and dqkv\n", differ, n);
+    CHECK(differ > n / 2, "dropout changed only %zu of %zu values", differ, n);
+}
+
 #endif

@@ -18,7 +18,10 @@
  *    fp32 within 2e-5 of the largest value (other summation orders), 16-bit formats
  *    within two steps of the format (each side rounds its own sums as it stores);
  *  - out, lse and dqkv against fp64 on the inputs as stored: the same tolerances;
- *  - two runs with different thread schedules give the same bits (three shapes).
+ *  - two runs with different thread schedules give the same bits (three shapes);
+ *  - with attention dropout (model.attn_pdrop), out and dqkv against the CPU kernels
+ *    given the same tr_dropout (a batch row and head offset, as a dp and tp rank's
+ *    call has): the same mask drawn on both sides, within the same tolerances.
  * Five mutations (a dO offset, the rowsum's index, a missing barrier in forward and
  * in dK/dV, the causal mask) each fail 13-74 checks. */
 #include "warp_emulator.h" /* first: the primitives the kernels use */
@@ -68,7 +71,7 @@ static vec unmarked(const bytes &b, int format)
 /* The launches of src/cuda/cuda_attention.cu's fused path, through the emulator */
 template <int D>
 static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C, int NH,
-                           int format, unsigned seed)
+                           int format, unsigned seed, const tr_dropout &drop)
 {
     int HS = C / NH, BR = FA_WARPS * fa_rows<D>::R;
     unsigned grid = (unsigned)(B * NH * ((T + BR - 1) / BR));
@@ -83,16 +86,16 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     const void *x = q.data(), *dO = g.data();
     float *lse = r.lse.data(), *dv = dvec.data();
     emu::launch(grid, FA_THREADS, fwd_smem<D>(), [&] {
-        flash_forward_kernel<D>(o, lse, x, T, C, NH, HS, scale, format);
+        flash_forward_kernel<D>(o, lse, x, T, C, NH, HS, scale, format, drop);
     });
     size_t rows = (size_t)B * T * NH, per_block = TR_CUDA_BLOCK / 32;
     emu::launch((unsigned)((rows + per_block - 1) / per_block), TR_CUDA_BLOCK, 0,
                 [&] { flash_dvec_kernel(dv, dO, o, B, T, C, NH, HS, format); });
     emu::launch(grid, FA_THREADS, bwd_smem<D>(), [&] {
-        flash_dkv_kernel<D>(d, dO, x, lse, dv, T, C, NH, HS, scale, format);
+        flash_dkv_kernel<D>(d, dO, x, lse, dv, T, C, NH, HS, scale, format, drop);
     });
     emu::launch(grid, FA_THREADS, bwd_smem<D>(), [&] {
-        flash_dq_kernel<D>(d, dO, x, lse, dv, T, C, NH, HS, scale, format);
+        flash_dq_kernel<D>(d, dO, x, lse, dv, T, C, NH, HS, scale, format, drop);
     });
     r.out = unmarked(out, format);
     r.dqkv = unmarked(dqkv, format);
@@ -104,17 +107,22 @@ static const char *name(int format)
     return format == TR_PREC_BF16 ? "bf16" : format == TR_PREC_FP16 ? "fp16" : "fp32";
 }
 
-template <int D> static void test_shape(int B, int T, int C, int NH, int format, bool twice)
+template <int D>
+static void test_shape(int B, int T, int C, int NH, int format, bool twice, float pdrop = 0.0f)
 {
     int HS = C / NH;
-    printf("fused attention (emulated), D %d, %s: B=%d T=%d C=%d NH=%d (head size %d)\n", D,
-           name(format), B, T, C, NH, HS);
+    printf("fused attention (emulated), D %d, %s: B=%d T=%d C=%d NH=%d (head size %d)%s\n", D,
+           name(format), B, T, C, NH, HS, pdrop > 0 ? ", dropout" : "");
+    /* as the rank holding global rows 3.. and heads 1.. of 2 NH at step 7 draws it */
+    tr_dropout drop = tr_dropout_make(pdrop, 1234, 7, TR_STREAM_DROPOUT + 5, 3);
+    drop.heads = 2 * NH;
+    drop.head0 = 1;
     /* two steps of the format (relative to the largest value), or fp32's summation */
     double tol = format == TR_PREC_BF16 ? 1.6e-2 : format == TR_PREC_FP16 ? 2e-3 : 2e-5;
     vec qkv, dout;
     random_inputs(qkv, dout, B, T, C);
 
-    emu_run r = run_kernels<D>(qkv, dout, B, T, C, NH, format, 1);
+    emu_run r = run_kernels<D>(qkv, dout, B, T, C, NH, format, 1, drop);
     check_written(r, format);
 
     /* the CPU kernels on the same stored tensors */
@@ -122,11 +130,16 @@ template <int D> static void test_shape(int B, int T, int C, int NH, int format,
     vec att(natt), datt(natt);
     bytes q = stored(qkv, format), g = stored(dout, format);
     bytes out = stored(vec(dout.size()), format), dqkv = stored(vec(qkv.size()), format);
-    tr_cpu_attention_forward(out.data(), att.data(), q.data(), B, T, C, NH, format);
+    tr_cpu_attention_forward(out.data(), att.data(), q.data(), B, T, C, NH, format, &drop);
     tr_cpu_attention_backward(dqkv.data(), datt.data(), g.data(), out.data(), q.data(),
-                              att.data(), B, T, C, NH, format);
+                              att.data(), B, T, C, NH, format, &drop);
     compare("out vs CPU kernel", r.out, unmarked(out, format), tol);
     compare("dqkv vs CPU kernel", r.dqkv, unmarked(dqkv, format), tol);
+    if (pdrop > 0) { /* the fp64 reference has none: the mask must matter */
+        check_dropout_matters(r, run_kernels<D>(qkv, dout, B, T, C, NH, format, 1,
+                                                tr_dropout_make(0.0f, 0, 0, 0, 0)));
+        return;
+    }
 
     vec out_ref, lse_ref, dqkv_ref;
     reference(qkv, dout, B, T, C, NH, format, out_ref, lse_ref, dqkv_ref);
@@ -136,7 +149,7 @@ template <int D> static void test_shape(int B, int T, int C, int NH, int format,
 
     if (!twice)
         return;
-    emu_run again = run_kernels<D>(qkv, dout, B, T, C, NH, format, 2);
+    emu_run again = run_kernels<D>(qkv, dout, B, T, C, NH, format, 2, drop);
     CHECK(again.out == r.out && again.lse == r.lse && again.dqkv == r.dqkv,
           "another thread schedule gave different bits");
     printf("  another thread schedule: the same bits\n");
@@ -155,6 +168,8 @@ int main(void)
     test_shape<32>(1, 70, 21, 1, F16, false);
     test_shape<64>(1, 40, 64, 1, F16, false);
     test_shape<128>(1, 37, 96, 1, F16, true);   /* head size 96: 16-row tiles, ragged */
+    test_shape<32>(2, 70, 32, 2, F32, false, 0.3f); /* dropout: ragged tiles, two rows */
+    test_shape<64>(1, 40, 64, 1, BF16, false, 0.1f);
     printf("emulator: %ld thread switches\n", emu::M.switches);
     return tr_test_finish();
 }

@@ -31,6 +31,9 @@ extern "C" {
 }
 #include "attention_emu_check.h"
 
+/* the dropout of the probabilities every launch and CPU call below gets (off: 0) */
+static tr_dropout g_drop;
+
 /* The launches of src/cuda/cuda_attention_mma.cu, through the emulator: forward, then
  * rowsum(dO * O) as flash_dvec_kernel forms it, then the two backward kernels. */
 template <int D, int F>
@@ -63,7 +66,7 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     int vq = qkv_mode >= 0 ? qkv_mode : mma_load_mode(x, C, HS);
     int vo = qkv_mode >= 0 ? qkv_mode : mma_load_mode(dO, C, HS);
     emu::launch(grid, MMA_THREADS, L::FWD_BYTES, [&] {
-        mma_forward_kernel<D, F>(o16, lse, x, T, C, NH, HS, scale, vq);
+        mma_forward_kernel<D, F>(o16, lse, x, T, C, NH, HS, scale, vq, g_drop);
     });
     for (size_t i = 0; i < out16.size(); i++)
         out[i] = out16[i] == 0xffffu ? SENTINEL : tr_stored_load(o16, i, fmt);
@@ -80,13 +83,23 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
             }
     const float *dv = dvec.data();
     emu::launch(grid, MMA_THREADS, L::DKV_BYTES, [&] {
-        mma_dkv_kernel<D, F>(d16, dO, x, lse, dv, T, C, NH, HS, scale, vq, vo);
+        mma_dkv_kernel<D, F>(d16, dO, x, lse, dv, T, C, NH, HS, scale, vq, vo, g_drop);
     });
     emu::launch(grid, MMA_THREADS, L::DQ_BYTES, [&] {
-        mma_dq_kernel<D, F>(d16, dO, x, lse, dv, T, C, NH, HS, scale, vq, vo);
+        mma_dq_kernel<D, F>(d16, dO, x, lse, dv, T, C, NH, HS, scale, vq, vo, g_drop);
     });
     for (size_t i = 0; i < dqkv16.size(); i++)
         dqkv[i] = dqkv16[i] == 0xffffu ? SENTINEL : tr_stored_load(d16, i, fmt);
+    return r;
+}
+
+template <int D, int F>
+static emu_run run_kernels_undropped(const vec &qkv, const vec &dout, int B, int T, int C, int NH)
+{
+    tr_dropout keep = g_drop;
+    g_drop = tr_dropout_make(0.0f, 0, 0, 0, 0);
+    emu_run r = run_kernels<D, F>(qkv, dout, B, T, C, NH, 1);
+    g_drop = keep;
     return r;
 }
 
@@ -95,9 +108,10 @@ static void test_shape(int B, int T, int C, int NH, bool all_modes = true,
                        bool growing_keys = false)
 {
     int HS = C / NH;
-    printf("mma attention (emulated), D %d, %s: B=%d T=%d C=%d NH=%d (head size %d)%s\n", D,
+    printf("mma attention (emulated), D %d, %s: B=%d T=%d C=%d NH=%d (head size %d)%s%s\n", D,
            F == TR_PREC_FP16 ? "fp16" : "bf16", B, T, C, NH, HS,
-           growing_keys ? ", keys growing along the sequence" : "");
+           growing_keys ? ", keys growing along the sequence" : "",
+           tr_dropout_on(&g_drop) ? ", dropout" : "");
     vec qkv, dout;
     random_inputs(qkv, dout, B, T, C);
     if (growing_keys)
@@ -115,7 +129,7 @@ static void test_shape(int B, int T, int C, int NH, bool all_modes = true,
     for (size_t i = 0; i < qkv.size(); i++)
         tr_stored_store(qkv16.data(), i, qkv[i], F);
     tr_cpu_attention_forward(out_cpu16.data(), att.data(), qkv16.data(), B, T, C, NH,
-                             F);
+                             F, &g_drop);
     for (size_t i = 0; i < out_cpu.size(); i++)
         out_cpu[i] = tr_stored_load(out_cpu16.data(), i, F);
     std::vector<uint16_t> dqkv_cpu16(qkv.size()); /* stored in F, as the GPU's */
@@ -123,13 +137,17 @@ static void test_shape(int B, int T, int C, int NH, bool all_modes = true,
     for (size_t i = 0; i < dout.size(); i++)
         tr_stored_store(dout16.data(), i, dout[i], F);
     tr_cpu_attention_backward(dqkv_cpu16.data(), datt.data(), dout16.data(), out_cpu16.data(),
-                              qkv16.data(), att.data(), B, T, C, NH, F);
+                              qkv16.data(), att.data(), B, T, C, NH, F, &g_drop);
     for (size_t i = 0; i < dqkv_cpu.size(); i++)
         dqkv_cpu[i] = tr_stored_load(dqkv_cpu16.data(), i, F);
     /* fp16 has 3 more bits than bf16: 8 times tighter */
     double tol_cpu = F == TR_PREC_FP16 ? 2.5e-3 : 2e-2, tol_ref = F == TR_PREC_FP16 ? 5e-4 : 4e-3;
     compare("out vs CPU kernel", r.out, out_cpu, tol_cpu);
     compare("dqkv vs CPU kernel", r.dqkv, dqkv_cpu, tol_cpu);
+    if (tr_dropout_on(&g_drop)) { /* the fp64 reference has none: the mask must matter */
+        check_dropout_matters(r, run_kernels_undropped<D, F>(qkv, dout, B, T, C, NH));
+        return;
+    }
 
     vec out_ref, lse_ref, dqkv_ref;
     reference(qkv, dout, B, T, C, NH, F, out_ref, lse_ref, dqkv_ref);
@@ -170,6 +188,12 @@ int main(void)
     /* fp16-mixed: fp16 operands, P and dS rounded to fp16 */
     test_shape<32, TR_PREC_FP16>(1, 70, 40, 2, false);
     test_shape<64, TR_PREC_FP16>(1, 130, 128, 2, false);
+    /* dropout, as a rank holding global rows 3.. and heads 1.. of twice NH draws it */
+    g_drop = tr_dropout_make(0.2f, 1234, 7, TR_STREAM_DROPOUT + 5, 3);
+    g_drop.heads = 4, g_drop.head0 = 1;
+    test_shape<32>(2, 67, 40, 2, false); /* T odd: key pairs straddle Philox groups */
+    test_shape<64, TR_PREC_FP16>(1, 130, 128, 2, false);
+    g_drop = tr_dropout_make(0.0f, 0, 0, 0, 0);
     printf("emulator: %ld thread switches\n", emu::M.switches);
     return tr_test_finish();
 }

@@ -22,7 +22,11 @@
  *  - the element-wise tile loads give the bits of the 8-byte ones.
  * And one shape whose keys grow along the sequence, so that rows' running maxima jump
  * by more than forward's LAZY margin at later tiles: the rescale of the accumulators
- * through shared memory runs (the test counts the rows it must rescale). */
+ * through shared memory runs (the test counts the rows it must rescale). And two shapes
+ * with attention dropout (model.attn_pdrop), against the CPU kernels given the same
+ * tr_dropout (a dp and tp rank's call: batch row and head offsets), which must draw
+ * the same mask: out and dqkv within the same tolerance, and the dropout must change
+ * most outputs. */
 #include "warp_emulator.h" /* first: the primitives the kernels use */
 
 #include "cuda/attention_wmma_kernels.cuh"
@@ -34,6 +38,8 @@ extern "C" {
 #include "attention_emu_check.h"
 
 static const int F = TR_PREC_BF16;
+/* the dropout of the probabilities every launch and CPU call below gets (off: 0) */
+static tr_dropout g_drop;
 
 /* The launches of src/cuda/cuda_attention_tc.cu, through the emulator: forward, then
  * rowsum(dO * O) as flash_dvec_kernel forms it, then the two backward kernels. vec: the
@@ -65,7 +71,7 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
     /* tr_cuda_vec4_rows: (std::vector's buffers are 16-byte aligned) */
     int v8 = vec_loads >= 0 ? vec_loads : HS % 4 == 0 && C % 4 == 0;
     emu::launch(grid, TC_THREADS, L::FWD_BYTES, [&] {
-        tc_forward_kernel<D>(o16, lse, x, T, C, NH, HS, scale, v8, F);
+        tc_forward_kernel<D>(o16, lse, x, T, C, NH, HS, scale, v8, F, g_drop);
     });
     for (size_t i = 0; i < out16.size(); i++)
         out[i] = out16[i] == 0xffffu ? SENTINEL : tr_stored_load(o16, i, F);
@@ -82,10 +88,10 @@ static emu_run run_kernels(const vec &qkv, const vec &dout, int B, int T, int C,
             }
     const float *dv = dvec.data();
     emu::launch(grid, TC_THREADS, L::BWD_BYTES, [&] {
-        tc_dkv_kernel<D>(d16, dO, x, lse, dv, T, C, NH, HS, scale, v8, F);
+        tc_dkv_kernel<D>(d16, dO, x, lse, dv, T, C, NH, HS, scale, v8, F, g_drop);
     });
     emu::launch(grid, TC_THREADS, L::BWD_BYTES, [&] {
-        tc_dq_kernel<D>(d16, dO, x, lse, dv, T, C, NH, HS, scale, v8, F);
+        tc_dq_kernel<D>(d16, dO, x, lse, dv, T, C, NH, HS, scale, v8, F, g_drop);
     });
     for (size_t i = 0; i < dqkv16.size(); i++)
         r.dqkv[i] = dqkv16[i] == 0xffffu ? SENTINEL : tr_stored_load(d16, i, F);
@@ -123,11 +129,22 @@ static size_t rows_rescaled(const vec &qkv, int B, int T, int C, int NH)
 }
 
 template <int D>
+static emu_run run_kernels_undropped(const vec &qkv, const vec &dout, int B, int T, int C, int NH)
+{
+    tr_dropout keep = g_drop;
+    g_drop = tr_dropout_make(0.0f, 0, 0, 0, 0);
+    emu_run r = run_kernels<D>(qkv, dout, B, T, C, NH, 1);
+    g_drop = keep;
+    return r;
+}
+
+template <int D>
 static void test_shape(int B, int T, int C, int NH, bool growing_keys = false)
 {
     int HS = C / NH;
-    printf("wmma attention (emulated), D %d: B=%d T=%d C=%d NH=%d (head size %d)%s\n", D, B, T,
-           C, NH, HS, growing_keys ? ", keys growing along the sequence" : "");
+    printf("wmma attention (emulated), D %d: B=%d T=%d C=%d NH=%d (head size %d)%s%s\n", D, B,
+           T, C, NH, HS, growing_keys ? ", keys growing along the sequence" : "",
+           tr_dropout_on(&g_drop) ? ", dropout" : "");
     vec qkv, dout;
     random_inputs(qkv, dout, B, T, C);
     if (growing_keys) {
@@ -148,15 +165,20 @@ static void test_shape(int B, int T, int C, int NH, bool growing_keys = false)
         tr_stored_store(qkv16.data(), i, qkv[i], F);
     for (size_t i = 0; i < dout.size(); i++)
         tr_stored_store(dout16.data(), i, dout[i], F);
-    tr_cpu_attention_forward(out_cpu16.data(), att.data(), qkv16.data(), B, T, C, NH, F);
+    tr_cpu_attention_forward(out_cpu16.data(), att.data(), qkv16.data(), B, T, C, NH, F,
+                             &g_drop);
     tr_cpu_attention_backward(dqkv_cpu16.data(), datt.data(), dout16.data(), out_cpu16.data(),
-                              qkv16.data(), att.data(), B, T, C, NH, F);
+                              qkv16.data(), att.data(), B, T, C, NH, F, &g_drop);
     for (size_t i = 0; i < out_cpu.size(); i++)
         out_cpu[i] = tr_stored_load(out_cpu16.data(), i, F);
     for (size_t i = 0; i < dqkv_cpu.size(); i++)
         dqkv_cpu[i] = tr_stored_load(dqkv_cpu16.data(), i, F);
     compare("out vs CPU kernel", r.out, out_cpu, 2e-2);
     compare("dqkv vs CPU kernel", r.dqkv, dqkv_cpu, 2e-2);
+    if (tr_dropout_on(&g_drop)) { /* the fp64 reference has none: the mask must matter */
+        check_dropout_matters(r, run_kernels_undropped<D>(qkv, dout, B, T, C, NH));
+        return;
+    }
 
     vec out_ref, lse_ref, dqkv_ref;
     reference(qkv, dout, B, T, C, NH, F, out_ref, lse_ref, dqkv_ref);
@@ -191,6 +213,13 @@ int main(void)
     test_shape<128>(1, 80, 192, 2);  /* head size 96, padded to 128 */
     test_shape<128>(1, 65, 128, 1);  /* head size 128; one past a tile */
     test_shape<64>(1, 200, 64, 1, true); /* the lazy rescale, over four tiles */
+    /* dropout, as a rank holding global rows 3.. and heads 1.. of twice NH draws it */
+    g_drop = tr_dropout_make(0.2f, 1234, 7, TR_STREAM_DROPOUT + 5, 3);
+    g_drop.heads = 4, g_drop.head0 = 1;
+    test_shape<32>(2, 67, 40, 2); /* ragged tiles; T odd: a key pair may straddle two Philox
+                                   * groups (tr_dropout_factor2's second call) */
+    test_shape<64>(1, 130, 128, 2);
+    g_drop = tr_dropout_make(0.0f, 0, 0, 0, 0);
     printf("emulator: %ld thread switches\n", emu::M.switches);
     return tr_test_finish();
 }

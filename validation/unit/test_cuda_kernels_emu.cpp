@@ -9,7 +9,7 @@
  * residual add, the AdamW and SGD updates with mixed precision's working copy, the
  * token and position embeddings (whole and sharded), the squared norm of many
  * tensors in one wait (gradient clipping), the classifier's ReLU, max pooling and
- * softmax cross-entropy, and the rows' argmax of 16-bit logits.
+ * softmax cross-entropy, the rows' argmax of 16-bit logits, and dropout.
  *
  * Where the GPU code claims the CPU's bits (the same float operations in the same
  * order: the cross-entropy's gradient from the same statistics, the copies, the
@@ -501,6 +501,35 @@ static void test_elementwise(size_t n, int format, int off)
     CHECK(s1[(size_t)(o1 - s1.data()) + n * es] == 0xff, "residual: wrote past n");
 }
 
+/* Dropout, out of place and in place, from a base that is not a multiple of four
+ * (the groups of one Philox call straddle the call's ends) and a grid smaller than the
+ * groups, against the CPU's bits: the same mask, the same products. */
+static void test_dropout(size_t n, uint64_t base, float p)
+{
+    printf("dropout: n %zu from global element %llu, p %.2f\n", n, (unsigned long long)base,
+           (double)p);
+    tr_dropout d = tr_dropout_make(p, 99, 12, TR_STREAM_DROPOUT + 4, base);
+    vec x = rand_vec(n + 1, -4.0f, 4.0f), got(n + 1, NAN), want(n + 1, NAN);
+    dim3 grid(tr_cuda_grid((n + 3) / 4 + 1) > 3 ? 3 : tr_cuda_grid((n + 3) / 4 + 1));
+    const float *xp = x.data();
+    float *g = got.data();
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { dropout_kernel(g, xp, n, d); });
+    tr_cpu_dropout(want.data(), x.data(), n, &d);
+    same_bits("dropout", got, want); /* element n: NaN on both, unwritten */
+    vec inplace(x);
+    float *ip = inplace.data();
+    emu::launch(grid, dim3(TR_CUDA_BLOCK), 0, [&] { dropout_kernel(ip, ip, n, d); });
+    same_bits("dropout in place", vec(inplace.begin(), inplace.begin() + n),
+              vec(want.begin(), want.begin() + n));
+    size_t zeros = 0;
+    for (size_t i = 0; i < n; i++)
+        zeros += want[i] == 0.0f;
+    /* binomial(n, p): 5 standard deviations */
+    double mean = p * (double)n, sd = sqrt((double)n * p * (1.0 - p));
+    CHECK(fabs((double)zeros - mean) <= 5 * sd + 1, "dropout zeroed %zu of %zu, expected %.0f",
+          zeros, n, mean);
+}
+
 /* c_fc's fp32 product to the MLP's stored hidden activations (pre rounded, GELU of
  * it), GELU of a stored pre, a stored tensor widened back, and an fp32 one stored,
  * against the arithmetic of the CPU's linear_gelu_forward after its product
@@ -895,6 +924,9 @@ int main(void)
             test_rows_argmax(19, 330, 300, f, f);
     }
     test_rows_argmax(5, 64, 0, TR_PREC_BF16, TR_PREC_BF16); /* nothing to choose from */
+    test_dropout(5001, 3, 0.1f);
+    test_dropout(4096, 1 << 20, 0.5f);
+    test_dropout(3, 6, 0.5f);
     printf("emulator: %ld thread switches\n", emu::M.switches);
     return tr_test_finish();
 }
