@@ -8,8 +8,8 @@
 # curve within 1e-2 of the CPU's bf16-mixed), with each of the two tensor-core
 # attention forms (TRAINER_CUDA_ATTENTION). A CPU checkpoint's weights start a GPU run
 # (checkpoint.init_from) bit for bit. Dropout at every site draws the CPU's masks on
-# the GPU (dropout_math.h): the tp 2 pair runs with it (fp32 attention kernels), and a
-# bf16-mixed pair (WMMA attention). Exits 77 (skipped)
+# the GPU (dropout_math.h): the tp 2 pair runs with it (fp32 attention kernels), and so
+# does the mma.sync pair (bf16-mixed). Exits 77 (skipped)
 # where no GPU is usable, which the trainer itself reports.
 # The GPU's memory beyond the plan's one reservation after the first step (the
 # trainer's "device memory:" line, from cudaMemGetInfo) must stay under 24 MiB at
@@ -43,13 +43,14 @@ gpu_pair gpt_bf16 1 1e-2 "${G[@]}" train.precision=bf16-mixed
 check "the GPU's peak for MFU is known: $(grep '^mfu:' "$WORK/gpt_bf16.out")" \
   grep -qE "^mfu: against [1-9][0-9.]* GFLOP/s per rank \((.*datasheet, bf16 tensor cores dense|measured: .*bf16 tensor cores)" \
   "$WORK/gpt_bf16.out"
-# the mma.sync attention kernels (opt-in until they have run on a GPU), the same curve
-TRAINER_CUDA_ATTENTION=mma gpu_pair gpt_bf16_mma 1 1e-2 "${G[@]}" train.precision=bf16-mixed
+# the mma.sync attention kernels (opt-in until they have run on a GPU), the same curve,
+# with dropout at every site
+DROP=(model.embd_pdrop=0.1 model.attn_pdrop=0.1 model.resid_pdrop=0.1)
+TRAINER_CUDA_ATTENTION=mma gpu_pair gpt_bf16_mma 1 1e-2 "${G[@]}" train.precision=bf16-mixed \
+  "${DROP[@]}"
 # 2 ranks: on one GPU (where no second is usable) staged through host copies
 gpu_pair gpt_dp2 2 1e-4 "${G[@]}"
-DROP=(model.embd_pdrop=0.1 model.attn_pdrop=0.1 model.resid_pdrop=0.1)
 gpu_pair gpt_tp2 2 1e-4 "${G[@]}" parallel.tp=2 "${DROP[@]}"
-gpu_pair gpt_bf16_drop 1 1e-2 "${G[@]}" train.precision=bf16-mixed "${DROP[@]}"
 gpu_pair gpt_zero1 2 1e-4 "${G[@]}" parallel.zero=1
 # a GPU checkpoint resumes on the CPU
 run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=$((S + 4)) run.dir="$WORK/gpt"

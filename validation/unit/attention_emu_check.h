@@ -1,12 +1,13 @@
 /* attention_emu_check.h: what the emulated attention tests (test_attention_*_emu.cpp)
  * share: their random inputs, the check that every output element was written, an
- * fp64 reference of causal attention's forward and backward, and relative error
- * checks. Include after the kernels. */
+ * fp64 reference of causal attention's forward and backward, the CPU kernels on the
+ * same stored inputs, and relative error checks. Include after the kernels. */
 #ifndef TR_ATTENTION_EMU_CHECK_H
 #define TR_ATTENTION_EMU_CHECK_H
 
 #include "backend/lowp_math.h" /* tr_round_lowp */
 extern "C" {
+#include "backend/transformer_kernels.h"
 #include "core/rng.h"
 }
 #include "test_util.h"
@@ -163,17 +164,40 @@ static void compare(const char *what, const vec &got, const vec &want, double to
     CHECK(e <= tol, "%s: relative error %.3e above %.0e", what, e, tol);
 }
 
-/* A run with dropout against the same run without: a mask that drops nothing (or is
- * not applied) leaves out and dqkv as they were, so most must differ */
-static void check_dropout_matters(const emu_run &dropped, const emu_run &plain)
+/* out [B,T,C] and dqkv of tr_cpu_attention_forward and _backward (with drop: NULL for
+ * none) on qkv and dout stored in format (as a run stores them), read back as values */
+static void cpu_attention(const vec &qkv, const vec &dout, int B, int T, int C, int NH,
+                          int format, const tr_dropout *drop, vec &out, vec &dqkv)
 {
-    size_t differ = 0, n = plain.out.size() + plain.dqkv.size();
-    for (size_t i = 0; i < plain.out.size(); i++)
-        differ += plain.out[i] != dropped.out[i];
-    for (size_t i = 0; i < plain.dqkv.size(); i++)
-        differ += plain.dqkv[i] != dropped.dqkv[i];
-    printf("  dropout changed %zu of %zu values of out and dqkv\n", differ, n);
-    CHECK(differ > n / 2, "dropout changed only %zu of %zu values", differ, n);
+    size_t natt = (size_t)B * NH * T * T, es = tr_stored_bytes(format);
+    vec att(natt), datt(natt);
+    typedef std::vector<unsigned char> bytes;
+    bytes q16(qkv.size() * es), g16(dout.size() * es), o16(dout.size() * es), d16(qkv.size() * es);
+    for (size_t i = 0; i < qkv.size(); i++)
+        tr_stored_store(q16.data(), i, qkv[i], format);
+    for (size_t i = 0; i < dout.size(); i++)
+        tr_stored_store(g16.data(), i, dout[i], format);
+    tr_cpu_attention_forward(o16.data(), att.data(), q16.data(), B, T, C, NH, format, drop);
+    tr_cpu_attention_backward(d16.data(), datt.data(), g16.data(), o16.data(), q16.data(),
+                              att.data(), B, T, C, NH, format, drop);
+    out.resize(dout.size());
+    dqkv.resize(qkv.size());
+    for (size_t i = 0; i < out.size(); i++)
+        out[i] = tr_stored_load(o16.data(), i, format);
+    for (size_t i = 0; i < dqkv.size(); i++)
+        dqkv[i] = tr_stored_load(d16.data(), i, format);
+}
+
+/* A run with dropout against the CPU kernels' out and dqkv without it: a mask that
+ * drops nothing (or is not applied) leaves them within the kernels' tolerance tol of
+ * those; dropped, they must be at least 5 tol away */
+static void check_dropout_matters(const emu_run &dropped, const vec &out_plain,
+                                  const vec &dqkv_plain, double tol)
+{
+    double eo = rel_err(dropped.out, out_plain), ed = rel_err(dropped.dqkv, dqkv_plain);
+    printf("  without dropout: out rel err %.2e, dqkv %.2e (must exceed %.0e)\n", eo, ed,
+           5 * tol);
+    CHECK(eo > 5 * tol && ed > 5 * tol, "dropout moved out by %.2e, dqkv by %.2e only", eo, ed);
 }
 
 #endif
