@@ -13,9 +13,11 @@
 #   3. gpu_mfu.sh with TRAINER_CUDA_ATTENTION=mma                   -> mfu.log
 #   4. gpu.pipeline_on_gpu (its layouts staged on one GPU: slow)    -> ctest.log
 #   5. gpu_attention_bench (the two attention forms alone)          -> bench.log
-#   6. compute-sanitizer on the kernel tests                        -> sanitizer.log
-#   7. gpu_gemm_bench (the model's products alone)                  -> bench.log
-#   8. with PROFILE=1, validation/bench/gpu_profile.sh (a step's time per kernel
+#   6. gpu_mfu.sh with dropout 0.1 at every site (its cost: Philox
+#      draws in the attention kernels, two element-wise passes)     -> mfu.log
+#   7. compute-sanitizer on the kernel tests                        -> sanitizer.log
+#   8. gpu_gemm_bench (the model's products alone)                  -> bench.log
+#   9. with PROFILE=1, validation/bench/gpu_profile.sh (a step's time per kernel
 #      under ncu: minutes), its CSV kept                -> profile.log, kernels.csv
 # and last summary.log: each part's exit code and seconds ("stopped at its limit"
 # where the limit ended it), then the lines that say what passed and how fast.
@@ -105,6 +107,9 @@ part mfu mfu_mma 120 env GEMM_BENCH=0 TRAINER_CUDA_ATTENTION=mma validation/benc
 part ctest ctest_pipeline 180 bash -c \
   "cd build && ctest -R pipeline_on_gpu --output-on-failure ${CTEST_ARGS:-}"
 part bench attention_bench 90 build/validation/gpu_attention_bench
+part mfu mfu_dropout 100 env GEMM_BENCH=0 STEPS=20 \
+  EXTRA="model.embd_pdrop=0.1 model.attn_pdrop=0.1 model.resid_pdrop=0.1" \
+  validation/bench/gpu_mfu.sh
 CS=$(command -v compute-sanitizer || find /usr/local /opt -name compute-sanitizer -type f | head -1)
 part sanitizer sanitizer 180 bash -c \
   "'$CS' --error-exitcode 9 build/validation/test_cuda_kernels 2>&1 | tail -5; exit \${PIPESTATUS[0]}"

@@ -29,7 +29,7 @@ WORK=$(mktemp -d /tmp/bench_gpu_mfu.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
 echo "== validation/bench/gpu_mfu.sh: GPT-2 124M, batch $BATCH x $SEQ, $PRECISION, 1 GPU," \
-  "attention kernels ${TRAINER_CUDA_ATTENTION:-wmma} =="
+  "attention kernels ${TRAINER_CUDA_ATTENTION:-wmma}${EXTRA:+, $EXTRA} =="
 nvidia-smi -L 2>/dev/null | head -1
 # shellcheck disable=SC2086  # $EXTRA is words
 mpirun -np 1 "$TRAINER" inputs/gpt2_124m.in system.device=cuda train.precision="$PRECISION" \
