@@ -6,7 +6,7 @@
 # with SIGSEGV. Each run must finish, and give bit-identically the losses of the same
 # run on the plain CPU device (the same kernels): the MLP and the CNN at 2 ranks, the
 # layout GPT at 1 rank (fp32, and bf16-mixed with evaluations), tp 2, pp 2 with
-# ZeRO 1 and fp16-mixed (and, with collectives staged through host copies as when
+# ZeRO 1, fp16-mixed and dropout at every site (and, with collectives staged through host copies as when
 # ranks share a GPU, tp 2 x pp 2, dp 2 x pp 2 with ZeRO-2 and dp 2), dp 2 x tp 2 with sampling (bf16-mixed), and a
 # GPT checkpoint written and resumed through the guarded device. In bf16/fp16-mixed the guarded
 # device keeps the logits in 16 bits as a GPU does (device_guarded_logits.c), so these
@@ -33,7 +33,8 @@ if [ "$ASAN" = 0 ] && [ -f "$SRC/data/mnist/train-images-idx3-ubyte" ]; then
   same cnn 2 inputs/mnist_cnn.in train.steps=6 train.log_every=1 train.eval_batch_size=200 \
     data.train_limit=2000 run.progress=off
 fi
-same gpt_3d 4 "${G[@]}" parallel.tp=2 parallel.pp=2 parallel.zero=1 train.precision=fp16-mixed
+same gpt_3d 4 "${G[@]}" parallel.tp=2 parallel.pp=2 parallel.zero=1 train.precision=fp16-mixed \
+  model.embd_pdrop=0.1 model.attn_pdrop=0.1 model.resid_pdrop=0.1
 # collectives and messages on device memory staged through host copies
 # (TRAINER_STAGED_COMM=1, how ranks sharing one GPU run: gpu.trainer_on_gpu): the same
 # bits, and MPI gets no access to the guarded memory then, so a call on it that is not
