@@ -620,6 +620,55 @@ int tr_deck_set(tr_deck *d, const char *section, const char *name, const char *v
     return d->nerrors > before ? TR_EXIT_USAGE : 0;
 }
 
+/* The keys whose help starts with a scope: used only where the deciding key has (or,
+ * used_if_equal 0, has not) the value */
+static const struct scope_rule {
+    const char *prefix, *section, *name, *value;
+    int used_if_equal;
+    const char *where; /* for the message */
+} scope_rules[] = {
+    {"gpt: ", "model", "name", "gpt", 1, "model.name = gpt"},
+    {"mlp: ", "model", "name", "mlp", 1, "model.name = mlp"},
+    {"tokens: ", "data", "format", "idx", 0, "data.format = tokens or random_tokens"},
+};
+
+/* The rule that scopes key k and leaves it unused in d, or NULL */
+static const struct scope_rule *unused_by(const tr_deck *d, const tr_key_spec *k)
+{
+    for (size_t r = 0; r < sizeof scope_rules / sizeof scope_rules[0]; r++) {
+        const struct scope_rule *s = &scope_rules[r];
+        if (strncmp(k->help, s->prefix, strlen(s->prefix)))
+            continue;
+        int equal = !strcmp(tr_deck_str(d, s->section, s->name), s->value);
+        return equal == s->used_if_equal ? NULL : s;
+    }
+    return NULL;
+}
+
+int tr_deck_unused_keys(const tr_deck *d, char *buf, size_t len)
+{
+    int count = 0;
+    size_t used = 0;
+    if (len)
+        buf[0] = '\0';
+    for (int i = 0; i < tr_deck_nkeys; i++) {
+        const tr_key_spec *k = &tr_deck_keys[i];
+        const struct scope_rule *s = d->values[i].set ? unused_by(d, k) : NULL;
+        if (!s)
+            continue;
+        count++;
+        if (used + 1 >= len) /* full: count the rest only */
+            continue;
+        int n = snprintf(buf + used, len - used,
+                         "[%s] %s = %s (%s) applies where %s; this run has %s.%s = %s and "
+                         "ignores it\n",
+                         k->section, k->name, d->values[i].text, d->values[i].origin, s->where,
+                         s->section, s->name, tr_deck_str(d, s->section, s->name));
+        used += n < 0 ? 0 : (size_t)n < len - used ? (size_t)n : len - used - 1;
+    }
+    return count;
+}
+
 void tr_deck_where(const tr_deck *d, const char *section, const char *name, char *buf, size_t len)
 {
     int i = find_key(section, name);

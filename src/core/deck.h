@@ -87,6 +87,13 @@ int tr_deck_set(tr_deck *d, const char *section, const char *name, const char *v
 void tr_deck_where(const tr_deck *d, const char *section, const char *name, char *buf,
                    size_t len);
 
+/* The keys the deck or an override set that this run does not use: those whose help
+ * names a model or data form ("gpt: ", "mlp: ", "tokens: ") other than the deck's
+ * model.name or data.format (a dropout set for the MLP, say). One line per key into
+ * buf, "[model] attn_pdrop = 0.1 (FILE:LINE) applies where model.name = gpt; this run
+ * has model.name = mlp and ignores it"; returns how many. */
+int tr_deck_unused_keys(const tr_deck *d, char *buf, size_t len);
+
 /* The full reference, generated from the table (trainer --help-deck). */
 void tr_deck_print_reference(FILE *out);
 /* The resolved deck: every key with its value, the non-default ones marked. */

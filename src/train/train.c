@@ -358,6 +358,10 @@ static void print_banner(run *r)
            r->local_batch, r->micro, r->micro_batch);
     printf("run: %ld steps (%ld per epoch), directory %s\n", r->total_steps, r->steps_per_epoch,
            r->dir);
+    char unused[2048];
+    if (tr_deck_unused_keys(r->d, unused, sizeof unused)) /* "note: " before each line */
+        for (char *line = strtok(unused, "\n"); line; line = strtok(NULL, "\n"))
+            printf("note: %s\n", line);
     if (r->start_step >= r->total_steps && r->ckpt.last_written >= 0)
         printf("note: resumed at step %ld, at or past this run's last step: nothing to train, "
                "the model is evaluated (raise train.steps or train.epochs to go on)\n",

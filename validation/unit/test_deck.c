@@ -1,5 +1,6 @@
 /* test_deck.c: the deck parser: values, defaults, overrides, every error message
- * naming FILE:LINE or the override, suggestions, and the resolved deck reparsing. */
+ * naming FILE:LINE or the override, suggestions, the resolved deck reparsing, and the
+ * keys a run sets but does not use (another model's, another data format's). */
 #include "core/deck.h"
 #include "core/error.h"
 #include "test_util.h"
@@ -240,6 +241,44 @@ static void test_same_value(void)
     tr_deck_free(&c);
 }
 
+/* Set keys of another model or data format are named, with where they were set; the
+ * defaults and the keys of the deck's own model are not. */
+static void test_unused_keys(void)
+{
+    tr_deck d;
+    char *ov[] = {"model.attn_pdrop=0.1"};
+    int rc = tr_deck_load_text(&d, "u.in",
+                               "[model]\nname = mlp\nhidden = 64\nn_layer = 4\n"
+                               "[data]\nval_limit = 8\n[optim]\nlr = 0.1\n",
+                               1, ov);
+    CHECK(!rc, "load: %s", d.errors);
+    char buf[1024];
+    int n = tr_deck_unused_keys(&d, buf, sizeof buf);
+    CHECK(n == 3, "3 unused keys, got %d: %s", n, buf);
+    CHECK(strstr(buf, "[model] n_layer = 4 (u.in:4) applies where model.name = gpt; this run "
+                      "has model.name = mlp and ignores it\n"),
+          "n_layer named with its line: %s", buf);
+    CHECK(strstr(buf, "[model] attn_pdrop = 0.1 (command line 'model.attn_pdrop=0.1')"),
+          "the override named: %s", buf);
+    CHECK(strstr(buf, "[data] val_limit = 8 (u.in:6) applies where data.format = tokens or "
+                      "random_tokens; this run has data.format = idx"),
+          "a tokens key under idx: %s", buf);
+    CHECK(!strstr(buf, "hidden") && !strstr(buf, "lr"), "used keys are not named: %s", buf);
+    char tiny[40];
+    CHECK(tr_deck_unused_keys(&d, tiny, sizeof tiny) == 3 && strlen(tiny) < sizeof tiny,
+          "a short buffer: all counted, the text cut: '%s'", tiny);
+    tr_deck_free(&d);
+
+    tr_deck g;
+    char *ov2[] = {"model.name=gpt", "data.format=tokens"};
+    CHECK(!tr_deck_load_text(&g, "g.in", "[model]\nn_layer = 4\nhidden = 8\n", 2, ov2),
+          "load g: %s", g.errors);
+    n = tr_deck_unused_keys(&g, buf, sizeof buf);
+    CHECK(n == 1 && strstr(buf, "[model] hidden = 8 (g.in:3) applies where model.name = mlp"),
+          "gpt: only hidden unused, got %d: %s", n, buf);
+    tr_deck_free(&g);
+}
+
 int main(void)
 {
     test_values_and_defaults();
@@ -248,5 +287,6 @@ int main(void)
     test_resolved_roundtrip();
     test_table_defaults_valid();
     test_same_value();
+    test_unused_keys();
     return tr_test_finish();
 }
