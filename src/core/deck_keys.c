@@ -47,6 +47,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("train", "micro_batches", TR_KEY_INT, "1", 1, 65536, 0, "split each rank's batch into this many micro-batches and accumulate gradients"),
     K("train", "eval_every", TR_KEY_INT, "0", 0, BIG, 0, "evaluate on the test split every N steps (0 = only at the end)"),
     K("train", "eval_batch_size", TR_KEY_INT, "1000", 1, 1 << 24, 0, "samples per evaluation batch over all ranks"),
+    K("train", "early_stop", TR_KEY_INT, "0", 0, BIG, 0, "stop training once this many evaluations in a row (train.eval_every) have not lowered the lowest validation loss so far, with the checkpoint of the end (0 = off)"),
     K("train", "log_every", TR_KEY_INT, "10", 1, BIG, 0, "write a metrics.csv row every N steps (the progress line keeps its own pace: run.progress)"),
 
     K("optim", "name", TR_KEY_CHOICE, "sgd", 0, 0, "sgd|adamw", "optimizer"),
@@ -74,6 +75,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("checkpoint", "keep", TR_KEY_INT, "3", 0, 1000000, 0, "keep the newest N checkpoints, delete older ones (0 = keep all)"),
     K("checkpoint", "at_start", TR_KEY_BOOL, "false", 0, 0, 0, "also write the initial state (step 0) before training"),
     K("checkpoint", "at_end", TR_KEY_BOOL, "true", 0, 0, 0, "write a checkpoint when training ends"),
+    K("checkpoint", "best", TR_KEY_BOOL, "false", 0, 0, 0, "also keep the model of the lowest validation loss so far in DIR/best.h5, after each evaluation that lowers it (a full checkpoint: init_from or resume can name it; resume = auto and keep leave it alone)"),
     K("checkpoint", "collective_io", TR_KEY_BOOL, "false", 0, 0, 0, "tensor data through MPI-IO collective buffering (true) or each rank writing its contiguous part directly (false: faster on a local disk)"),
     K("checkpoint", "resume", TR_KEY_STRING, "auto", 0, 0, 0, "auto = newest valid checkpoint in dir, else start fresh; none; or a checkpoint file"),
     K("checkpoint", "init_from", TR_KEY_PATH, "", 0, 0, 0, "start from the model weights of this checkpoint (any layout or optimizer; e.g. GPT-2's published weights converted by tools/gpt2_hf.py) instead of a random initialisation, with a fresh optimizer at step 0; a checkpoint that resume finds comes first, so a preempted run continues from its own"),

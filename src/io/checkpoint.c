@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,33 @@ void tr_ckpt_path(char *buf, size_t len, const char *dir, long step)
 }
 
 /* ---- directory ---------------------------------------------------------------- */
+
+int ckpt_sync_path(const char *path, int dir)
+{
+    int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDWR);
+    if (fd < 0)
+        return errno;
+    int rc = fsync(fd) ? errno : 0;
+    close(fd);
+    return rc;
+}
+
+int tr_ckpt_link(const char *dir, long step, const char *name)
+{
+    char from[4096], to[4200], tmp[4300];
+    tr_ckpt_path(from, sizeof from, dir, step);
+    snprintf(to, sizeof to, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", to);
+    unlink(tmp); /* left by a run that stopped between the two calls below */
+    int e = link(from, tmp) ? errno : 0;
+    if (!e && rename(tmp, to))
+        e = errno;
+    if (!e)
+        e = ckpt_sync_path(dir, 1);
+    if (e)
+        unlink(tmp);
+    return e;
+}
 
 /* A name exactly as tr_ckpt_path writes it: "step_+0000010.h5" or "step_10.h5" are
  * not checkpoints, or a prune could delete step_00000010.h5 on their account. */
@@ -91,7 +119,8 @@ void tr_ckpt_prune(const char *dir, int keep)
     struct dirent *e;
     while ((e = readdir(d))) {
         size_t len = strlen(e->d_name);
-        if (!strncmp(e->d_name, "step_", 5) && len > 7 && !strcmp(e->d_name + len - 7, ".h5.tmp")) {
+        if ((!strncmp(e->d_name, "step_", 5) || !strcmp(e->d_name, TR_CKPT_BEST ".tmp")) &&
+            len > 7 && !strcmp(e->d_name + len - 7, ".h5.tmp")) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             unlink(path);
         }

@@ -2,7 +2,10 @@
  *
  * Layout (format "trainer-checkpoint", version 1):
  *   /                    attributes: format, format_version, model, step, epoch,
- *                        seed, optimizer, written_ranks/dp/tp/pp/zero, trainer_version
+ *                        seed, optimizer, written_ranks/dp/tp/pp/zero, trainer_version,
+ *                        precision, loss_scale, loss_scale_good_steps, skipped_steps,
+ *                        data_digest; best_val_loss, best_val_step and
+ *                        evals_since_best once the run has evaluated
  *   /deck                the resolved deck text (a string dataset)
  *   /model/<layer>/<p>   every parameter at its full logical shape (float32)
  *   /optimizer/<state>/<layer>/<p>   optimizer state shaped like its parameter
@@ -92,6 +95,11 @@ typedef struct tr_ckpt_meta {
     /* a hash of the training data (the labels, or windows of the token file: the
      * trainer's same_data_everywhere); 0 where not recorded (older files, random data) */
     uint64_t data_digest;
+    /* the lowest validation loss of the run so far, the step that gave it (0: none
+     * recorded: no evaluation yet, or an older file) and the evaluations since then
+     * that did not lower it (train/val_tracker.h) */
+    double best_val_loss;
+    long best_val_step, evals_since_best;
     const char *deck_text; /* on write */
     int collective_io;     /* on write: MPI-IO collective buffering for tensor data */
 } tr_ckpt_meta;
@@ -104,14 +112,16 @@ typedef struct tr_ckpt_stats {
 /* DIR/step_NNNNNNNN.h5 */
 void tr_ckpt_path(char *buf, size_t len, const char *dir, long step);
 
-/* Collective over g (every rank of the run, whatever tensors it holds). Returns 0,
+/* Writes DIR/NAME, or DIR/step_NNNNNNNN.h5 for meta->step when name is NULL.
+ * Collective over g (every rank of the run, whatever tensors it holds). Returns 0,
  * or TR_EXIT_IOERR with the same err on every rank (TR_EXIT_SOFTWARE when the
  * ranks' descriptions do not fit together: a bug in the caller); a failed write
  * removes its temporary file and leaves older checkpoints alone. meta->collective_io
  * makes every rank issue the same number of collective MPI-IO writes (the most any
  * rank needs; the others add empty ones). */
-int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n,
-                  tr_group *g, tr_ckpt_stats *stats, char *err, size_t errlen);
+int tr_ckpt_write(const char *dir, const char *name, const tr_ckpt_meta *meta,
+                  const tr_ckpt_tensor *t, int n, tr_group *g, tr_ckpt_stats *stats, char *err,
+                  size_t errlen);
 
 /* Collective over g. Checks format, version, model, optimizer (not when
  * meta->optimizer is "": a caller that reads only parameters), every tensor's
@@ -141,7 +151,16 @@ char *tr_ckpt_read_deck(const char *path);
 int tr_ckpt_list(const char *dir, long **steps);
 
 /* Deletes all but the newest `keep` checkpoints and stale temporary files (call on
- * one rank). */
+ * one rank). Other names (TR_CKPT_BEST) are left alone. */
 void tr_ckpt_prune(const char *dir, int keep);
+
+/* The name of checkpoint.best's file in the checkpoint directory. */
+#define TR_CKPT_BEST "best.h5"
+
+/* Gives DIR/step_NNNNNNNN.h5 of `step` a second name DIR/NAME in one atomic step
+ * (a hard link, renamed into place and synced), replacing what had that name;
+ * pruning the step's own name later leaves the file under NAME. Rank-local; returns
+ * 0, or errno (a file system without hard links: write the file instead). */
+int tr_ckpt_link(const char *dir, long step, const char *name);
 
 #endif

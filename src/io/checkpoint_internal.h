@@ -15,6 +15,8 @@
 
 /* err gets the message unless it has one already: the first, most direct reason */
 void ckpt_fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* fsync a file (dir = 0) or a directory (dir = 1); returns 0 or errno */
+int ckpt_sync_path(const char *path, int dir);
 /* The innermost description on HDF5's error stack (which it clears), in buf[256] */
 const char *ckpt_h5_why(char *buf);
 int ckpt_attr_write(hid_t obj, const char *name, hid_t type, const void *v);

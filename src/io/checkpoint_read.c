@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <float.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,7 @@ static int meta_int(hid_t f, const char *path, const char *name, int64_t lo, int
     return 0;
 }
 
-/* finite, and in [lo, hi] */
+/* in [lo, hi] (so not NaN) */
 static int meta_double(hid_t f, const char *path, const char *name, double lo, double hi, double *v,
                        char *err, size_t errlen)
 {
@@ -162,6 +163,17 @@ static int read_meta(hid_t f, const char *path, tr_ckpt_meta *m, char *err, size
     }
     m->loss_scale_good = (long)good;
     m->skipped_steps = (long)skipped;
+    /* the validation tracker's came last: absent, no evaluation was recorded. Each
+     * evaluation follows a step of its own, so neither count passes the step. */
+    int64_t best_step = 0, since = 0;
+    m->best_val_loss = 0;
+    if (has(f, "best_val_step") &&
+        (meta_int(f, path, "best_val_step", 1, step, &best_step, err, errlen) ||
+         meta_int(f, path, "evals_since_best", 0, step - best_step, &since, err, errlen) ||
+         meta_double(f, path, "best_val_loss", 0, HUGE_VAL, &m->best_val_loss, err, errlen)))
+        return -1;
+    m->best_val_step = (long)best_step;
+    m->evals_since_best = (long)since;
     return 0;
 }
 

@@ -162,7 +162,12 @@ static int write_deck(hid_t f, const char *text, int rank, char *err, size_t err
 
 static int write_meta(hid_t f, const tr_ckpt_meta *m)
 {
-    return ckpt_attr_str(f, "format", TR_CKPT_FORMAT) |
+    int best = 0;
+    if (m->best_val_step > 0) /* 0: nothing to record before the first evaluation */
+        best = ckpt_attr_write(f, "best_val_loss", H5T_NATIVE_DOUBLE, &m->best_val_loss) |
+               ckpt_attr_i64(f, "best_val_step", m->best_val_step) |
+               ckpt_attr_i64(f, "evals_since_best", m->evals_since_best);
+    return best | ckpt_attr_str(f, "format", TR_CKPT_FORMAT) |
            ckpt_attr_i64(f, "format_version", TR_CKPT_VERSION) |
            ckpt_attr_str(f, "trainer_version", TR_VERSION) | ckpt_attr_str(f, "model", m->model) |
            ckpt_attr_str(f, "optimizer", m->optimizer) | ckpt_attr_i64(f, "step", m->step) |
@@ -176,17 +181,6 @@ static int write_meta(hid_t f, const tr_ckpt_meta *m)
            ckpt_attr_i64(f, "loss_scale_good_steps", m->loss_scale_good) |
            ckpt_attr_i64(f, "skipped_steps", m->skipped_steps) |
            ckpt_attr_write(f, "data_digest", H5T_NATIVE_UINT64, &m->data_digest);
-}
-
-/* fsync a path (file or directory); returns errno or 0 */
-static int sync_path(const char *path, int dir)
-{
-    int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDWR);
-    if (fd < 0)
-        return errno;
-    int rc = fsync(fd) ? errno : 0;
-    close(fd);
-    return rc;
 }
 
 /* Tensor bytes in the file. */
@@ -301,13 +295,17 @@ static int write_structure(const char *tmp, const tr_ckpt_meta *meta, const cata
     return ckpt_agree(g, bad ? TR_EXIT_IOERR : 0, err, errlen);
 }
 
-int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n,
-                  tr_group *g, tr_ckpt_stats *stats, char *err, size_t errlen)
+int tr_ckpt_write(const char *dir, const char *name, const tr_ckpt_meta *meta,
+                  const tr_ckpt_tensor *t, int n, tr_group *g, tr_ckpt_stats *stats, char *err,
+                  size_t errlen)
 {
     double t0 = tr_wtime();
     int rank = tr_group_rank(g), size = tr_group_size(g);
     char path[4096], tmp[4200];
-    tr_ckpt_path(path, sizeof path, dir, meta->step);
+    if (name)
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+    else
+        tr_ckpt_path(path, sizeof path, dir, meta->step);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     err[0] = '\0';
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -329,11 +327,11 @@ int tr_ckpt_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckpt_tenso
     }
     /* durable before visible: sync the data, rename, sync the directory entry */
     if (!code && rank == 0) {
-        int e = sync_path(tmp, 0);
+        int e = ckpt_sync_path(tmp, 0);
         if (!e && rename(tmp, path))
             e = errno;
         if (!e)
-            e = sync_path(dir, 1);
+            e = ckpt_sync_path(dir, 1);
         if (e) {
             ckpt_fail(err, errlen, "cannot make checkpoint '%s' durable: %s", path, strerror(e));
             code = TR_EXIT_IOERR;

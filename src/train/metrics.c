@@ -2,6 +2,7 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -73,6 +74,13 @@ int tr_summary_write(const char *dir, const tr_summary *s)
     FILE *f = fopen(tmp, "w");
     if (!f)
         return errno;
+    /* null before any evaluation during training (and for a loss that JSON cannot
+     * write: inf) */
+    char best_loss[32] = "null", best_step[32] = "null";
+    if (s->best_val_step > 0 && isfinite(s->best_val_loss)) {
+        snprintf(best_loss, sizeof best_loss, "%.9g", s->best_val_loss);
+        snprintf(best_step, sizeof best_step, "%ld", s->best_val_step);
+    }
     fprintf(f,
             "{\n"
             "  \"model\": \"%s\",\n"
@@ -80,6 +88,7 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             "  \"test_loss\": %.6f,\n"
             "  \"final_train_loss\": %.6f,\n"
             "  \"steps\": %ld,\n"
+            "  \"stopped_early\": %s,\n"
             "  \"epochs\": %.4f,\n"
             "  \"global_batch\": %ld,\n"
             "  \"parameters\": %ld,\n"
@@ -104,14 +113,18 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             "  \"precision\": \"%s\",\n"
             "  \"skipped_steps\": %ld,\n"
             "  \"loss_scale\": %.9g,\n"
-            "  \"blas_core\": \"%s\"\n"
+            "  \"blas_core\": \"%s\",\n"
+            "  \"best_val_loss\": %s,\n"
+            "  \"best_val_step\": %s\n"
             "}\n",
-            s->model, s->test_accuracy, s->test_loss, s->final_train_loss, s->steps, s->epochs,
-            s->global_batch, s->parameters, s->samples_per_second, s->gflops_per_second,
-            s->peak_gflops, s->mfu, s->tokens_per_second, s->val_perplexity,
-            s->unigram_perplexity, s->wall_seconds, s->train_seconds, s->comm_wait_seconds, s->ranks, s->dp, s->tp,
-            s->pp, s->zero, s->peak_rss_bytes, s->optimizer_state_bytes, s->threads_per_rank,
-            s->precision ? s->precision : "fp32", s->skipped_steps, s->loss_scale, s->blas_core);
+            s->model, s->test_accuracy, s->test_loss, s->final_train_loss, s->steps,
+            s->stopped_early ? "true" : "false", s->epochs, s->global_batch, s->parameters,
+            s->samples_per_second, s->gflops_per_second, s->peak_gflops, s->mfu,
+            s->tokens_per_second, s->val_perplexity, s->unigram_perplexity, s->wall_seconds,
+            s->train_seconds, s->comm_wait_seconds, s->ranks, s->dp, s->tp, s->pp, s->zero,
+            s->peak_rss_bytes, s->optimizer_state_bytes, s->threads_per_rank,
+            s->precision ? s->precision : "fp32", s->skipped_steps, s->loss_scale, s->blas_core,
+            best_loss, best_step);
     int bad = ferror(f);
     if (fclose(f) || bad)
         return errno ? errno : EIO;

@@ -36,6 +36,9 @@ typedef struct tr_summary {
     const char *precision;        /* train.precision */
     long skipped_steps;           /* fp16-mixed: steps skipped for overflow */
     double loss_scale;            /* fp16-mixed: the loss scale at the end */
+    int stopped_early;            /* train.early_stop ended training before steps */
+    double best_val_loss;         /* the lowest validation loss of an evaluation, */
+    long best_val_step;           /* at this step (0: no evaluation during training) */
 } tr_summary;
 
 /* Writes DIR/summary.json; returns 0 or errno. */

@@ -7,13 +7,14 @@
 #include "data/idx.h"
 #include "data/loader.h"
 #include "data/token_data.h"
-#include "models/model.h"
 #include "loss_scale.h"
+#include "models/model.h"
 #include "optim.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
 #include "train.h"
 #include "train_checkpoint.h"
+#include "val_tracker.h"
 
 #include <stdio.h>
 
@@ -48,6 +49,7 @@ typedef struct run {
     float *eval_x;          /* host staging of an evaluation batch (classifiers) */
     int precision;          /* train.precision as a tr_precision (lowp_math.h) */
     tr_loss_scale scaler;   /* fp16-mixed's loss scale (1 otherwise) */
+    tr_val_tracker tracker; /* the lowest validation loss: checkpoint.best, early_stop */
     char err[4096];
 } run;
 

@@ -207,7 +207,7 @@ static int same_data_everywhere(run *r, int rc)
 /* [checkpoint] resume; a failed explicit resume is an input error every rank shares */
 static int resume(run *r, uint64_t seed)
 {
-    tr_train_ckpt_init(&r->ckpt, r->d, r->dir, &r->model, &r->opt, r->w, &r->scaler);
+    tr_train_ckpt_init(&r->ckpt, r->d, r->dir, &r->model, &r->opt, r->w, &r->scaler, &r->tracker);
     r->ckpt.meta.data_digest = r->data_digest;
     int reinit = 0;
     char msg[4096];
@@ -229,6 +229,7 @@ static int resume(run *r, uint64_t seed)
         tr_optim_reset(&r->opt);
         tr_optim_take_params(&r->opt, &r->model);
         tr_loss_scale_init(&r->scaler, r->d);
+        tr_val_tracker_init(&r->tracker, r->d);
     }
     /* fine-tuning: given weights instead of the random ones, when nothing resumed
      * (the master weights under mixed precision: the parameters follow, below) */
@@ -366,6 +367,11 @@ static void print_banner(run *r)
         printf("note: resumed at step %ld, at or past this run's last step: nothing to train, "
                "the model is evaluated (raise train.steps or train.epochs to go on)\n",
                r->start_step);
+    else if (tr_val_tracker_exhausted(&r->tracker))
+        printf("note: resumed at step %ld, where train.early_stop = %ld had ended this run (the "
+               "validation loss last fell at step %ld): nothing to train, the model is evaluated "
+               "(raise early_stop to go on)\n",
+               r->start_step, r->tracker.patience, r->tracker.best_step);
     else if (r->start_step >= r->total_steps) /* 0 steps asked for: evaluate (and sample) */
         printf("note: 0 training steps: the model is evaluated as %s\n",
                r->ckpt.init_from[0] ? "checkpoint.init_from gives it" : "initialised");
@@ -606,6 +612,18 @@ static int setup(run *r)
     }
     long steps = tr_deck_int(r->d, "train", "steps");
     r->total_steps = steps ? steps : tr_deck_int(r->d, "train", "epochs") * r->steps_per_epoch;
+    long eval_every = tr_deck_int(r->d, "train", "eval_every");
+    long patience = tr_deck_int(r->d, "train", "early_stop");
+    if (patience && (!eval_every || eval_every >= r->total_steps)) {
+        rc = tr_run_key_error(r, "train", "early_stop",
+                              "[train] early_stop = %ld needs evaluations during training to "
+                              "compare, and eval_every = %ld gives %s; set eval_every below the "
+                              "run's %ld steps (e.g. %ld), or early_stop = 0",
+                              patience, eval_every,
+                              eval_every ? "only the final one" : "none before the end",
+                              r->total_steps, r->total_steps / 10 ? r->total_steps / 10 : 1);
+        return tr_comm_agree(r->w, rc, r->err);
+    }
 
     long eval_global = tr_deck_int(r->d, "train", "eval_batch_size");
     r->eval_local_batch = (eval_global + r->w->dp - 1) / r->w->dp;
@@ -655,6 +673,7 @@ static int setup(run *r)
                                  sizeof(float), "evaluation batch");
     tr_model_init_params(&r->model, seed);
     tr_loss_scale_init(&r->scaler, r->d);
+    tr_val_tracker_init(&r->tracker, r->d);
     int zero = (int)tr_deck_int(r->d, "parallel", "zero");
     size_t olo = 0, ohi = r->model.nparams; /* ZeRO: this rank's slice of the state */
     if (zero)
@@ -819,6 +838,22 @@ static double mfu_of(const run *r, double samples_per_s)
     return peak > 0 ? tr_model_train_flops(&r->model) * samples_per_s / peak : 0;
 }
 
+/* " (the lowest so far)" after an evaluation's line, or the lowest and, under
+ * early_stop, the patience spent; "" when neither checkpoint.best nor early_stop is
+ * on. */
+static void describe_best(const run *r, int improved, char *buf, size_t len)
+{
+    const tr_val_tracker *t = &r->tracker;
+    buf[0] = '\0';
+    if (improved && (r->ckpt.best || t->patience))
+        snprintf(buf, len, " (the lowest so far)");
+    else if (t->patience)
+        snprintf(buf, len, " (lowest %.4f at step %ld; %ld of %ld evaluations without a lower one)",
+                 t->best_loss, t->best_step, t->evals_since_best, t->patience);
+    else if (r->ckpt.best && t->best_step)
+        snprintf(buf, len, " (lowest %.4f at step %ld)", t->best_loss, t->best_step);
+}
+
 /* Reasons to stop early with a checkpoint and exit 75. */
 enum { STOP_NONE = 0, STOP_SLICE = 1000, STOP_TIME = 1001 }; /* or a signal number */
 
@@ -836,11 +871,12 @@ static int agree_stop(run *r, long steps_this_session)
     return why;
 }
 
-static int save(run *r, long step)
+static int save(run *r, long step, int best)
 {
     char msg[4096];
-    int rc = tr_train_ckpt_save(&r->ckpt, r->w, step, (double)step / r->steps_per_epoch, msg,
-                                sizeof msg);
+    double epoch = (double)step / r->steps_per_epoch;
+    int rc = best ? tr_train_ckpt_save_best(&r->ckpt, r->w, step, epoch, msg, sizeof msg)
+                  : tr_train_ckpt_save(&r->ckpt, r->w, step, epoch, msg, sizeof msg);
     if (rc && r->w->rank == 0) {
         fprintf(stderr, "error: %s; stopping: training on without durable checkpoints would "
                         "risk losing the run (the previous checkpoint is intact)\n",
@@ -888,16 +924,19 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
     long samples_done = 0;
     double test_loss = 0, test_acc = 0;
     int evaluated = 0;
+    /* a run resumed where early_stop had ended it trains no further */
+    int stopped_early = tr_val_tracker_exhausted(&r->tracker);
+    long end_step = stopped_early ? r->start_step : r->total_steps;
     double targets_per_step = (double)r->global_batch * r->model.targets_per_sample;
     if (r->ckpt.at_start && r->start_step == 0) {
-        rc = save(r, 0);
+        rc = save(r, 0, 0);
         if (rc) {
             teardown(r);
             free(r);
             return rc;
         }
     }
-    for (long step = r->start_step; step < r->total_steps; step++) {
+    for (long step = r->start_step; step < r->total_steps && !stopped_early; step++) {
         tr_watchdog_beat("the start of training step", step + 1);
         double t0 = tr_wtime();
         double loss_sum, gnorm;
@@ -940,31 +979,53 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         tr_progress_update(&prog, done, epoch, last_loss, lr,
                            r->lm ? rate * r->model.targets_per_sample : rate,
                            r->lm ? "tokens/s" : "samples/s", mfu_of(r, rate), eta, t1);
+        int improved = 0;
         if ((eval_every && done % eval_every == 0) || done == r->total_steps) {
             evaluate(r, &test_loss, &test_acc);
             evaluated = 1;
+            /* rank 0's loss decides for every rank: sums reduced in another order could
+             * differ in the last bit */
+            tr_bcast(&test_loss, 1, TR_F64, 0, w->world);
+            improved = tr_val_tracker_update(&r->tracker, done, test_loss);
+            stopped_early = done < r->total_steps && tr_val_tracker_exhausted(&r->tracker);
             tr_metrics_row row = {done, epoch, "eval", test_loss, test_acc, lr, 0, rate,
                                   tr_wtime() - rt->start_time, r->scaler.scale};
             tr_metrics_write(r->metrics, &row);
             if (w->rank == 0 && done != r->total_steps) {
                 tr_progress_break(&prog);
+                char best[160];
+                describe_best(r, improved, best, sizeof best);
                 if (r->lm)
                     printf("eval at step %ld: val loss %.4f, perplexity %.2f, next-token "
-                           "accuracy %.2f%%\n",
-                           done, test_loss, exp(test_loss), 100 * test_acc);
+                           "accuracy %.2f%%%s\n",
+                           done, test_loss, exp(test_loss), 100 * test_acc, best);
                 else
-                    printf("eval at step %ld: test loss %.4f, accuracy %.2f%%\n", done,
-                           test_loss, 100 * test_acc);
+                    printf("eval at step %ld: test loss %.4f, accuracy %.2f%%%s\n", done, test_loss,
+                           100 * test_acc, best);
             }
         }
-        int sig = done < r->total_steps ? agree_stop(r, done - r->start_step) : 0;
+        int sig = done < r->total_steps && !stopped_early ? agree_stop(r, done - r->start_step) : 0;
         int periodic = r->ckpt.every && done % r->ckpt.every == 0;
-        int final = done == r->total_steps && r->ckpt.at_end;
+        int final = (done == r->total_steps || stopped_early) && r->ckpt.at_end;
         if (periodic || final || sig) {
             tr_progress_break(&prog);
-            rc = save(r, done);
+            rc = save(r, done, 0);
             if (rc)
                 break;
+        }
+        if (improved && r->ckpt.best) {
+            tr_progress_break(&prog);
+            rc = save(r, done, 1);
+            if (rc)
+                break;
+        }
+        if (stopped_early) {
+            end_step = done;
+            if (w->rank == 0)
+                printf("early stop at step %ld: %ld evaluations in a row without a validation "
+                       "loss below %.6g (step %ld; train.early_stop = %ld)\n",
+                       done, r->tracker.evals_since_best, r->tracker.best_loss,
+                       r->tracker.best_step, r->tracker.patience);
         }
         if (sig) {
             /* the rank that got the signal says how long the stop took */
@@ -1007,7 +1068,10 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         tr_summary s = {0};
         s.model = r->model.name;
         s.blas_core = rt->blas_core;
-        s.steps = r->total_steps;
+        s.steps = end_step;
+        s.stopped_early = end_step < r->total_steps;
+        s.best_val_loss = r->tracker.best_loss;
+        s.best_val_step = r->tracker.best_step;
         s.parameters = (long)r->model.nparams_logical;
         s.epochs = (double)r->total_steps / r->steps_per_epoch;
         s.test_accuracy = test_acc;
@@ -1047,12 +1111,12 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         else if (r->lm)
             printf("done: %ld steps in %.1f s, %.0f tokens/s (%.1f GFLOP/s, MFU %.1f%% of "
                    "%.1f), val loss %.4f, perplexity %.2f, next-token accuracy %.2f%%\n",
-                   r->total_steps, wall, s.tokens_per_second, s.gflops_per_second,
-                   100 * s.mfu, s.peak_gflops, test_loss, s.val_perplexity, 100 * test_acc);
+                   end_step, wall, s.tokens_per_second, s.gflops_per_second, 100 * s.mfu,
+                   s.peak_gflops, test_loss, s.val_perplexity, 100 * test_acc);
         else
             printf("done: %ld steps in %.1f s, %.0f samples/s (%.1f GFLOP/s), test loss %.4f, "
                    "test accuracy %.2f%%\n",
-                   r->total_steps, wall, rate, s.gflops_per_second, test_loss, 100 * test_acc);
+                   end_step, wall, rate, s.gflops_per_second, test_loss, 100 * test_acc);
         fflush(stdout);
     }
     if (r->lm)

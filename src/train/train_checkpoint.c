@@ -125,9 +125,9 @@ static float *host_view(tr_train_ckpt *c, float *device, size_t floats)
     return mi->host;
 }
 
-void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
-                        const tr_model *m, const tr_optim *o, const tr_world *w,
-                        tr_loss_scale *scaler)
+void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir, const tr_model *m,
+                        const tr_optim *o, const tr_world *w, tr_loss_scale *scaler,
+                        tr_val_tracker *tracker)
 {
     memset(c, 0, sizeof *c);
     const char *dir = tr_deck_str(d, "checkpoint", "dir");
@@ -139,6 +139,7 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
     c->keep = (int)tr_deck_int(d, "checkpoint", "keep");
     c->at_end = tr_deck_bool(d, "checkpoint", "at_end");
     c->at_start = tr_deck_bool(d, "checkpoint", "at_start");
+    c->best = tr_deck_bool(d, "checkpoint", "best");
     snprintf(c->resume, sizeof c->resume, "%s", tr_deck_str(d, "checkpoint", "resume"));
     snprintf(c->init_from, sizeof c->init_from, "%s", tr_deck_str(d, "checkpoint", "init_from"));
     c->last_written = -1;
@@ -179,6 +180,7 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
     snprintf(c->meta.precision, sizeof c->meta.precision, "%s",
              tr_deck_str(d, "train", "precision"));
     c->scaler = scaler;
+    c->tracker = tracker;
     c->deck_text = tr_deck_resolved_text(d);
     /* /deck is one dataset that every rank creates, so one text: rank 0's (ranks may
      * name the same deck by other paths, or write 2e1 for 20) */
@@ -275,6 +277,10 @@ static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *ste
         c->scaler->scale = meta.loss_scale;
         c->scaler->good = meta.loss_scale_good;
     }
+    /* the best model and the early stop go on from where the run was */
+    c->tracker->best_loss = meta.best_val_loss;
+    c->tracker->best_step = meta.best_val_step;
+    c->tracker->evals_since_best = meta.evals_since_best;
     if (w->rank == 0) {
         printf("resumed from %s: step %ld, epoch %.2f (written at %d rank%s: dp %d, tp %d, pp "
                "%d, zero %d)\n",
@@ -290,6 +296,10 @@ static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *ste
                    "or of 64 windows of the token file): the resumed run trains on other data "
                    "than the original\n",
                    (unsigned long long)meta.data_digest, (unsigned long long)c->meta.data_digest);
+        if (meta.best_val_step > 0 && (c->best || c->tracker->patience))
+            printf("lowest validation loss so far: %.6g at step %ld (%ld evaluation%s since)\n",
+                   meta.best_val_loss, meta.best_val_step, meta.evals_since_best,
+                   meta.evals_since_best == 1 ? "" : "s");
         report_deck_changes(path, c->deck_text);
         fflush(stdout);
     }
@@ -367,8 +377,10 @@ int tr_train_ckpt_init_from(tr_train_ckpt *c, const tr_world *w, char *err, size
     return 0;
 }
 
-int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double epoch, char *err,
-                       size_t errlen)
+/* Writes the run's state after `step` to DIR/NAME (NULL: the step's own name);
+ * rank 0 prints it. */
+static int write_state(tr_train_ckpt *c, const tr_world *w, const char *name, long step,
+                       double epoch, char *err, size_t errlen)
 {
     tr_ckpt_meta meta = c->meta;
     meta.step = step;
@@ -377,19 +389,54 @@ int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double ep
     meta.loss_scale = c->scaler->scale;
     meta.loss_scale_good = c->scaler->good;
     meta.skipped_steps = c->scaler->skipped;
+    meta.best_val_loss = c->tracker->best_loss;
+    meta.best_val_step = c->tracker->best_step;
+    meta.evals_since_best = c->tracker->evals_since_best;
     for (int i = 0; i < c->nmirror; i++)
         c->dev->download(c->mirror[i].host, c->mirror[i].device, c->mirror[i].bytes);
     tr_ckpt_stats st = {0};
-    int rc = tr_ckpt_write(c->dir, &meta, c->tensors, c->ntensors, w->world, &st, err, errlen);
+    int rc =
+        tr_ckpt_write(c->dir, name, &meta, c->tensors, c->ntensors, w->world, &st, err, errlen);
+    if (rc || w->rank)
+        return rc;
+    char path[4096];
+    if (name)
+        snprintf(path, sizeof path, "%s/%s", c->dir, name);
+    else
+        tr_ckpt_path(path, sizeof path, c->dir, step);
+    printf("checkpoint %s: %.1f MiB in %.2f s (%.0f MiB/s)\n", path, st.bytes / 1048576.0,
+           st.seconds, st.bytes / 1048576.0 / (st.seconds > 0 ? st.seconds : 1e-9));
+    fflush(stdout);
+    return 0;
+}
+
+int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double epoch, char *err,
+                       size_t errlen)
+{
+    int rc = write_state(c, w, NULL, step, epoch, err, errlen);
     if (rc)
         return rc;
     c->last_written = step;
-    if (w->rank == 0) {
+    if (w->rank == 0)
         tr_ckpt_prune(c->dir, c->keep);
+    return 0;
+}
+
+int tr_train_ckpt_save_best(tr_train_ckpt *c, const tr_world *w, long step, double epoch, char *err,
+                            size_t errlen)
+{
+    /* this step's checkpoint, just written, holds the same state: a second name for
+     * it costs no I/O (keep may prune its first name later; the file stays) */
+    int linked = 0;
+    if (c->last_written == step && w->rank == 0)
+        linked = !tr_ckpt_link(c->dir, step, TR_CKPT_BEST);
+    tr_bcast(&linked, 1, TR_I32, 0, w->world);
+    if (!linked)
+        return write_state(c, w, TR_CKPT_BEST, step, epoch, err, errlen);
+    if (w->rank == 0) {
         char path[4096];
         tr_ckpt_path(path, sizeof path, c->dir, step);
-        printf("checkpoint %s: %.1f MiB in %.2f s (%.0f MiB/s)\n", path, st.bytes / 1048576.0,
-               st.seconds, st.bytes / 1048576.0 / (st.seconds > 0 ? st.seconds : 1e-9));
+        printf("checkpoint %s/%s: linked to %s\n", c->dir, TR_CKPT_BEST, path);
         fflush(stdout);
     }
     return 0;

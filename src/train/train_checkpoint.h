@@ -7,14 +7,16 @@
 #include "comm/comm.h"
 #include "core/deck.h"
 #include "io/checkpoint.h"
-#include "models/model.h"
 #include "loss_scale.h"
+#include "models/model.h"
 #include "optim.h"
+#include "val_tracker.h"
 
 typedef struct tr_train_ckpt {
     char dir[2048];
     long every;
     int keep, at_start, at_end;
+    int best; /* checkpoint.best: keep the lowest validation loss's model in best.h5 */
     char resume[TR_DECK_VALUE_MAX];
     char init_from[TR_DECK_VALUE_MAX]; /* weights to start from when nothing resumes */
     /* parameters (the first nparam_tensors), then each optimizer state: what this
@@ -26,6 +28,7 @@ typedef struct tr_train_ckpt {
     char *deck_text;   /* the resolved deck, saved in every checkpoint */
     long last_written; /* step of the newest checkpoint this run wrote or loaded */
     tr_loss_scale *scaler; /* saved with each checkpoint, restored by a load */
+    tr_val_tracker *tracker; /* the same */
     /* a device whose memory is not the host's: the tensors point into host copies
      * of its buffers, downloaded before a write and uploaded after a read */
     const tr_device *dev;
@@ -43,9 +46,9 @@ typedef struct tr_train_ckpt {
  * the file is written by exactly one rank of w. Under mixed precision the parameters
  * written and read are the fp32 master weights (sliced like the state), so a
  * checkpoint is fp32 whatever the precision, and any precision resumes from it. */
-void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
-                        const tr_model *m, const tr_optim *o, const tr_world *w,
-                        tr_loss_scale *scaler);
+void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir, const tr_model *m,
+                        const tr_optim *o, const tr_world *w, tr_loss_scale *scaler,
+                        tr_val_tracker *tracker);
 void tr_train_ckpt_free(tr_train_ckpt *c);
 
 /* Applies [checkpoint] resume. Collective. On success *step is the step to start
@@ -67,5 +70,12 @@ int tr_train_ckpt_init_from(tr_train_ckpt *c, const tr_world *w, char *err, size
  * Returns 0 or TR_EXIT_IOERR with err. */
 int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double epoch,
                        char *err, size_t errlen);
+
+/* checkpoint.best: makes DIR/best.h5 the state after `step`, whose evaluation has
+ * just lowered the validation loss: a hard link to this step's checkpoint when the
+ * run has just written it, else a checkpoint of its own. Collective. Returns 0 or
+ * TR_EXIT_IOERR with err. */
+int tr_train_ckpt_save_best(tr_train_ckpt *c, const tr_world *w, long step, double epoch, char *err,
+                            size_t errlen);
 
 #endif

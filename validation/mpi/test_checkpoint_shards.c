@@ -389,7 +389,7 @@ static void write_as(const char *dir, long step, layout *L, tr_group *g, int col
     m.step = step;
     m.collective_io = collective;
     fill(L);
-    int rc = tr_ckpt_write(dir, &m, L->t, L->n, g, NULL, err, sizeof err);
+    int rc = tr_ckpt_write(dir, NULL, &m, L->t, L->n, g, NULL, err, sizeof err);
     CHECK(rc == 0, "write of step %ld failed: %s", step, err);
 }
 
@@ -494,7 +494,7 @@ int main(int argc, char **argv)
     fill(&L);
     tr_ckpt_meta wm = meta_for("");
     wm.step = 9;
-    rc = tr_ckpt_write(dir, &wm, L.t, L.n, w.world, NULL, err, sizeof err);
+    rc = tr_ckpt_write(dir, NULL, &wm, L.t, L.n, w.world, NULL, err, sizeof err);
     expect_same_failure(rc, TR_EXIT_SOFTWARE, err, "/model/ln/bias do not cover it exactly once",
                         w.world, "overlapping own ranges");
     layout_free(&L);
