@@ -72,6 +72,7 @@ const tr_key_spec tr_deck_keys[] = {
 
     K("checkpoint", "dir", TR_KEY_STRING, "", 0, 0, 0, "checkpoint directory; empty = <run dir>/checkpoints"),
     K("checkpoint", "every", TR_KEY_INT, "0", 0, BIG, 0, "write a checkpoint every N steps (0 = only at the end)"),
+    K("checkpoint", "every_minutes", TR_KEY_FLOAT, "0", 0, 1e9, 0, "also write a checkpoint once this many minutes have passed since this session's start or its last checkpoint, at the next step's end: bounds what a crash or a failed node loses, whatever a step takes (0 = off)"),
     K("checkpoint", "keep", TR_KEY_INT, "3", 0, 1000000, 0, "keep the newest N checkpoints, delete older ones (0 = keep all)"),
     K("checkpoint", "at_start", TR_KEY_BOOL, "false", 0, 0, 0, "also write the initial state (step 0) before training"),
     K("checkpoint", "at_end", TR_KEY_BOOL, "true", 0, 0, 0, "write a checkpoint when training ends"),

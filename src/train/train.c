@@ -857,18 +857,24 @@ static void describe_best(const run *r, int improved, char *buf, size_t len)
 /* Reasons to stop early with a checkpoint and exit 75. */
 enum { STOP_NONE = 0, STOP_SLICE = 1000, STOP_TIME = 1001 }; /* or a signal number */
 
-/* All ranks learn whether any rank must stop: one tiny all-reduce per step. */
-static int agree_stop(run *r, long steps_this_session)
+/* All ranks learn whether any rank must stop, and whether checkpoint.every_minutes
+ * calls for a checkpoint (rank 0's clock decides: *due): one tiny all-reduce per
+ * step. */
+static int agree_stop(run *r, long steps_this_session, int *due)
 {
-    int why = tr_signal_pending();
+    int why[2] = {tr_signal_pending(), 0};
     long slice = tr_deck_int(r->d, "run", "stop_after_steps");
     double minutes = tr_deck_float(r->d, "run", "max_minutes");
-    if (!why && slice && steps_this_session >= slice)
-        why = STOP_SLICE;
-    if (!why && minutes > 0 && tr_wtime() - r->rt->start_time >= 60 * minutes)
-        why = STOP_TIME;
-    tr_allreduce(&why, &why, 1, TR_I32, TR_MAX, r->w->world);
-    return why;
+    double every = tr_deck_float(r->d, "checkpoint", "every_minutes");
+    double now = tr_wtime();
+    if (!why[0] && slice && steps_this_session >= slice)
+        why[0] = STOP_SLICE;
+    if (!why[0] && minutes > 0 && now - r->rt->start_time >= 60 * minutes)
+        why[0] = STOP_TIME;
+    why[1] = r->w->rank == 0 && every > 0 && now - r->ckpt.last_write_time >= 60 * every;
+    tr_allreduce(why, why, 2, TR_I32, TR_MAX, r->w->world);
+    *due = why[1];
+    return why[0];
 }
 
 static int save(run *r, long step, int best)
@@ -1004,8 +1010,11 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
                            100 * test_acc, best);
             }
         }
-        int sig = done < r->total_steps && !stopped_early ? agree_stop(r, done - r->start_step) : 0;
-        int periodic = r->ckpt.every && done % r->ckpt.every == 0;
+        int timed = 0;
+        int sig = done < r->total_steps && !stopped_early
+                      ? agree_stop(r, done - r->start_step, &timed)
+                      : 0;
+        int periodic = (r->ckpt.every && done % r->ckpt.every == 0) || timed;
         int final = (done == r->total_steps || stopped_early) && r->ckpt.at_end;
         if (periodic || final || sig) {
             tr_progress_break(&prog);

@@ -143,6 +143,7 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
     snprintf(c->resume, sizeof c->resume, "%s", tr_deck_str(d, "checkpoint", "resume"));
     snprintf(c->init_from, sizeof c->init_from, "%s", tr_deck_str(d, "checkpoint", "init_from"));
     c->last_written = -1;
+    c->last_write_time = tr_wtime();
 
     c->dev = m->dev;
     size_t slice = o->hi - o->lo;
@@ -417,6 +418,7 @@ int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double ep
     if (rc)
         return rc;
     c->last_written = step;
+    c->last_write_time = tr_wtime();
     if (w->rank == 0)
         tr_ckpt_prune(c->dir, c->keep);
     return 0;

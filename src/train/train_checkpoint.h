@@ -27,6 +27,7 @@ typedef struct tr_train_ckpt {
     tr_ckpt_meta meta; /* model, optimizer, seed, layout; step set per write */
     char *deck_text;   /* the resolved deck, saved in every checkpoint */
     long last_written; /* step of the newest checkpoint this run wrote or loaded */
+    double last_write_time; /* tr_wtime() of this session's start or newest step file */
     tr_loss_scale *scaler; /* saved with each checkpoint, restored by a load */
     tr_val_tracker *tracker; /* the same */
     /* a device whose memory is not the host's: the tensors point into host copies

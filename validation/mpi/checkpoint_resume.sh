@@ -2,7 +2,8 @@
 # checkpoint_resume.sh: a run interrupted mid-epoch and resumed ends bit-identical to
 # the run done straight (h5diff of the final checkpoints, metrics.csv rows); a
 # checkpoint resumes at another rank count within the any-layout tolerance; a
-# signal to one rank checkpoints at the next step boundary and exits 75.
+# signal to one rank checkpoints at the next step boundary and exits 75; keep and
+# every_minutes write and keep the checkpoints they say.
 source "$(dirname "$0")/../lib.sh"
 require_data
 RUN_TIMEOUT=300
@@ -85,4 +86,16 @@ done
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/keep" checkpoint.every=10 checkpoint.keep=2
 newest="$(basename "$(ck . $((STEPS - 10)))") $(basename "$(ck . $STEPS)") "
 check "keep=2 keeps the two newest" [ "$(ls "$WORK/keep/checkpoints" | tr '\n' ' ')" = "$newest" ]
+
+# 6. every_minutes: a period shorter than any step (6 us) writes one after every step;
+#    ten minutes, none before the end
+for m in 1e-7 10; do
+  run 2 "$WORK/out" "$WORK/err" inputs/mnist.in train.steps=4 run.progress=off \
+    checkpoint.every_minutes=$m checkpoint.keep=0 run.dir="$WORK/minutes$m"
+  check "every_minutes=$m: exit $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+done
+check "every_minutes=1e-7: a checkpoint after each of the 4 steps" \
+  [ "$(ls "$WORK/minutes1e-7/checkpoints" | tr '\n' ' ')" = "$(for s in 1 2 3 4; do basename "$(ck . $s)"; done | tr '\n' ' ')" ]
+check "every_minutes=10: only the final one" \
+  [ "$(ls "$WORK/minutes10/checkpoints")" = "$(basename "$(ck . 4)")" ]
 finish
