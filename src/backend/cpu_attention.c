@@ -230,3 +230,46 @@ void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const 
         tr_free(views);
     }
 }
+
+void tr_cpu_attention_decode(void *out, float *scratch, const void *qkv, int T, int C, int NH,
+                             int format)
+{
+    int HS = head_size(C, NH, "attention_decode");
+    float scale = 1.0f / sqrtf((float)HS);
+    size_t q0 = (size_t)(T - 1) * 3 * C; /* the newest row */
+#pragma omp parallel if ((double)NH * T * HS > ATT_PAR_MIN_MACS && NH > 1)
+    {
+        /* q (one row), k, v and the head's output before it is stored in the format */
+        float *views = views_alloc(4, T, HS, format);
+        size_t vs = (size_t)T * HS;
+#pragma omp for schedule(static)
+        for (int h = 0; h < NH; h++) {
+            int ldq = 3 * C, ldk = ldq, ldv = ldq;
+            const float *q = stored_head_view(views, qkv, q0 + (size_t)h * HS, &ldq, 1, HS, format);
+            const float *k =
+                stored_head_view(views + vs, qkv, (size_t)h * HS + C, &ldk, T, HS, format);
+            const float *v =
+                stored_head_view(views + 2 * vs, qkv, (size_t)h * HS + 2 * C, &ldv, T, HS, format);
+            float *a = scratch + (size_t)h * T, *o = views ? views + 3 * vs : (float *)out + h * HS;
+            /* forward's products and softmax, on its row T-1 only */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 1, T, HS, scale, q, ldq, k, ldk,
+                        0.0f, a, T);
+            float mx = a[0];
+            for (int j = 1; j < T; j++)
+                mx = a[j] > mx ? a[j] : mx;
+            for (int j = 0; j < T; j++)
+                a[j] = tr_expf(a[j] - mx);
+            float sum = 0.0f;
+            for (int j = 0; j < T; j++)
+                sum += a[j];
+            float inv = 1.0f / sum;
+            for (int j = 0; j < T; j++)
+                a[j] *= inv;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, HS, T, 1.0f, a, T, v, ldv,
+                        0.0f, o, HS);
+            if (views)
+                store_head_rows(out, (size_t)h * HS, C, o, 1, HS, format);
+        }
+        tr_free(views);
+    }
+}

@@ -466,6 +466,7 @@ const tr_kernels tr_cpu_kernels = {
     .attention_state_floats = tr_cpu_attention_state_floats,
     .attention_forward = tr_cpu_attention_forward,
     .attention_backward = tr_cpu_attention_backward,
+    .attention_decode = tr_cpu_attention_decode,
     .logits_format = tr_cpu_logits_format,
     .lm_head_forward = tr_cpu_lm_head_forward,
     .xent_padded_forward = tr_cpu_xent_padded_forward,

@@ -282,6 +282,13 @@ static void guarded_attention_backward(void *dqkv, float *datt, const void *dout
     tr_guarded_close();
 }
 
+static void guarded_attention_decode(void *out, float *scratch, const void *qkv, int T, int C, int NH, int format)
+{
+    tr_guarded_open();
+    tr_cpu_kernels.attention_decode(out, scratch, qkv, T, C, NH, format);
+    tr_guarded_close();
+}
+
 static int guarded_logits_format(int format, int C, int Vl)
 {
     tr_guarded_open();
@@ -410,6 +417,7 @@ const tr_kernels tr_guarded_kernels = {
     .attention_state_floats = guarded_attention_state_floats,
     .attention_forward = guarded_attention_forward,
     .attention_backward = guarded_attention_backward,
+    .attention_decode = guarded_attention_decode,
     .logits_format = guarded_logits_format,
     .lm_head_forward = guarded_lm_head_forward,
     .xent_padded_forward = guarded_xent_padded_forward,

@@ -223,6 +223,12 @@ typedef struct tr_kernels {
     void (*attention_backward)(void *dqkv, float *datt, const void *dout, const void *out,
                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format, const tr_dropout *drop);
+    /* Sampling with a key-value cache: out [C] (stored in format) = attention_forward's
+     * output row T-1 for qkv [T,3C] (one sequence, stored in format; rows 0..T-2 the
+     * cached keys and values), without the other rows' work. scratch: NH*T floats,
+     * overwritten. No dropout: sampling is not a training pass. */
+    void (*attention_decode)(void *out, float *scratch, const void *qkv, int T, int C, int NH,
+                             int format);
     /* A language model's logits [B*T,Vl] are kept in the form the backend chooses,
      * logits_format(format, C, Vl): TR_PREC_FP32 (floats holding a product's fp32
      * sums, read as values of format: the CPU's form) or format itself (stored in its

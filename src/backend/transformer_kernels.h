@@ -185,6 +185,12 @@ void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int
 void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const void *out,
                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format, const tr_dropout *drop);
+/* The last row of attention_forward's output alone (sampling with a key-value cache):
+ * out [C] for qkv [T,3C] of one sequence, both stored in format; scratch NH*T floats.
+ * The same float operations as that row of the forward (its score and output products
+ * are the same BLAS calls on one row). */
+void tr_cpu_attention_decode(void *out, float *scratch, const void *qkv, int T, int C, int NH,
+                             int format);
 
 /* ---- a language model's logits ------------------------------------------------------
  * The CPU keeps them as fp32 floats (logits_format returns TR_PREC_FP32: the fp32

@@ -36,6 +36,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_ops.h"
 
+#include "cuda/attention_decode_kernels.cuh"
 #include "cuda/attention_flash_kernels.cuh"
 
 #include "backend/lowp_math.h" /* tr_precision */
@@ -137,6 +138,17 @@ void tr_cuda_attention_forward(void *out, float *att, const void *qkv, int B, in
     case 128: forward_d<128>(out, att, qkv, B, T, C, NH, HS, scale, format, d); break;
     default: forward_d<256>(out, att, qkv, B, T, C, NH, HS, scale, format, d); break;
     }
+}
+
+void tr_cuda_attention_decode(void *out, float *scratch, const void *qkv, int T, int C, int NH,
+                              int format)
+{
+    int HS = head_size(C, NH, "attention_decode");
+    if (T <= 0)
+        return;
+    attention_decode_kernel<<<(unsigned)NH, TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
+        out, scratch, qkv, T, C, HS, 1.0f / sqrtf((float)HS), format);
+    TR_CUDA_LAUNCHED();
 }
 
 void tr_cuda_attention_backward(void *dqkv, float *datt, const void *dout, const void *out,

@@ -48,6 +48,7 @@ extern "C" const tr_kernels tr_cuda_kernels = {
     .attention_state_floats = tr_cuda_attention_state_floats,
     .attention_forward = tr_cuda_attention_forward,
     .attention_backward = tr_cuda_attention_backward,
+    .attention_decode = tr_cuda_attention_decode,
     .logits_format = tr_cuda_logits_format,
     .lm_head_forward = tr_cuda_lm_head_forward,
     .xent_padded_forward = tr_cuda_xent_padded_forward,

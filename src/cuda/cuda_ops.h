@@ -128,6 +128,8 @@ void tr_cuda_dropout(float *out, const float *inp, size_t n, const tr_dropout *d
 size_t tr_cuda_attention_state_floats(int B, int T, int NH); /* B*NH*T */
 void tr_cuda_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                                int NH, int format, const tr_dropout *drop);
+void tr_cuda_attention_decode(void *out, float *scratch, const void *qkv, int T, int C, int NH,
+                              int format);
 void tr_cuda_attention_backward(void *dqkv, float *datt, const void *dout, const void *out,
                                 const void *qkv, const float *att, int B, int T, int C, int NH,
                                 int format, const tr_dropout *drop);

@@ -631,6 +631,91 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
                        (size_t)BT, C, g->Vl, m->precision, g->lfmt, g->dln);
 }
 
+/* Row r of a tensor of rows of `width` values stored in `format`. */
+static void *row_of(const void *base, size_t r, size_t width, int format)
+{
+    return (char *)base + r * width * tr_stored_bytes(format);
+}
+
+int tr_gpt_can_decode(const tr_model *m) { return !G(m)->recompute; }
+
+/* Block i's forward of the one row pos of slot 0 (as block_forward's, which the
+ * comments there explain), its attention over the keys and values of rows 0..pos. */
+static void block_decode(tr_model *m, int i, int pos)
+{
+    gpt *g = G(m);
+    const tr_kernels *k = m->k;
+    int C = g->cfg.C, Cl = g->Cl, Fl = g->Fl, f = m->precision;
+    const block_acts *b = &g->blk[i * g->slots];
+    const tr_layer *lay = &m->layers[blk_layer(g, i, 0)];
+    const tr_param *ln1 = lay[LN1].params, *qkv = lay[QKV].params, *proj = lay[PROJ].params;
+    const tr_param *ln2 = lay[LN2].params, *fc = lay[FC].params, *fcp = lay[FCPROJ].params;
+    int bias_here = g->tp_rank == 0;
+    const void *x = row_of(block_input(g, i, 0), pos, C, f);
+    void *ln1r = row_of(b->ln1, pos, C, f), *qkvr = row_of(b->qkv, pos, 3 * (size_t)Cl, f);
+    void *attyr = row_of(b->atty, pos, Cl, f), *res2r = row_of(b->res2, pos, C, f);
+    void *ln2r = row_of(b->ln2, pos, C, f), *fchr = row_of(b->fch, pos, Fl, f);
+    void *gelur = row_of(b->fch_gelu, pos, Fl, f);
+    k->layernorm_forward(ln1r, b->ln1_mean + pos, b->ln1_rstd + pos, x, ln1[0].value, ln1[1].value,
+                         1, 1, C, f);
+    k->linear_forward_stored_io(qkvr, ln1r, qkv[0].value, qkv[1].value, 1, C, 3 * Cl, f, g->dqkv,
+                                g->dln);
+    /* scratch: NHl * (pos + 1) scores, within datt */
+    k->attention_decode(attyr, g->datt, b->qkv, pos + 1, Cl, g->NHl, f);
+    k->linear_forward_stored(g->proj_out, attyr, proj[0].value, bias_here ? proj[1].value : NULL, 1,
+                             Cl, C, f, g->dln);
+    tp_sum(g, g->proj_out, (size_t)C);
+    k->residual_forward(res2r, x, g->proj_out, (size_t)C, f);
+    k->layernorm_forward(ln2r, b->ln2_mean + pos, b->ln2_rstd + pos, res2r, ln2[0].value,
+                         ln2[1].value, 1, 1, C, f);
+    k->linear_gelu_forward(fchr, gelur, ln2r, fc[0].value, fc[1].value, 1, C, Fl, f, g->dfch,
+                           g->dln);
+    k->linear_forward_stored(g->proj_out, gelur, fcp[0].value, bias_here ? fcp[1].value : NULL, 1,
+                             Fl, C, f, g->dfch);
+    tp_sum(g, g->proj_out, (size_t)C);
+    k->residual_forward(row_of(b->res3, pos, C, f), res2r, g->proj_out, (size_t)C, f);
+}
+
+void tr_gpt_stage_decode(tr_model *m, const int32_t *tok, int pos)
+{
+    gpt *g = G(m);
+    const tr_kernels *k = m->k;
+    int C = g->cfg.C, f = m->precision;
+    check_slot(m, 0, 1, pos + 1);
+    if (g->recompute)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: decoding without the activations of every block");
+    g->pass[0].train = g->pass[0].marked = 0; /* no dropout */
+    if (g->first) {
+        tok = tr_model_upload(m, g->tok[0] ? g->tok[0] + pos : NULL, tok, sizeof *tok);
+        /* position pos's row of wpe: the table from that row on, for a "sequence" of 1 */
+        const float *wpe = P(m, g->wpe, 0)->value + (size_t)pos * C;
+        if (g->tp == 1) {
+            k->embedding_forward(g->proj_out, tok, P(m, g->wte, 0)->value, wpe, 1, 1, C, g->cfg.V);
+        } else {
+            k->embedding_shard_forward(g->proj_out, tok, P(m, g->wte, 0)->value,
+                                       g->tp_rank == 0 ? wpe : NULL, 1, 1, C, g->v0, g->Vl);
+            tp_sum(g, g->proj_out, (size_t)C);
+        }
+        k->narrow_stored(row_of(g->encoded[0], pos, C, f), g->proj_out, (size_t)C, f);
+    }
+    for (int i = 0; i < g->nl; i++)
+        block_decode(m, i, pos);
+    if (!g->last)
+        return;
+    const void *x = g->nl ? g->blk[(g->nl - 1) * g->slots].res3 : g->encoded[0];
+    const tr_param *lnf = m->layers[g->lnf].params;
+    void *lnfr = row_of(g->lnf_out[0], pos, C, f);
+    k->layernorm_forward(lnfr, g->lnf_mean[0] + pos, g->lnf_rstd[0] + pos, row_of(x, pos, C, f),
+                         lnf[0].value, lnf[1].value, 1, 1, C, f);
+    k->lm_head_forward(row_of(g->logits[0], pos, g->Vl, g->lfmt), lnfr, P(m, g->head_wte, 0)->value,
+                       1, C, g->Vl, f, g->lfmt, g->dln);
+}
+
+void *tr_gpt_stage_row(tr_model *m, void *stream, int row)
+{
+    return row_of(stream, (size_t)row, G(m)->cfg.C, m->precision);
+}
+
 /* Next-token accuracy: the argmax over the real vocabulary of each row (the kernel
  * finds it where the logits are; only the row maxima come to the host). */
 static long count_correct(const tr_model *m, int slot, const int32_t *y, size_t BT)
@@ -948,6 +1033,18 @@ const tr_model_def tr_model_gpt = {
 
 /* ---- generation ---------------------------------------------------------------- */
 
+int tr_gpt_sample_pass(const tr_model *m, int n, int *cached)
+{
+    const gpt *g = G(m);
+    if (tr_gpt_can_decode(m) && *cached == n - 1 && n <= g->cfg.T) {
+        *cached = n;
+        return TR_SAMPLE_DECODE;
+    }
+    /* a full window: positions 0..n-1 (cached from now on) until it slides */
+    *cached = n <= g->cfg.T ? n : -1;
+    return TR_SAMPLE_FORWARD;
+}
+
 int tr_gpt_generate(tr_model *m, int32_t *tokens, int n_prompt, int n_total,
                     const tr_sampling *s)
 {
@@ -959,12 +1056,16 @@ int tr_gpt_generate(tr_model *m, int32_t *tokens, int n_prompt, int n_total,
         tr_fatal(TR_EXIT_SOFTWARE, "bug: tr_gpt_generate on a rank that holds part of the "
                  "model; the trainer generates through its stages");
     float *full = tr_alloc((size_t)g->Vl * sizeof *full, "sample logits");
+    int cached = 0; /* tokens [0, cached) are in slot 0's keys and values */
     for (int n = n_prompt; n < n_total; n++) {
         tr_watchdog_beat("a sampled token", -1);
-        int ctx = n < c->T ? n : c->T; /* the newest seq_len tokens */
-        tr_gpt_stage_forward(m, 0, tokens + n - ctx, 1, ctx);
+        int ctx = n < c->T ? n : c->T, row = ctx - 1; /* the newest seq_len tokens */
+        if (tr_gpt_sample_pass(m, n, &cached) == TR_SAMPLE_DECODE)
+            tr_gpt_stage_decode(m, tokens + row, row);
+        else
+            tr_gpt_stage_forward(m, 0, tokens + n - ctx, 1, ctx);
         int v0, Vl;
-        tr_gpt_stage_logits(m, ctx - 1, full, &v0, &Vl);
+        tr_gpt_stage_logits(m, row, full, &v0, &Vl);
         tokens[n] = tr_pick_token(full, c->V, s, (uint64_t)n);
     }
     tr_free(full);

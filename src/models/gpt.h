@@ -68,6 +68,28 @@ void tr_gpt_stage_logits(tr_model *m, int row, float *full, int *v0, int *Vl);
  * gradient is summed between the first and the last stage. */
 void tr_gpt_tied_range(const tr_model *m, size_t *lo, size_t *hi);
 
+/* Sampling with a key-value cache: after a forward of slot 0 over tokens 0..pos-1 of
+ * one sequence (B = 1, or a decode of each), runs token tok[0] at position pos
+ * (< seq_len) through the stage alone, its attention reading the keys and values that
+ * slot 0's activations hold for the earlier positions. Row pos of every activation
+ * (the stage's input and output streams, tr_gpt_stage_row; the logits row,
+ * tr_gpt_stage_logits) is then what a forward over 0..pos would have made, up to
+ * the order of the sums in the products of one row (on the CPU, attention gives the
+ * forward's bits; fp32 logits differ by some 1e-6 relative). Not with
+ * train.recompute = block, which keeps no block's keys and values (tr_gpt_can_decode). */
+int tr_gpt_can_decode(const tr_model *m);
+void tr_gpt_stage_decode(tr_model *m, const int32_t *tok, int pos);
+/* Row `row` of a stream buffer (tr_gpt_stage_input, _output): [B,T,C] stored in the
+ * model's format */
+void *tr_gpt_stage_row(tr_model *m, void *stream, int row);
+/* How sampling computes the logits of token n - 1 (to pick token n): a decode of
+ * that token at position n - 1 when the tokens before it are cached (*cached, the
+ * count, is n - 1) and the window has not slid (n <= seq_len), else a forward of the
+ * whole window, after which its positions are cached while it starts at token 0.
+ * Every rank of a pipeline asks with the same n and gets the same answer. */
+enum { TR_SAMPLE_FORWARD, TR_SAMPLE_DECODE };
+int tr_gpt_sample_pass(const tr_model *m, int n, int *cached);
+
 /* Continues tokens[0..n_prompt) (n_prompt >= 1) up to n_total tokens in place,
  * each from the newest seq_len tokens, picked as s says (sampling.h; token n is draw
  * n). Rank-local: uses only this rank's model. Returns n_total. */

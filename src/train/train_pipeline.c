@@ -112,21 +112,30 @@ void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total,
     float *full = last ? tr_alloc((size_t)c->Vp * sizeof *full, "sample logits") : NULL;
     size_t *counts = tr_alloc(2 * (size_t)w->tp * sizeof *counts, "sample gather");
     tr_dtype st = stream_type(r);
+    int cached = 0; /* tokens [0, cached) are in the stages' keys and values */
     for (int n = n_prompt; n < n_total; n++) {
         tr_watchdog_beat("a sampled token", -1);
-        int ctx = n < c->T ? n : c->T; /* the newest seq_len tokens */
-        size_t nf = stream_floats(r, 1, ctx);
+        int ctx = n < c->T ? n : c->T, row = ctx - 1; /* the newest seq_len tokens */
+        /* the same answer on every stage: one row of activations between them, or all */
+        int decode = tr_gpt_sample_pass(m, n, &cached) == TR_SAMPLE_DECODE;
+        size_t nf = stream_floats(r, 1, decode ? 1 : ctx);
+        void *in = tr_gpt_stage_input(m, 0), *out = last ? NULL : tr_gpt_stage_output(m, 0);
+        if (decode) {
+            in = tr_gpt_stage_row(m, in, row);
+            out = out ? tr_gpt_stage_row(m, out, row) : NULL;
+        }
         if (!first)
-            tr_recv(tr_gpt_stage_input(m, 0), nf, st, w->pp_rank - 1, TAG_ACTIVATION,
-                    w->pp_group);
-        tr_gpt_stage_forward(m, 0, tok + n - ctx, 1, ctx);
+            tr_recv(in, nf, st, w->pp_rank - 1, TAG_ACTIVATION, w->pp_group);
+        if (decode)
+            tr_gpt_stage_decode(m, tok + row, row);
+        else
+            tr_gpt_stage_forward(m, 0, tok + n - ctx, 1, ctx);
         int32_t next = 0;
         if (!last) {
-            tr_send(tr_gpt_stage_output(m, 0), nf, st, w->pp_rank + 1, TAG_ACTIVATION,
-                    w->pp_group);
+            tr_send(out, nf, st, w->pp_rank + 1, TAG_ACTIVATION, w->pp_group);
         } else { /* the full row of logits from the vocabulary shards */
             int v0, Vl;
-            tr_gpt_stage_logits(m, ctx - 1, full, &v0, &Vl);
+            tr_gpt_stage_logits(m, row, full, &v0, &Vl);
             for (int q = 0; q < w->tp; q++)
                 counts[q] = (size_t)Vl, counts[w->tp + q] = (size_t)q * Vl;
             if (w->tp > 1)

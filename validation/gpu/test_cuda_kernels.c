@@ -888,6 +888,18 @@ static void test_attention_shape(int b, int t, int c, int nh, int format)
     CHECK(memcmp(first, again, dbytes) == 0, "attention_backward: two runs differ");
     free(first);
     free(again);
+    /* sampling's attention of the newest token alone: row t-1 of batch row 0, over its
+     * t keys (fp32 math on either side; datt, free again, the scratch) */
+    float *zc = calloc((size_t)c, sizeof(float));
+    stored dec = stored_of(zc, (size_t)c, format);
+    free(zc);
+    tr_cpu_attention_decode(dec.h, datt.h, qkv.h, t, c, nh, format);
+    gpu->attention_decode(dec.d, datt.d, qkv.d, t, c, nh, format);
+    compare_stored("attention_decode out (stored)", &dec,
+                   format == TR_PREC_BF16   ? TOL_BF16_STORE
+                   : format == TR_PREC_FP16 ? TOL_FP16_STORE
+                                            : TOL_ELEM);
+    stored_free(&dec);
     gpu->set_gemm_precision(TR_PREC_FP32);
     stored_free(&out);
     stored_free(&qkv);

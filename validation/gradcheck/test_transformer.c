@@ -669,6 +669,46 @@ static float *widened(const void *p, size_t n, int format)
     return x;
 }
 
+/* attention_decode: the last row of attention_forward's output for every length t
+ * of one sequence, in fp32 and stored in bf16 and fp16: the same float operations on
+ * one row (scores and outputs from one-row BLAS products, the softmax in the same
+ * order), so the same bits, unless this BLAS sums a one-row product in another order
+ * than the row of a larger one (then within 1e-6). */
+static void test_attention_decode(void)
+{
+    enum { DT = 9, DC = 12, DNH = 3 };
+    float *qkv = falloc((size_t)DT * 3 * DC, "qkv"), *out = falloc((size_t)DT * DC, "out");
+    float *att = falloc((size_t)DNH * DT * DT, "att"), *dec = falloc(DC, "decode out");
+    for (size_t i = 0; i < (size_t)DT * 3 * DC; i++)
+        qkv[i] = 2.0f * tr_rng_uniform(31, 1, i) - 1.0f;
+    for (int f = TR_PREC_FP32; f <= TR_PREC_FP16; f++) {
+        void *qs = f ? stored_copy(qkv, (size_t)DT * 3 * DC, f) : qkv;
+        size_t es = tr_stored_bytes(f);
+        void *os = f ? tr_alloc((size_t)DT * DC * es, "out") : out;
+        void *ds = f ? tr_alloc(DC * es, "decode out") : dec;
+        int exact = 1;
+        double worst = 0;
+        for (int t = 1; t <= DT; t++) {
+            tr_cpu_attention_forward(os, att, qs, 1, t, DC, DNH, f, NULL);
+            tr_cpu_attention_decode(ds, att, qs, t, DC, DNH, f); /* att: scratch now */
+            for (int c = 0; c < DC; c++) {
+                float a = tr_stored_load(ds, (size_t)c, f);
+                float b = tr_stored_load(os, (size_t)(t - 1) * DC + c, f);
+                exact &= a == b;
+                double d = fabs((double)a - b);
+                worst = d > worst ? d : worst;
+            }
+        }
+        printf("attention_decode (%s): %s, largest difference %.3g\n", f ? fmt_name(f) : "fp32",
+               exact ? "the forward's bits" : "not bit-identical", worst);
+        CHECK(worst <= 1e-6, "attention_decode (%s): %.3g from the forward's last row",
+              f ? fmt_name(f) : "fp32", worst);
+        if (f)
+            tr_free(qs), tr_free(os), tr_free(ds);
+    }
+    tr_free(qkv), tr_free(out), tr_free(att), tr_free(dec);
+}
+
 static void test_fused_rounding(void)
 {
     enum { B = 2, T = 33, C = 64, NH = 4, V = 50, VP = 64 };
@@ -949,6 +989,7 @@ int main(void)
     test_gelu();
     test_residual();
     test_attention();
+    test_attention_decode();
     test_xent();
     test_fused_rounding();
     test_stored_hidden();

@@ -15,6 +15,10 @@
 # at every layout, micro-batching and recomputation; a mask keyed by a rank's local
 # rows, or drawn again differently in a recomputed forward, moves the curve by far
 # more than 2e-6.
+# Three runs also sample 40 bytes greedily after training, past the 32-token window:
+# one rank and dp 2 x tp 2 x pp 2 with the key-value cache (one row through the
+# stages per token until the window slides, then whole windows), and the same
+# layout recomputing, which keeps no cache (a whole window per token): the same text.
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
 common=("${LAYOUT_GPT[@]}" checkpoint.at_end=false)
@@ -40,7 +44,8 @@ layout() { # layout NP NAME overrides...
   check "$name: exit $RC: $(tail -3 "$WORK/$name.err")" [ "$RC" = 0 ]
 }
 
-layout 1 single
+SAMPLE=(sample.length=40 sample.prompt=The)
+layout 1 single "${SAMPLE[@]}"
 also 1 nodrop model.embd_pdrop=0 model.attn_pdrop=0 model.resid_pdrop=0
 [ "$ASAN" = 1 ] || grep -q "$DROP" "$WORK/single.out" ||
   fail "the banner states the dropout: $(grep '^model' "$WORK/single.out")"
@@ -48,7 +53,7 @@ also 2 dp2
 layout 2 tp2 parallel.tp=2
 layout 2 pp2 parallel.pp=2
 also 4 tp2_pp2 parallel.tp=2 parallel.pp=2
-layout 8 dp2_tp2_pp2 parallel.tp=2 parallel.pp=2
+layout 8 dp2_tp2_pp2 parallel.tp=2 parallel.pp=2 "${SAMPLE[@]}"
 layout 4 tp4 parallel.tp=4
 also 4 pp4_m4 parallel.pp=4
 layout 4 pp4_m8 parallel.pp=4 train.micro_batches=8
@@ -57,8 +62,13 @@ layout 2 zero1 parallel.zero=1
 layout 4 zero2_dp4 parallel.zero=2 train.micro_batches=2
 also 2 recompute train.recompute=block
 layout 8 dp2_tp2_pp2_zero1_recompute parallel.tp=2 parallel.pp=2 parallel.zero=1 \
-  train.recompute=block parallel.schedule=gpipe
+  train.recompute=block parallel.schedule=gpipe "${SAMPLE[@]}"
 also 8 dp2_pp4_zero2 parallel.pp=4 parallel.zero=2
+sample_text() { grep -a -A2 '^sample (greedy, 40 tokens' "$WORK/$1.out" | tail -n +2; }
+check "one rank sampled: $(sample_text single | head -c 60)" [ -n "$(sample_text single)" ]
+for name in dp2_tp2_pp2 dp2_tp2_pp2_zero1_recompute; do
+  check "$name samples one rank's text" diff <(sample_text single) <(sample_text $name)
+done
 grep -q "tp groups: {0,1} {2,3} {4,5} {6,7}" "$WORK/dp2_tp2_pp2.out" ||
   fail "the banner names the tp groups: $(grep -A4 '^layout' "$WORK/dp2_tp2_pp2.out")"
 grep -q "stages: 0: blocks 0-1 + embeddings, 1: blocks 2-3 + head" "$WORK/dp2_tp2_pp2.out" ||

@@ -9,7 +9,8 @@
  * residual add, the AdamW and SGD updates with mixed precision's working copy, the
  * token and position embeddings (whole and sharded), the squared norm of many
  * tensors in one wait (gradient clipping), the classifier's ReLU, max pooling and
- * softmax cross-entropy, the rows' argmax of 16-bit logits, and dropout.
+ * softmax cross-entropy, the rows' argmax of 16-bit logits, dropout, and sampling's
+ * attention of the newest token against the key-value cache.
  *
  * Where the GPU code claims the CPU's bits (the same float operations in the same
  * order: the cross-entropy's gradient from the same statistics, the copies, the
@@ -19,6 +20,7 @@
  * rounding on every build, GPU or not. */
 #include "warp_emulator.h" /* first: the CUDA built-ins the kernels use */
 
+#include "cuda/attention_decode_kernels.cuh"
 #include "cuda/classifier_kernels.cuh"
 #include "cuda/embedding_kernels.cuh"
 #include "cuda/gemm_kernels.cuh"
@@ -530,6 +532,29 @@ static void test_dropout(size_t n, uint64_t base, float p)
           zeros, n, mean);
 }
 
+/* attention_decode: the newest token's attention over T cached keys and values (more
+ * than the block's threads, so each takes several), as tr_cuda_attention_decode
+ * launches it, against the CPU's on the same stored qkv; the scores' max and sum are
+ * block reductions, in another order than the CPU's, and the output's sum runs over
+ * the keys in order where the CPU's BLAS may block it */
+static void test_attention_decode(int T, int C, int NH, int format)
+{
+    printf("attention_decode (%s): T %d, C %d, NH %d\n", fmt_name(format), T, C, NH);
+    int HS = C / NH;
+    vec qkv = stored_in(rand_vec((size_t)T * 3 * C, -2.0f, 2.0f), format);
+    vec out(C, NAN), want(C, NAN), scratch((size_t)NH * T), cpu_scratch((size_t)NH * T);
+    float *o = out.data(), *sc = scratch.data();
+    const float *q = qkv.data();
+    float scale = 1.0f / sqrtf((float)HS);
+    emu::launch(dim3(NH), dim3(TR_CUDA_BLOCK), 0,
+                [&] { attention_decode_kernel(o, sc, q, T, C, HS, scale, format); });
+    tr_cpu_attention_decode(want.data(), cpu_scratch.data(), q, T, C, NH, format);
+    check_close("out", widened(out, C, format), widened(want, C, format),
+                format == TR_PREC_FP32   ? 2e-6
+                : format == TR_PREC_BF16 ? 8e-3
+                                         : 1e-3);
+}
+
 /* c_fc's fp32 product to the MLP's stored hidden activations (pre rounded, GELU of
  * it), GELU of a stored pre, a stored tensor widened back, and an fp32 one stored,
  * against the arithmetic of the CPU's linear_gelu_forward after its product
@@ -927,6 +952,9 @@ int main(void)
     test_dropout(5001, 3, 0.1f);
     test_dropout(4096, 1 << 20, 0.5f);
     test_dropout(3, 6, 0.5f);
+    test_attention_decode(300, 24, 3, TR_PREC_FP32); /* more keys than threads */
+    test_attention_decode(1, 16, 2, TR_PREC_BF16);   /* the first token: itself alone */
+    test_attention_decode(37, 96, 3, TR_PREC_FP16);  /* HS 32 */
     printf("emulator: %ld thread switches\n", emu::M.switches);
     return tr_test_finish();
 }
