@@ -69,8 +69,12 @@ void tr_lm_evaluate(run *r, double *loss, double *acc);
 /* Rank 0: the validation perplexity of the training set's unigram distribution
  * (0 when off or in random mode), printed beside the model's. */
 double tr_lm_unigram_baseline(run *r, double val_loss);
-/* Rank 0: prints [sample] length tokens generated after the prompt (nothing when 0). */
-void tr_lm_sample(run *r);
+/* Prints (rank 0) [sample] length tokens generated after the prompt (nothing when
+ * 0): after training (step < 0), or during it after `step` steps (sample.every).
+ * Every rank of a split model takes part. It touches no state of training (slot 0's
+ * activations only, which the next forward rebuilds), so a run with samples trains
+ * exactly as one without. */
+void tr_lm_sample(run *r, long step);
 void tr_lm_free(run *r);
 
 /* ---- train_pipeline.c ---- */

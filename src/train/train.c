@@ -624,6 +624,14 @@ static int setup(run *r)
                               r->total_steps, r->total_steps / 10 ? r->total_steps / 10 : 1);
         return tr_comm_agree(r->w, rc, r->err);
     }
+    long sample_every = tr_deck_int(r->d, "sample", "every");
+    if (r->lm && sample_every && !tr_deck_int(r->d, "sample", "length")) {
+        rc = tr_run_key_error(r, "sample", "every",
+                              "[sample] every = %ld samples nothing while length = 0; set "
+                              "[sample] length (e.g. 64), or every = 0",
+                              sample_every);
+        return tr_comm_agree(r->w, rc, r->err);
+    }
 
     long eval_global = tr_deck_int(r->d, "train", "eval_batch_size");
     r->eval_local_batch = (eval_global + r->w->dp - 1) / r->w->dp;
@@ -926,6 +934,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         prog.mode = TR_PROGRESS_OFF;
     long log_every = tr_deck_int(d, "train", "log_every");
     long eval_every = tr_deck_int(d, "train", "eval_every");
+    long sample_every = tr_deck_int(d, "sample", "every");
     double t_train = 0, t_first = 0, last_loss = 0;
     long samples_done = 0;
     double test_loss = 0, test_acc = 0;
@@ -1009,6 +1018,11 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
                     printf("eval at step %ld: test loss %.4f, accuracy %.2f%%%s\n", done, test_loss,
                            100 * test_acc, best);
             }
+        }
+        if (r->lm && sample_every && done % sample_every == 0 && done < r->total_steps &&
+            !stopped_early) {
+            tr_progress_break(&prog);
+            tr_lm_sample(r, done);
         }
         int timed = 0;
         int sig = done < r->total_steps && !stopped_early
@@ -1129,7 +1143,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         fflush(stdout);
     }
     if (r->lm)
-        tr_lm_sample(r);
+        tr_lm_sample(r, -1);
     teardown(r);
     free(r);
     return 0;

@@ -122,7 +122,7 @@ static uint32_t *encode_prompt(run *r, size_t *n)
     return ids;
 }
 
-void tr_lm_sample(run *r)
+void tr_lm_sample(run *r, long step)
 {
     long length = tr_deck_int(r->d, "sample", "length");
     /* a model split over ranks generates through all of them; a whole one on rank 0 */
@@ -163,8 +163,11 @@ void tr_lm_sample(run *r)
         int rc = tr_bpe_decode(r->bpe, out, total, &text, &len);
         char said[96];
         tr_sampling_describe(&how, said, sizeof said);
+        char when[48] = "";
+        if (step >= 0)
+            snprintf(when, sizeof when, " at step %ld", step);
         if (rc == 0)
-            printf("sample (%s, %ld tokens in %.1f s):\n%s\n", said, length, dt, text);
+            printf("sample%s (%s, %ld tokens in %.1f s):\n%s\n", when, said, length, dt, text);
         else
             printf("sample: the model produced a token outside the tokenizer's vocabulary\n");
         fflush(stdout);

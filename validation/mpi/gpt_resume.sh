@@ -5,7 +5,9 @@
 # resumes on 1 with the same loss curve (fp32 summation order aside); and the same
 # run on 1, 2 and 4 ranks gives the same losses. With dropout at every site: its
 # masks are drawn from (seed, step, place in the global batch), so a resumed run
-# draws what the straight one did.
+# draws what the straight one did. The straight run also samples text every 7 steps
+# (sample.every), the others never: sampling between steps must leave training as it
+# was, bit for bit.
 source "$(dirname "$0")/../lib.sh"
 BYTES=$SRC/data/brown/bytes
 [ -f "$BYTES.train.tok" ] || { echo "skipped: no $BYTES.train.tok (run scripts/prepare_text.sh)"; exit 77; }
@@ -18,8 +20,13 @@ common=("$WORK/gpt.in" model.n_layer=2 model.n_head=2 model.n_embd=32 model.seq_
   optim.clip_grad_norm=1.0 run.progress=off sample.length=0 model.embd_pdrop=0.1
   model.attn_pdrop=0.2 model.resid_pdrop=0.1)
 
-run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/straight"
+run 2 "$WORK/straight.out" "$WORK/err" "${common[@]}" run.dir="$WORK/straight" \
+  sample.every=7 sample.length=6 sample.prompt=The data.tokenizer=bytes
 check "straight run: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
+check "it sampled at step 7 (and not at 14, its last, but after training)" [ \
+  "$(grep -c '^sample at step 7 (greedy, 6 tokens' "$WORK/straight.out") \
+$(grep -c '^sample at step 14' "$WORK/straight.out") \
+$(grep -c '^sample (greedy, 6 tokens' "$WORK/straight.out")" = "1 0 1" ]
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/cut" run.stop_after_steps=5
 check "interrupted at step 5: exit $RC (75 expected)" [ "$RC" = 75 ]
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/cut"
