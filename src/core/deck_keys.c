@@ -83,7 +83,7 @@ const tr_key_spec tr_deck_keys[] = {
 
     K("sample", "prompt", TR_KEY_STRING, "The", 0, 0, 0, "gpt: text to continue after training (encoded with [data] tokenizer)"),
     K("sample", "length", TR_KEY_INT, "0", 0, 1 << 20, 0, "gpt: tokens to generate after training and print (0 = none)"),
-    K("sample", "every", TR_KEY_INT, "0", 0, BIG, 0, "gpt: also sample every N steps during training, as after it (0 = only after it; needs length > 0); training goes on exactly as without"),
+    K("sample", "every", TR_KEY_INT, "0", 0, BIG, 0, "gpt: also sample every N steps during training, as after it (0 = only after it; length = 0 turns both off); training goes on exactly as without"),
     K("sample", "top_k", TR_KEY_INT, "1", 1, 1 << 24, 0, "gpt: draw each token from the k most likely (1 = greedy)"),
     K("sample", "top_p", TR_KEY_FLOAT, "1", 1e-6, 1, 0, "gpt: of the top_k, draw from the fewest most likely whose probability reaches this (nucleus sampling; 1 = all top_k)"),
     K("sample", "temperature", TR_KEY_FLOAT, "1", 1e-3, 100, 0, "gpt: divide logits by this before top-k sampling"),

@@ -624,14 +624,6 @@ static int setup(run *r)
                               r->total_steps, r->total_steps / 10 ? r->total_steps / 10 : 1);
         return tr_comm_agree(r->w, rc, r->err);
     }
-    long sample_every = tr_deck_int(r->d, "sample", "every");
-    if (r->lm && sample_every && !tr_deck_int(r->d, "sample", "length")) {
-        rc = tr_run_key_error(r, "sample", "every",
-                              "[sample] every = %ld samples nothing while length = 0; set "
-                              "[sample] length (e.g. 64), or every = 0",
-                              sample_every);
-        return tr_comm_agree(r->w, rc, r->err);
-    }
 
     long eval_global = tr_deck_int(r->d, "train", "eval_batch_size");
     r->eval_local_batch = (eval_global + r->w->dp - 1) / r->w->dp;
