@@ -16,8 +16,10 @@
 #   6. gpu_mfu.sh with dropout 0.1 at every site (its cost: Philox
 #      draws in the attention kernels, two element-wise passes)     -> mfu.log
 #   7. compute-sanitizer on the kernel tests                        -> sanitizer.log
-#   8. gpu_gemm_bench (the model's products alone)                  -> bench.log
-#   9. with PROFILE=1, validation/bench/gpu_profile.sh (a step's time per kernel
+#   8. gpu_sample.sh (sampling with the key-value cache against a
+#      whole window per token: seconds, and the same text?)         -> bench.log
+#   9. gpu_gemm_bench (the model's products alone)                  -> bench.log
+#  10. with PROFILE=1, validation/bench/gpu_profile.sh (a step's time per kernel
 #      under ncu: minutes), its CSV kept                -> profile.log, kernels.csv
 # and last summary.log: each part's exit code and seconds ("stopped at its limit"
 # where the limit ended it), then the lines that say what passed and how fast.
@@ -113,6 +115,7 @@ part mfu mfu_dropout 100 env GEMM_BENCH=0 STEPS=20 \
 CS=$(command -v compute-sanitizer || find /usr/local /opt -name compute-sanitizer -type f | head -1)
 part sanitizer sanitizer 180 bash -c \
   "'$CS' --error-exitcode 9 build/validation/test_cuda_kernels 2>&1 | tail -5; exit \${PIPESTATUS[0]}"
+part bench sample 90 validation/bench/gpu_sample.sh
 # the products alone do not depend on this checkout's kernels: last
 part bench gemm_bench 90 build/validation/gpu_gemm_bench 16 1024 989
 if [ "${PROFILE:-0}" = 1 ]; then
@@ -124,7 +127,7 @@ fi
   cat "$PARTS"
   grep -hE "tests passed|\(Failed\)|\*\*\*Failed|\*\*\*Timeout|Skipped" "$OUT/ctest.log"
   grep -hE "^(== validation|trainer:|loss:|skipped|the trainer failed|the loss diverged)" "$OUT/mfu.log"
-  grep -hE "^(kernels|wmma|mma) |largest difference|^one training step|^  (fp32|bf16|fp16):" \
+  grep -hE "^(kernels|wmma|mma) |largest difference|^one training step|^  (fp32|bf16|fp16):|^sample" \
     "$OUT/bench.log"
 } 2>/dev/null | tee "$OUT/summary.log"
 rm -f "$PARTS"
