@@ -266,6 +266,29 @@ int tr_dataset_load_idx(tr_dataset *ds, const char *images_path, const char *lab
     return rc;
 }
 
+#define FNV_PRIME 0x100000001b3ULL
+
+uint64_t tr_dataset_digest_labels(const tr_dataset *ds, uint64_t h)
+{
+    for (long i = 0; i < ds->n; i++)
+        h = (h ^ (uint64_t)(uint32_t)ds->labels[i]) * FNV_PRIME;
+    return h;
+}
+
+uint64_t tr_dataset_digest_images(const tr_dataset *ds, uint64_t h)
+{
+    size_t bytes = (size_t)ds->n * (size_t)ds->c * (size_t)ds->h * (size_t)ds->w, i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t word = 0;
+        for (int k = 7; k >= 0; k--) /* little-endian whatever the host */
+            word = word << 8 | ds->images[i + (size_t)k];
+        h = (h ^ word) * FNV_PRIME;
+    }
+    for (; i < bytes; i++)
+        h = (h ^ ds->images[i]) * FNV_PRIME;
+    return h;
+}
+
 void tr_dataset_free(tr_dataset *ds)
 {
     free(ds->images); /* grown with realloc in read_body */

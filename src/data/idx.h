@@ -33,6 +33,13 @@ typedef struct tr_dataset {
 int tr_dataset_load_idx(tr_dataset *ds, const char *images_path, const char *labels_path,
                         long limit, char *err, size_t errlen);
 
+/* Hashes for comparing copies of a data set (ranks' node-local copies, the data a
+ * checkpoint was trained on): FNV-1a continued from h, over the labels as 32-bit
+ * values, or over the image bytes (eight at a time as little-endian words, the tail
+ * byte by byte: 47 MB of MNIST in about 10 ms). */
+uint64_t tr_dataset_digest_labels(const tr_dataset *ds, uint64_t h);
+uint64_t tr_dataset_digest_images(const tr_dataset *ds, uint64_t h);
+
 /* Releases what load allocated and zeroes *ds; safe on an empty or zeroed set. */
 void tr_dataset_free(tr_dataset *ds);
 

@@ -166,40 +166,40 @@ static int open_metrics(run *r)
 /* Every rank must read the same data, from which the step count comes: node-local
  * copies that differ would give ranks other loop lengths, and the job would wait
  * forever in a collective, and copies of another content would train another model.
- * Compared: the sample (window) counts and a hash of the labels, or of 64 windows
- * spread over each token file (tr_token_data_digest). The training data's part of
- * the hash goes into checkpoints (r->data_digest), for a resume to compare.
+ * Compared: the sample (window) counts and hashes of the labels and of the images
+ * (tr_dataset_digest_*), or of 64 windows spread over each token file
+ * (tr_token_data_digest). The training data's part of the hash goes into
+ * checkpoints (r->data_digest), for a resume to compare.
  * Collective; rc is this rank's verdict so far (kept when not 0). */
 static int same_data_everywhere(run *r, int rc)
 {
-    int64_t mine[3] = {0, 0, 0}, root[3];
+    int64_t mine[4] = {0, 0, 0, 0}, root[4];
     if (!rc && r->lm) {
         mine[0] = r->tokens.train_windows, mine[1] = r->tokens.val_windows;
         r->data_digest = tr_token_data_digest(&r->tokens, 0);
         mine[2] = (int64_t)tr_token_data_digest(&r->tokens, 1);
     } else if (!rc) {
         mine[0] = r->train.n, mine[1] = r->test.n;
-        uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a of the labels, train then test */
-        for (long i = 0; i < r->train.n; i++)
-            h = (h ^ (uint64_t)(uint32_t)r->train.labels[i]) * 0x100000001b3ULL;
-        r->data_digest = h;
-        for (long i = 0; i < r->test.n; i++)
-            h = (h ^ (uint64_t)(uint32_t)r->test.labels[i]) * 0x100000001b3ULL;
-        mine[2] = (int64_t)h;
+        const uint64_t fnv = 0xcbf29ce484222325ULL;
+        uint64_t labels = tr_dataset_digest_labels(&r->train, fnv);
+        r->data_digest = tr_dataset_digest_images(&r->train, labels);
+        mine[2] = (int64_t)tr_dataset_digest_labels(&r->test, labels);
+        mine[3] = (int64_t)tr_dataset_digest_images(&r->test, r->data_digest);
     }
     memcpy(root, mine, sizeof root);
-    tr_bcast(root, 3, TR_I64, 0, r->w->world);
+    tr_bcast(root, 4, TR_I64, 0, r->w->world);
     if (rc || !memcmp(root, mine, sizeof root))
         return rc;
     const char *what = r->lm ? "training and validation windows" : "training and test samples";
+    const char *other = mine[0] != root[0] || mine[1] != root[1] ? ""
+                        : r->lm                                  ? ", with other tokens,"
+                        : mine[2] != root[2]                     ? ", with other labels,"
+                                                                 : ", with other images,";
     tr_run_key_error(r, "data", r->lm ? "train_tokens" : "train_images",
                      "rank %d reads other data than rank 0: %lld and %lld %s%s against rank "
                      "0's %lld and %lld (node-local copies that differ?); every rank must "
                      "read the same files",
-                     r->w->rank, (long long)mine[0], (long long)mine[1], what,
-                     mine[0] != root[0] || mine[1] != root[1] ? ""
-                     : r->lm                                  ? ", with other tokens,"
-                                                              : ", with other labels,",
+                     r->w->rank, (long long)mine[0], (long long)mine[1], what, other,
                      (long long)root[0], (long long)root[1]);
     return TR_EXIT_DATA;
 }

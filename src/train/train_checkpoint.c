@@ -293,9 +293,9 @@ static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *ste
                    (unsigned long long)meta.seed, (unsigned long long)c->meta.seed, meta.step);
         if (meta.data_digest && c->meta.data_digest && meta.data_digest != c->meta.data_digest)
             printf("warning: the training data differ from those of the run that wrote the "
-                   "checkpoint (its data_digest %#llx, this run's %#llx: a hash of the labels, "
-                   "or of 64 windows of the token file): the resumed run trains on other data "
-                   "than the original\n",
+                   "checkpoint (its data_digest %#llx, this run's %#llx: a hash of the labels "
+                   "and images, or of 64 windows of the token file): the resumed run trains on "
+                   "other data than the original\n",
                    (unsigned long long)meta.data_digest, (unsigned long long)c->meta.data_digest);
         if (meta.best_val_step > 0 && (c->best || c->tracker->patience))
             printf("lowest validation loss so far: %.6g at step %ld (%ld evaluation%s since)\n",

@@ -65,6 +65,22 @@ args0=("${base[@]}" run.dir="$WORK/data")
 two other-data 65 "rank 1 reads other data than rank 0: 4000 and 2000 training and test samples against rank 0's 8000 and 2000" \
   unshare -m sh -c "mount --bind '$WORK/m4000' '$SRC/data/mnist' && exec \"\$@\"" sh "$TRAINER" "${args0[@]}"
 
+# images of the same count with one other pixel (labels unchanged): their hash
+"$PYTHON" - "$SRC/data/mnist" "$WORK/pixel" <<'PY'
+import os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+os.makedirs(dst, exist_ok=True)
+for name in os.listdir(src):
+    shutil.copy(os.path.join(src, name), dst)
+path = os.path.join(dst, "train-images-idx3-ubyte")
+b = bytearray(open(path, "rb").read())
+b[16 + 784 * 7 + 400] ^= 1  # image 7's pixel 400: one bit
+open(path, "wb").write(bytes(b))
+PY
+args0=("${base[@]}" run.dir="$WORK/pixel-run")
+two other-images 65 "rank 1 reads other data than rank 0: 8000 and 2000 training and test samples, with other images, against rank 0's 8000 and 2000" \
+  unshare -m sh -c "mount --bind '$WORK/pixel' '$SRC/data/mnist' && exec \"\$@\"" sh "$TRAINER" "${args0[@]}"
+
 # token files of the size of rank 0's and another content at the same path (a
 # node-local copy of another version of the corpus): the hash of their windows
 if [ -f "$SRC/data/brown/bytes.train.tok" ]; then
