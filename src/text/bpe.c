@@ -226,11 +226,13 @@ void tr_bpe_free(tr_bpe *b)
 {
     if (!b)
         return;
-    free(b->pool);
-    free(b->tok_off);
-    free(b->tok_len);
-    free(b->vocab_slots);
-    free(b->pairs);
+    if (!b->borrowed) {
+        free(b->pool);
+        free(b->tok_off);
+        free(b->tok_len);
+        free(b->vocab_slots);
+        free(b->pairs);
+    }
     free(b->cache);
     free(b->cache_words);
     free(b->cache_ids);

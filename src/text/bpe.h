@@ -12,7 +12,8 @@
  *
  * Ownership: tr_bpe_load/tr_bpe_bytes return a tokenizer the caller frees with
  * tr_bpe_free. Encoding updates a per-word cache inside it, so one tr_bpe must not be
- * used by two threads at once; decoding does not touch it. */
+ * used by two threads at once (tr_bpe_clone gives each thread its own); decoding
+ * does not touch it. */
 #ifndef TR_BPE_H
 #define TR_BPE_H
 
@@ -27,6 +28,10 @@ typedef struct tr_bpe tr_bpe;
  * (first line "#version...", then one "left right" merge a line, by rank). Returns
  * NULL with err = "FILE: byte/line N: what is wrong" on failure. */
 tr_bpe *tr_bpe_load(const char *encoder_json, const char *vocab_bpe, char *err, size_t errlen);
+/* A tokenizer for another thread: it shares parent's vocabulary and merges (read
+ * only) and has its own cache and scratch. Free it with tr_bpe_free before the
+ * parent. NULL when out of memory. */
+tr_bpe *tr_bpe_clone(const tr_bpe *parent);
 /* Byte-level tokenizer: vocabulary 256, token = byte value, no end-of-text token. */
 tr_bpe *tr_bpe_bytes(void);
 void tr_bpe_free(tr_bpe *b);

@@ -24,6 +24,7 @@ typedef struct tr_bpe_cache_slot {
 
 struct tr_bpe {
     bool byte_mode;
+    bool borrowed; /* a clone: the tables below, up to the cache, are its parent's */
     uint32_t vocab_size;
     /* token bytes: id -> pool[tok_off[id] .. + tok_len[id]] */
     char *pool;

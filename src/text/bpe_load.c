@@ -296,6 +296,14 @@ static int load_merges(tr_bpe *b, const int16_t *u2b, const char *path, char *er
     return rc;
 }
 
+static int new_cache(tr_bpe *b)
+{
+    /* 2^16 slots, half usable: ample for the distinct words of a corpus's head */
+    b->cache_mask = (1u << 16) - 1;
+    b->cache = calloc(b->cache_mask + 1, sizeof *b->cache);
+    return b->cache ? 0 : -1;
+}
+
 tr_bpe *tr_bpe_load(const char *encoder_json, const char *vocab_bpe, char *err, size_t errlen)
 {
     int16_t u2b[ALPHABET];
@@ -321,11 +329,26 @@ tr_bpe *tr_bpe_load(const char *encoder_json, const char *vocab_bpe, char *err, 
     }
     b->eot = tr_bpe_vocab_find(b, "<|endoftext|>", 13);
     b->have_eot = b->eot != TR_BPE_EMPTY;
-    /* 2^16 slots, half usable: ample for the distinct words of a corpus's head */
-    b->cache_mask = (1u << 16) - 1;
-    b->cache = calloc(b->cache_mask + 1, sizeof *b->cache);
-    if (!b->cache) {
+    if (new_cache(b)) {
         snprintf(err, errlen, "out of memory");
+        tr_bpe_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+tr_bpe *tr_bpe_clone(const tr_bpe *parent)
+{
+    tr_bpe *b = malloc(sizeof *b);
+    if (!b)
+        return NULL;
+    *b = *parent;
+    b->borrowed = true;
+    b->cache = NULL, b->cache_used = 0;
+    b->cache_words = NULL, b->cache_words_len = b->cache_words_cap = 0;
+    b->cache_ids = NULL, b->cache_ids_len = b->cache_ids_cap = 0;
+    b->sym = NULL, b->sym_cap = 0;
+    if (!b->byte_mode && new_cache(b)) {
         tr_bpe_free(b);
         return NULL;
     }

@@ -10,6 +10,8 @@
 
 #include "text/unicode.h"
 
+#include <string.h>
+
 enum { C_SPACE, C_LETTER, C_NUMBER, C_OTHER };
 
 static int class_at(const uint8_t *s, size_t len, size_t pos, size_t *n)
@@ -76,4 +78,46 @@ size_t tr_pretokenize_next(const uint8_t *s, size_t len, size_t pos)
     if (end < len && count >= 2)
         return last; /* \s+(?!\S): leave the last space for the next word */
     return end;
+}
+
+/* The code point ending just before s[end] is wholly in s[0..end) and not a space. */
+static int nonspace_ends_at(const uint8_t *s, size_t end)
+{
+    size_t i = end - 1;
+    if (s[i] < 0x80)
+        return s[i] > 0x20 && s[i] < 0x7F;
+    for (int k = 0; k < 3 && i > 0 && (s[i] & 0xC0) == 0x80; k++)
+        i--;
+    uint32_t cp;
+    size_t n = tr_utf8_decode(s + i, end - i, &cp);
+    return cp != TR_UNICODE_INVALID && i + n == end && !tr_unicode_is_js_space(cp);
+}
+
+/* The code point starting at s[pos] is wholly in s[0..len) and not a space. */
+static int nonspace_starts_at(const uint8_t *s, size_t len, size_t pos)
+{
+    if (s[pos] < 0x80)
+        return s[pos] > 0x20 && s[pos] < 0x7F;
+    uint32_t cp;
+    tr_utf8_decode(s + pos, len - pos, &cp);
+    return cp != TR_UNICODE_INVALID && !tr_unicode_is_js_space(cp);
+}
+
+size_t tr_pretokenize_cut(const uint8_t *s, size_t len, size_t from)
+{
+    if (from < 2)
+        from = 2;
+    if (len <= from)
+        return 0;
+    /* newlines at j in [from - 1, end), latest first; q = j + 1 < len */
+    for (size_t end = len - 1; end > from - 1;) {
+        const uint8_t *nl = memrchr(s + from - 1, '\n', end - (from - 1));
+        if (!nl)
+            return 0;
+        size_t j = (size_t)(nl - s);
+        if (nonspace_ends_at(s, j) && nonspace_starts_at(s, len, j + 1))
+            return j + 1;
+        end = j;
+    }
+    return 0;
 }

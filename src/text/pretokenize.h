@@ -17,4 +17,15 @@
  * next pre-token starts there; the whole input is covered with no gaps. */
 size_t tr_pretokenize_next(const uint8_t *s, size_t len, size_t pos);
 
+/* A place to cut text into pieces that encode separately to the whole's ids: the
+ * largest q in [from, len) with q >= 2 that follows a "\n" standing between two
+ * non-space code points (both wholly inside s[0..len)), or 0 when there is none.
+ * Why it is safe: no pre-token runs across such a newline (only whitespace runs
+ * hold one, and non-space on both sides ends them), the newline is a pre-token of
+ * its own whether text follows or not, and a pre-token's extent depends only on
+ * the text from its start on. So s[0..q) and what follows q, encoded apart, give
+ * the ids of s[0..q) and the rest encoded together: a corpus of any size streams
+ * through the tokenizer in pieces, on any number of threads, with the same ids. */
+size_t tr_pretokenize_cut(const uint8_t *s, size_t len, size_t from);
+
 #endif

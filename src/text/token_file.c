@@ -1,4 +1,5 @@
-/* token_file.c: write, validate and window-read token files (see token_file.h). */
+/* token_file.c: write (at once or as a stream), validate and window-read token files
+ * (see token_file.h). */
 #include "text/token_file.h"
 
 #include "core/error.h"
@@ -39,74 +40,215 @@ static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 
 
 static size_t dtype_width(uint32_t dtype) { return dtype == TR_TOKEN_U16 ? 2 : 4; }
 
-static int write_tokens(FILE *f, const uint32_t *ids, size_t n, uint32_t vocab_size, size_t width,
-                        const char *path, char *err, size_t errlen)
+/* ---- writing, as a stream ------------------------------------------------ */
+
+struct tr_token_writer {
+    int fd;
+    char *path, *tmp;
+    uint32_t dtype, vocab_size;
+    size_t width;
+    uint64_t count; /* tokens appended, buffered ones included */
+    uint8_t *buf;
+    size_t used;
+};
+
+enum { WRITER_BUF = 1 << 20 };
+
+static void pack_header(uint8_t h[TR_TOKEN_HEADER_BYTES], uint32_t dtype, uint64_t count,
+                        uint32_t vocab_size)
 {
-    uint8_t buf[1 << 16];
-    size_t used = 0;
+    memset(h, 0, TR_TOKEN_HEADER_BYTES);
+    memcpy(h, TR_TOKEN_MAGIC, 8);
+    put32(h + 8, TR_TOKEN_VERSION);
+    put32(h + 12, dtype);
+    put64(h + 16, count);
+    put32(h + 24, vocab_size);
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n, off_t off, const char *path, char *err,
+                     size_t errlen)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            snprintf(err, errlen, "%s: write failed: %s", path,
+                     w < 0 ? strerror(errno) : "no progress");
+            return TR_EXIT_IOERR;
+        }
+        p += w, n -= (size_t)w, off += w;
+    }
+    return 0;
+}
+
+static int writer_flush(tr_token_writer *w, char *err, size_t errlen)
+{
+    off_t off = (off_t)(TR_TOKEN_HEADER_BYTES + (w->count - w->used / w->width) * w->width);
+    int rc = write_all(w->fd, w->buf, w->used, off, w->tmp, err, errlen);
+    w->used = 0;
+    return rc;
+}
+
+tr_token_writer *tr_token_writer_open(const char *path, uint32_t vocab_size, int *code, char *err,
+                                      size_t errlen)
+{
+    tr_token_writer *w = calloc(1, sizeof *w);
+    size_t plen = strlen(path);
+    if (!w || !(w->path = strdup(path)) || !(w->tmp = malloc(plen + 5)) ||
+        !(w->buf = malloc(WRITER_BUF))) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        *code = TR_EXIT_OSERR;
+        if (w)
+            free(w->path), free(w->tmp), free(w);
+        return NULL;
+    }
+    memcpy(w->tmp, path, plen);
+    memcpy(w->tmp + plen, ".tmp", 5);
+    w->vocab_size = vocab_size;
+    w->dtype = vocab_size <= 65536 ? TR_TOKEN_U16 : TR_TOKEN_U32;
+    w->width = dtype_width(w->dtype);
+    w->fd = open(w->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    uint8_t h[TR_TOKEN_HEADER_BYTES];
+    pack_header(h, w->dtype, 0, vocab_size); /* the count comes at the close */
+    if (w->fd < 0) {
+        snprintf(err, errlen, "%s: cannot create: %s", w->tmp, strerror(errno));
+        *code = TR_EXIT_IOERR;
+    } else if ((*code = write_all(w->fd, h, sizeof h, 0, w->tmp, err, errlen)) == 0) {
+        return w;
+    }
+    tr_token_writer_abort(w);
+    return NULL;
+}
+
+int tr_token_writer_append(tr_token_writer *w, const uint32_t *ids, size_t n, char *err,
+                           size_t errlen)
+{
     for (size_t i = 0; i < n; i++) {
-        if (ids[i] >= vocab_size) {
-            snprintf(err, errlen, "%s: token %zu is %u, not below vocab_size %u", path, i,
-                     (unsigned)ids[i], (unsigned)vocab_size);
+        if (ids[i] >= w->vocab_size) {
+            snprintf(err, errlen, "%s: token %llu is %u, not below vocab_size %u", w->path,
+                     (unsigned long long)w->count, (unsigned)ids[i], (unsigned)w->vocab_size);
             return TR_EXIT_DATA;
         }
-        for (size_t k = 0; k < width; k++)
-            buf[used++] = (uint8_t)(ids[i] >> (8 * k));
-        if (used + 4 > sizeof buf || i + 1 == n) {
-            if (fwrite(buf, 1, used, f) != used) {
-                snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
-                return TR_EXIT_IOERR;
-            }
-            used = 0;
+        for (size_t k = 0; k < w->width; k++)
+            w->buf[w->used++] = (uint8_t)(ids[i] >> (8 * k));
+        w->count++;
+        if (w->used + w->width > WRITER_BUF) {
+            int rc = writer_flush(w, err, errlen);
+            if (rc)
+                return rc;
         }
     }
     return 0;
 }
 
+uint64_t tr_token_writer_count(const tr_token_writer *w) { return w->count; }
+
+int tr_token_writer_split(tr_token_writer *w, uint64_t keep, const char *tail_path, char *err,
+                          size_t errlen)
+{
+    int rc = writer_flush(w, err, errlen);
+    if (rc)
+        return rc;
+    if (keep > w->count) {
+        snprintf(err, errlen, "%s: cannot keep %llu of %llu tokens", w->path,
+                 (unsigned long long)keep, (unsigned long long)w->count);
+        return TR_EXIT_SOFTWARE;
+    }
+    tr_token_writer *tail = tr_token_writer_open(tail_path, w->vocab_size, &rc, err, errlen);
+    if (!tail)
+        return rc;
+    uint32_t ids[1 << 14];
+    uint8_t raw[sizeof ids];
+    size_t per = sizeof ids / sizeof ids[0]; /* ids a read: raw holds them at any width */
+    for (uint64_t at = keep; at < w->count && !rc;) {
+        size_t n = w->count - at < per ? (size_t)(w->count - at) : per, want = n * w->width;
+        off_t off = (off_t)(TR_TOKEN_HEADER_BYTES + at * w->width);
+        ssize_t got = pread(w->fd, raw, want, off);
+        if (got != (ssize_t)want) {
+            snprintf(err, errlen, "%s: read back failed at byte %lld: %s", w->tmp, (long long)off,
+                     got < 0 ? strerror(errno) : "short read");
+            rc = TR_EXIT_IOERR;
+            break;
+        }
+        for (size_t i = 0; i < n; i++)
+            ids[i] = w->width == 2 ? (uint32_t)raw[2 * i] | (uint32_t)raw[2 * i + 1] << 8
+                                   : get32(raw + 4 * i);
+        rc = tr_token_writer_append(tail, ids, n, err, errlen);
+        at += n;
+    }
+    if (rc) {
+        tr_token_writer_abort(tail);
+        return rc;
+    }
+    if ((rc = tr_token_writer_close(tail, err, errlen)))
+        return rc;
+    if (ftruncate(w->fd, (off_t)(TR_TOKEN_HEADER_BYTES + keep * w->width)) != 0) {
+        snprintf(err, errlen, "%s: cannot truncate: %s", w->tmp, strerror(errno));
+        return TR_EXIT_IOERR;
+    }
+    w->count = keep;
+    return 0;
+}
+
+static void writer_free(tr_token_writer *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    free(w->buf);
+    free(w->path);
+    free(w->tmp);
+    free(w);
+}
+
+int tr_token_writer_close(tr_token_writer *w, char *err, size_t errlen)
+{
+    uint8_t h[TR_TOKEN_HEADER_BYTES];
+    pack_header(h, w->dtype, w->count, w->vocab_size);
+    int rc = writer_flush(w, err, errlen);
+    if (!rc)
+        rc = write_all(w->fd, h, sizeof h, 0, w->tmp, err, errlen);
+    if (!rc && close(w->fd) != 0) {
+        snprintf(err, errlen, "%s: write failed: %s", w->tmp, strerror(errno));
+        rc = TR_EXIT_IOERR;
+    }
+    w->fd = -1;
+    if (!rc && rename(w->tmp, w->path) != 0) {
+        snprintf(err, errlen, "%s: cannot rename %s into place: %s", w->path, w->tmp,
+                 strerror(errno));
+        rc = TR_EXIT_IOERR;
+    }
+    if (rc) {
+        tr_token_writer_abort(w);
+        return rc;
+    }
+    writer_free(w);
+    return 0;
+}
+
+void tr_token_writer_abort(tr_token_writer *w)
+{
+    if (!w)
+        return;
+    unlink(w->tmp);
+    writer_free(w);
+}
+
 int tr_token_file_write(const char *path, const uint32_t *ids, size_t n, uint32_t vocab_size,
                         char *err, size_t errlen)
 {
-    uint32_t dtype = vocab_size <= 65536 ? TR_TOKEN_U16 : TR_TOKEN_U32;
-    uint8_t h[TR_TOKEN_HEADER_BYTES] = {0};
-    memcpy(h, TR_TOKEN_MAGIC, 8);
-    put32(h + 8, TR_TOKEN_VERSION);
-    put32(h + 12, dtype);
-    put64(h + 16, n);
-    put32(h + 24, vocab_size);
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return TR_EXIT_OSERR;
+    int rc;
+    tr_token_writer *w = tr_token_writer_open(path, vocab_size, &rc, err, errlen);
+    if (!w)
+        return rc;
+    if ((rc = tr_token_writer_append(w, ids, n, err, errlen))) {
+        tr_token_writer_abort(w);
+        return rc;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    int rc = 0;
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return TR_EXIT_IOERR;
-    }
-    if (fwrite(h, 1, sizeof h, f) != sizeof h) {
-        snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
-        rc = TR_EXIT_IOERR;
-    }
-    if (rc == 0)
-        rc = write_tokens(f, ids, n, vocab_size, dtype_width(dtype), path, err, errlen);
-    if (fclose(f) != 0 && rc == 0) {
-        snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
-        rc = TR_EXIT_IOERR;
-    }
-    if (rc == 0 && rename(tmp, path) != 0) {
-        snprintf(err, errlen, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
-        rc = TR_EXIT_IOERR;
-    }
-    if (rc != 0)
-        unlink(tmp);
-    free(tmp);
-    return rc;
+    return tr_token_writer_close(w, err, errlen);
 }
+
+/* ---- reading ------------------------------------------------------------- */
 
 static tr_token_file *bad(tr_token_file *f, int *code, int c)
 {

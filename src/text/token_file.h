@@ -34,6 +34,29 @@ typedef struct tr_token_file tr_token_file;
 int tr_token_file_write(const char *path, const uint32_t *ids, size_t n, uint32_t vocab_size,
                         char *err, size_t errlen);
 
+/* A token file written as a stream: tokens are appended as they are made, so a
+ * corpus of any size needs the memory of one piece only; the header's count is
+ * written at the close, and the file appears under its name only then (path.tmp,
+ * then a rename). Owned by the opener; close or abort frees it. */
+typedef struct tr_token_writer tr_token_writer;
+/* NULL with *code (TR_EXIT_IOERR: cannot create path.tmp) and err on failure. */
+tr_token_writer *tr_token_writer_open(const char *path, uint32_t vocab_size, int *code, char *err,
+                                      size_t errlen);
+/* Returns 0, TR_EXIT_DATA when an id is >= vocab_size, TR_EXIT_IOERR. */
+int tr_token_writer_append(tr_token_writer *w, const uint32_t *ids, size_t n, char *err,
+                           size_t errlen);
+uint64_t tr_token_writer_count(const tr_token_writer *w);
+/* Moves tokens [keep, count) into a complete token file at tail_path (same vocab)
+ * and keeps the first keep: a train/validation split of a stream whose length was
+ * not known in advance. */
+int tr_token_writer_split(tr_token_writer *w, uint64_t keep, const char *tail_path, char *err,
+                          size_t errlen);
+/* Writes the header and renames the file into place; frees w whatever the outcome
+ * (on failure path.tmp is removed and the exit code returned). */
+int tr_token_writer_close(tr_token_writer *w, char *err, size_t errlen);
+/* Removes path.tmp and frees w (NULL is fine). */
+void tr_token_writer_abort(tr_token_writer *w);
+
 /* Opens and validates the header (magic, version, dtype, count against the file
  * size). Returns NULL with *code = TR_EXIT_NOINPUT (cannot open) or TR_EXIT_DATA
  * (not a valid token file) and err naming the file. */

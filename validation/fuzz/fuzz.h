@@ -2,7 +2,7 @@
  *
  * Each fuzz_*.c here feeds untrusted bytes to one reader of the trainer's
  * inputs (the deck, encoder.json, vocab.bpe, text to tokenize, IDX files, token
- * files, Slurm's variables) through LLVMFuzzerTestOneInput, and checks what the
+ * files, JSON-lines records, Slurm's variables) through LLVMFuzzerTestOneInput, and checks what the
  * reader promises beyond "no crash": an error is a return code with a message,
  * never an exit; what loads is self-consistent (decoding an encoding gives the
  * text back, a loaded data set's labels are in range, ...). A failed check

@@ -31,7 +31,8 @@ command -v "$cc" >/dev/null || { echo "libfuzzer.sh: $cc not found (apt-get inst
 # the readers and what they call: pure C, zlib the only library
 lib_sources=(src/core/deck.c src/core/deck_keys.c src/core/error.c src/core/slurm.c
              src/core/rng.c src/data/idx.c src/text/bpe.c src/text/bpe_load.c
-             src/text/json_object.c src/text/pretokenize.c src/text/token_file.c
+             src/text/json_object.c src/text/json_string.c src/text/jsonl.c
+             src/text/pretokenize.c src/text/token_file.c
              src/text/unicode.c src/text/unicode_tables.c)
 # shellcheck disable=SC2054 # (the commas are -fsanitize= lists, not array separators)
 flags=(-std=c17 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -Wall -Wno-unknown-pragmas

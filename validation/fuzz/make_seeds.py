@@ -48,6 +48,17 @@ def decks():
         b'# comment\n[parallel]\ntp = 2\n')
 
 
+def corpus():
+    """JSON-lines records and text with newlines between all kinds of neighbours"""
+    put('corpus', 'record.jsonl', json.dumps({'id': 3, 'meta': {'text': 'x', 'l': [1, {'a': '}'}]},
+                                             'text': 'caf\u00e9\nline two \U0001F600'}).encode())
+    put('corpus', 'ascii.jsonl', json.dumps({'text': 'a\ud800b', 'n': None, 'f': -1.5e3,
+                                             't': True}, ensure_ascii=True).encode())
+    put('corpus', 'text.txt', b"Line one.\nLine two's end\n\n  indented\n\tx\n7\n'll\n!\n")
+    put('corpus', 'unicode.txt', 'a\n\u00a0b\nc\u3000\nd\n\u4e2d\n\U0001F600\n\ufeffe\n'
+        .encode() + b'\xff\n\xc3\n\x80x\n')
+
+
 def jsons():
     put('json', 'small.json', json.dumps({'!': 0, '"': 1, 'a\\b': 2, '\u0120the': 3,
                                           'caf\u00e9': 4, '\U0001F600': 5}).encode())
@@ -132,6 +143,7 @@ def slurm():
 if __name__ == '__main__':
     decks()
     jsons()
+    corpus()
     bpe_texts()
     bpe_vocab()
     idx()
