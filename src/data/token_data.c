@@ -11,40 +11,6 @@
 /* random mode: an "epoch" long enough never to end */
 #define RANDOM_WINDOWS (1L << 40)
 
-static int open_one(const char *path, const char *what, tr_token_file **out, long *windows,
-                    int T, int V, char *err, size_t errlen)
-{
-    int code = 0;
-    char msg[1024];
-    if (!*path) {
-        snprintf(err, errlen, "the %s token file is not set", what);
-        return TR_EXIT_USAGE;
-    }
-    *out = tr_token_file_open(path, &code, msg, sizeof msg);
-    if (!*out) {
-        snprintf(err, errlen, "%s", msg);
-        return code;
-    }
-    uint32_t fv = tr_token_file_vocab_size(*out);
-    if (fv > (uint32_t)V) {
-        snprintf(err, errlen,
-                 "%s: tokens go up to a vocabulary of %u but [model] vocab_size = %d; set "
-                 "vocab_size = %u (or tokenize with the model's vocabulary)",
-                 path, fv, V, fv);
-        return TR_EXIT_USAGE;
-    }
-    uint64_t n = tr_token_file_count(*out);
-    *windows = n > 0 ? (long)((n - 1) / (uint64_t)T) : 0;
-    if (*windows < 1) {
-        snprintf(err, errlen,
-                 "%s: %llu tokens make no window of seq_len + 1 = %d tokens; use more text "
-                 "or a shorter [model] seq_len",
-                 path, (unsigned long long)n, T + 1);
-        return TR_EXIT_USAGE;
-    }
-    return 0;
-}
-
 int tr_token_data_open(tr_token_data *td, const char *train_path, const char *val_path,
                        int random, int T, int V, long val_limit, uint64_t seed,
                        const char **which, char *err, size_t errlen)
@@ -59,14 +25,16 @@ int tr_token_data_open(tr_token_data *td, const char *train_path, const char *va
         return 0;
     }
     *which = "train";
-    int rc = open_one(train_path, "training", &td->train, &td->train_windows, T, V, err, errlen);
+    int rc = tr_token_set_open(&td->train, train_path, "training", T, V, err, errlen);
     if (rc)
         return rc;
     *which = "val";
-    rc = open_one(val_path, "validation", &td->val, &td->val_windows, T, V, err, errlen);
+    rc = tr_token_set_open(&td->val, val_path, "validation", T, V, err, errlen);
     if (rc)
         return rc;
-    td->train_vocab = tr_token_file_vocab_size(td->train);
+    td->train_windows = td->train.first[td->train.n];
+    td->val_windows = td->val.first[td->val.n];
+    td->train_vocab = td->train.vocab_size;
     if (val_limit > 0 && val_limit < td->val_windows)
         td->val_windows = val_limit;
     return 0;
@@ -95,22 +63,8 @@ void tr_token_data_start(tr_token_data *td, long global_batch, int dp_rank, int 
 
 long tr_token_data_steps_per_epoch(const tr_token_data *td) { return td->sampler.steps_per_epoch; }
 
-/* The T + 1 tokens of window w of a file into td->win. */
-static void read_window(tr_token_data *td, tr_token_file *f, long w)
-{
-    char err[1024];
-    int rc = tr_token_file_read(f, (uint64_t)w * (uint64_t)td->T, (size_t)td->T + 1, td->win,
-                                err, sizeof err);
-    /* open checked the header and the size, not every token (that would read a
-     * whole corpus on every rank before the first step) */
-    if (rc == TR_EXIT_DATA)
-        tr_fatal(rc, "%s: the file is damaged; make it again (tools/tokenize)", err);
-    if (rc)
-        tr_fatal(rc, "%s (the file changed while training?)", err);
-}
-
-/* Window w of a file, or of the random stream (stream 0 train, 1 validation). */
-static void window(tr_token_data *td, tr_token_file *f, uint64_t stream, long w, int32_t *x,
+/* Window w of a set, or of the random stream (stream 0 train, 1 validation). */
+static void window(tr_token_data *td, tr_token_set *set, uint64_t stream, long w, int32_t *x,
                    int32_t *y)
 {
     int T = td->T;
@@ -120,7 +74,7 @@ static void window(tr_token_data *td, tr_token_file *f, uint64_t stream, long w,
                                                (uint64_t)w * (uint64_t)(T + 1) + (uint64_t)i) %
                                     (uint64_t)td->V);
     } else {
-        read_window(td, f, w);
+        tr_token_set_read(set, w, T, 0, (size_t)T + 1, td->win);
     }
     for (int i = 0; i < T; i++) {
         x[i] = (int32_t)td->win[i];
@@ -138,25 +92,25 @@ void tr_token_data_batch(tr_token_data *td, long step, const int32_t **x, const 
         tr_sampler_batch(&td->sampler, step, td->idx);
     }
     for (long i = 0; i < td->local_batch; i++)
-        window(td, td->train, 0, td->idx[i], td->x + i * td->T, td->y + i * td->T);
+        window(td, &td->train, 0, td->idx[i], td->x + i * td->T, td->y + i * td->T);
     *x = td->x;
     *y = td->y;
 }
 
 void tr_token_data_val_window(tr_token_data *td, long w, int32_t *x, int32_t *y)
 {
-    window(td, td->val, 1, w, x, y);
+    window(td, &td->val, 1, w, x, y);
 }
 
 /* FNV-1a, continued from h, of up to 64 windows spread evenly over the first
- * `windows` of f, the first and the last included. */
-static uint64_t digest_file(tr_token_data *td, tr_token_file *f, long windows, uint64_t h)
+ * `windows` of a set, the first and the last included. */
+static uint64_t digest_set(tr_token_data *td, tr_token_set *set, long windows, uint64_t h)
 {
     enum { SAMPLES = 64 };
     long n = windows < SAMPLES ? windows : SAMPLES;
     for (long k = 0; k < n; k++) {
-        read_window(td, f, n > 1 ? (long)((uint64_t)k * (uint64_t)(windows - 1) / (uint64_t)(n - 1))
-                                 : 0);
+        long w = n > 1 ? (long)((uint64_t)k * (uint64_t)(windows - 1) / (uint64_t)(n - 1)) : 0;
+        tr_token_set_read(set, w, td->T, 0, (size_t)td->T + 1, td->win);
         for (int i = 0; i <= td->T; i++)
             h = (h ^ td->win[i]) * 0x100000001b3ULL;
     }
@@ -167,8 +121,8 @@ uint64_t tr_token_data_digest(tr_token_data *td, int with_val)
 {
     if (td->random)
         return 0;
-    uint64_t h = digest_file(td, td->train, td->train_windows, 0xcbf29ce484222325ULL);
-    return with_val ? digest_file(td, td->val, td->val_windows, h) : h;
+    uint64_t h = digest_set(td, &td->train, td->train_windows, 0xcbf29ce484222325ULL);
+    return with_val ? digest_set(td, &td->val, td->val_windows, h) : h;
 }
 
 /* Counts every token of f into counts[V] (chunked reads). */
@@ -198,9 +152,16 @@ double tr_token_data_unigram_perplexity(tr_token_data *td)
     uint64_t *val = tr_alloc((size_t)td->V * sizeof *val, "unigram counts");
     memset(train, 0, (size_t)td->V * sizeof *train);
     memset(val, 0, (size_t)td->V * sizeof *val);
-    uint64_t ntrain = count_tokens(td, td->train, 0, tr_token_file_count(td->train), train);
-    /* the targets of the evaluated windows: tokens 1 .. windows * T */
-    count_tokens(td, td->val, 1, (uint64_t)td->val_windows * (uint64_t)td->T, val);
+    uint64_t ntrain = 0;
+    for (int i = 0; i < td->train.n; i++)
+        ntrain +=
+            count_tokens(td, td->train.files[i], 0, tr_token_file_count(td->train.files[i]), train);
+    /* the targets of the evaluated windows: in each file, tokens 1 .. windows * T */
+    for (int i = 0; i < td->val.n && td->val.first[i] < td->val_windows; i++) {
+        long hi = td->val.first[i + 1] < td->val_windows ? td->val.first[i + 1] : td->val_windows;
+        count_tokens(td, td->val.files[i], 1, (uint64_t)(hi - td->val.first[i]) * (uint64_t)td->T,
+                     val);
+    }
     /* add-one smoothing over the vocabulary the training file declares */
     double denom = (double)ntrain + td->train_vocab, nll = 0, nval = 0;
     for (int t = 0; t < td->V; t++)
@@ -215,10 +176,8 @@ double tr_token_data_unigram_perplexity(tr_token_data *td)
 
 void tr_token_data_close(tr_token_data *td)
 {
-    if (td->train)
-        tr_token_file_close(td->train);
-    if (td->val)
-        tr_token_file_close(td->val);
+    tr_token_set_close(&td->train);
+    tr_token_set_close(&td->val);
     if (!td->random && td->sampler.perm)
         tr_sampler_free(&td->sampler);
     tr_free(td->idx);

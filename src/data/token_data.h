@@ -8,6 +8,9 @@
  * rank ever loads a whole corpus. Validation windows are sharded contiguously over
  * the data-parallel ranks (tr_shard_range).
  *
+ * The training and validation data are each a file or a set of shards
+ * (token_set.h: a glob pattern), in this project's format or llm.c's.
+ *
  * Random mode (data.format = random_tokens, for benchmarks): every token is drawn
  * from the counter-based RNG, uniform in [0, V), so there is no file and any number
  * of windows.
@@ -18,7 +21,7 @@
 #define TR_DATA_TOKEN_DATA_H
 
 #include "data/sampler.h"
-#include "text/token_file.h"
+#include "data/token_set.h"
 
 #include <stdint.h>
 
@@ -26,7 +29,7 @@ typedef struct tr_token_data {
     int T, V;
     int random;                /* random_tokens mode */
     uint64_t seed;
-    tr_token_file *train, *val; /* NULL in random mode */
+    tr_token_set train, val; /* empty in random mode */
     long train_windows, val_windows;
     uint32_t train_vocab;       /* the train file's header vocab_size */
     tr_sampler sampler;
@@ -55,8 +58,9 @@ void tr_token_data_batch(tr_token_data *td, long step, const int32_t **x, const 
 /* Validation window w into x, y [T] each. */
 void tr_token_data_val_window(tr_token_data *td, long w, int32_t *x, int32_t *y);
 /* A hash of the files' contents for comparing copies: FNV-1a of up to 64 windows
- * spread evenly over the training file, the first and the last included, then as
- * many of the validation file's windows in use where with_val; reading whole corpora
+ * spread evenly over the training windows, the first and the last included, then as
+ * many of the validation windows in use where with_val (a set of shards whose
+ * windows are a single file's has the file's hash); reading whole corpora
  * on every rank would cost a start-up more than it is worth. 0 in random mode. */
 uint64_t tr_token_data_digest(tr_token_data *td, int with_val);
 /* Per-token perplexity of the validation windows' targets under the training

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,19 @@ struct tr_token_file {
     char *path;
     uint32_t dtype, vocab_size;
     uint64_t count;
+    uint32_t header_bytes; /* 32, or llm.c's 1024 */
+};
+
+/* llm.c's token files (dev/data/data_common.py): 256 little-endian int32 (magic,
+ * version, token count, zeros), then the tokens. Their vocabulary is the one the
+ * magic names. */
+enum { LLMC_HEADER_BYTES = 1024 };
+static const struct {
+    uint32_t magic, version, dtype, vocab_size;
+    const char *name;
+} llmc_formats[] = {
+    {20240520u, 1, TR_TOKEN_U16, 50257, "GPT-2"},
+    {20240801u, 7, TR_TOKEN_U32, 128256, "LLaMA 3"},
 };
 
 static void put32(uint8_t *p, uint32_t v)
@@ -257,6 +271,53 @@ static tr_token_file *bad(tr_token_file *f, int *code, int c)
     return NULL;
 }
 
+/* The body of header_bytes + count tokens fills the file exactly. */
+static int size_matches(tr_token_file *f, uint64_t size, char *err, size_t errlen)
+{
+    uint64_t body = size - f->header_bytes, width = dtype_width(f->dtype);
+    if (f->count > body / width || body != f->count * width) {
+        snprintf(err, errlen,
+                 "%s: header says %llu tokens (%llu bytes) but the file holds %llu bytes of "
+                 "tokens; truncated or corrupt",
+                 f->path, (unsigned long long)f->count, (unsigned long long)(f->count * width),
+                 (unsigned long long)body);
+        return 0;
+    }
+    return 1;
+}
+
+/* An llm.c token file, h its first 32 bytes. */
+static tr_token_file *open_llmc(tr_token_file *f, const uint8_t *h, uint64_t size, int *code,
+                                char *err, size_t errlen)
+{
+    uint32_t magic = get32(h), version = get32(h + 4), count = get32(h + 8);
+    for (size_t i = 0; i < sizeof llmc_formats / sizeof llmc_formats[0]; i++) {
+        if (magic != llmc_formats[i].magic)
+            continue;
+        if (version != llmc_formats[i].version) {
+            snprintf(err, errlen, "%s: llm.c %s token file of version %u; version %u is read",
+                     f->path, llmc_formats[i].name, (unsigned)version,
+                     (unsigned)llmc_formats[i].version);
+            return bad(f, code, TR_EXIT_DATA);
+        }
+        if (size < LLMC_HEADER_BYTES || count > INT32_MAX) {
+            snprintf(err, errlen, "%s: llm.c token file with a %s header", f->path,
+                     size < LLMC_HEADER_BYTES ? "truncated" : "negative token count in its");
+            return bad(f, code, TR_EXIT_DATA);
+        }
+        f->header_bytes = LLMC_HEADER_BYTES;
+        f->dtype = llmc_formats[i].dtype;
+        f->vocab_size = llmc_formats[i].vocab_size;
+        f->count = count;
+        return size_matches(f, size, err, errlen) ? f : bad(f, code, TR_EXIT_DATA);
+    }
+    snprintf(err, errlen,
+             "%s: not a token file (neither this project's \"%s\" magic nor llm.c's %u or %u)",
+             f->path, TR_TOKEN_MAGIC, (unsigned)llmc_formats[0].magic,
+             (unsigned)llmc_formats[1].magic);
+    return bad(f, code, TR_EXIT_DATA);
+}
+
 tr_token_file *tr_token_file_open(const char *path, int *code, char *err, size_t errlen)
 {
     tr_token_file *f = calloc(1, sizeof *f);
@@ -279,10 +340,9 @@ tr_token_file *tr_token_file_open(const char *path, int *code, char *err, size_t
                  TR_TOKEN_HEADER_BYTES);
         return bad(f, code, TR_EXIT_DATA);
     }
-    if (memcmp(h, TR_TOKEN_MAGIC, 8) != 0) {
-        snprintf(err, errlen, "%s: not a token file (no \"%s\" magic)", path, TR_TOKEN_MAGIC);
-        return bad(f, code, TR_EXIT_DATA);
-    }
+    if (memcmp(h, TR_TOKEN_MAGIC, 8) != 0)
+        return open_llmc(f, h, (uint64_t)st.st_size, code, err, errlen);
+    f->header_bytes = TR_TOKEN_HEADER_BYTES;
     uint32_t version = get32(h + 8);
     f->dtype = get32(h + 12);
     f->count = get64(h + 16);
@@ -297,15 +357,8 @@ tr_token_file *tr_token_file_open(const char *path, int *code, char *err, size_t
                  (unsigned)f->dtype);
         return bad(f, code, TR_EXIT_DATA);
     }
-    uint64_t body = (uint64_t)st.st_size - sizeof h, width = dtype_width(f->dtype);
-    if (f->count > body / width || body != f->count * width) {
-        snprintf(err, errlen,
-                 "%s: header says %llu tokens (%llu bytes) but the file holds %llu bytes of "
-                 "tokens; truncated or corrupt",
-                 path, (unsigned long long)f->count, (unsigned long long)(f->count * width),
-                 (unsigned long long)body);
+    if (!size_matches(f, (uint64_t)st.st_size, err, errlen))
         return bad(f, code, TR_EXIT_DATA);
-    }
     if (f->vocab_size == 0 || (f->dtype == TR_TOKEN_U16 && f->vocab_size > 65536)) {
         snprintf(err, errlen, "%s: vocab_size %u does not fit dtype %u", path,
                  (unsigned)f->vocab_size, (unsigned)f->dtype);
@@ -343,7 +396,7 @@ int tr_token_file_read(tr_token_file *f, uint64_t start, size_t n, uint32_t *out
     while (done < n) {
         size_t chunk = n - done < sizeof buf / width ? n - done : sizeof buf / width;
         size_t want = chunk * width, got = 0;
-        off_t off = (off_t)(TR_TOKEN_HEADER_BYTES + (start + done) * width);
+        off_t off = (off_t)(f->header_bytes + (start + done) * width);
         while (got < want) {
             ssize_t r = pread(f->fd, buf + got, want - got, off + (off_t)got);
             if (r < 0 && errno == EINTR)

@@ -11,6 +11,12 @@
  *  32  count tokens of the dtype's width
  * The header is packed byte by byte, never by casting a struct.
  *
+ * Readers also take llm.c's token files (karpathy/llm.c dev/data: "*.bin", a
+ * header of 256 little-endian int32 -- magic 20240520 and version 1 for GPT-2's
+ * uint16 tokens, 20240801 and version 7 for LLaMA 3's uint32 ones -- then the
+ * tokens), so shards made for llm.c train here as they are; their vocabulary is
+ * the one the magic names (50257, 128256).
+ *
  * Readers open the file once and read windows [start, start+n) with pread, so each
  * data-parallel rank touches only its own windows and never loads the whole file.
  * A tr_token_file is owned by its opener and closed with tr_token_file_close. */
@@ -58,8 +64,8 @@ int tr_token_writer_close(tr_token_writer *w, char *err, size_t errlen);
 void tr_token_writer_abort(tr_token_writer *w);
 
 /* Opens and validates the header (magic, version, dtype, count against the file
- * size). Returns NULL with *code = TR_EXIT_NOINPUT (cannot open) or TR_EXIT_DATA
- * (not a valid token file) and err naming the file. */
+ * size; this format or llm.c's). Returns NULL with *code = TR_EXIT_NOINPUT (cannot
+ * open) or TR_EXIT_DATA (not a valid token file) and err naming the file. */
 tr_token_file *tr_token_file_open(const char *path, int *code, char *err, size_t errlen);
 void tr_token_file_close(tr_token_file *f);
 

@@ -1,5 +1,5 @@
 /* fuzz_token_file.c: the token file reader (text/token_file.c: "*.tok", the
- * language model's data) on any file.
+ * language model's data, and llm.c's "*.bin") on any file.
  *
  * Checked: a failure is TR_EXIT_DATA with the file named; a file that opens has
  * a known dtype and a count its size holds; reads of windows inside it give ids

@@ -116,6 +116,12 @@ def token_files():
     put('token_file', 'u32', tok([70000, 5, 99999], 100000, 2))
     put('token_file', 'empty', tok([], 256, 1))
 
+    def llmc(ids, magic, version, fmt):  # llm.c's dev/data format
+        header = struct.pack('<256i', magic, version, len(ids), *([0] * 253))
+        return header + b''.join(struct.pack(fmt, i) for i in ids)
+    put('token_file', 'llmc-gpt2', llmc([15496, 995, 50256, 0], 20240520, 1, '<H'))
+    put('token_file', 'llmc-llama3', llmc([128000, 9906, 1917, 128001], 20240801, 7, '<I'))
+
 
 def slurm():
     names = ['SLURM_JOB_ID', 'SLURM_JOB_NAME', 'SLURM_JOB_PARTITION', 'SLURM_RESTART_COUNT',

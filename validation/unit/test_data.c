@@ -1,6 +1,7 @@
 /* test_data.c: the data layer: the IDX reader on good and broken files it writes
  * itself (plain and gzipped), the distributed sampler's invariants, the
- * prefetching loader against the synchronous one, and, where present, the real
+ * prefetching loader against the synchronous one, token shards (this project's
+ * and llm.c's files under one glob pattern) and, where present, the real
  * MNIST-subset and Fashion-MNIST files. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 
@@ -11,6 +12,7 @@
 #include "data/idx.h"
 #include "data/loader.h"
 #include "data/sampler.h"
+#include "data/token_set.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -503,16 +505,103 @@ static void test_real_files(void)
 /* Removes what the tests wrote (flat directory). */
 static void remove_dir(void)
 {
-    static const char *names[] = {"img", "lab", "img.gz", "lab.gz", "img_trunc", "img_trunc.gz",
-                                  "img_hdr", "empty", "img_cut.gz", "img_float", "lab4",
-                                  "lab_trail", "img_zero", "img_huge", "img_many", "lab_many",
-                                  "fuzz_img", "fuzz_lab"};
+    static const char *names[] = {
+        "img",       "lab",         "img.gz",      "lab.gz",     "img_trunc", "img_trunc.gz",
+        "img_hdr",   "empty",       "img_cut.gz",  "img_float",  "lab4",      "lab_trail",
+        "img_zero",  "img_huge",    "img_many",    "lab_many",   "fuzz_img",  "fuzz_lab",
+        "whole.tok", "shard_0.bin", "shard_1.tok", "shard_2.bin"};
     char p[512];
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         path_in(p, sizeof p, names[i]);
         remove(p);
     }
     rmdir(g_dir);
+}
+
+/* An llm.c token file (dev/data/data_common.py): 256 int32 of header, then the
+ * tokens as uint16 (magic 20240520, version 1) or uint32 (20240801, version 7);
+ * count_delta falsifies the header's count. */
+static void write_llmc(const char *path, uint32_t magic, uint32_t version, const uint32_t *ids,
+                       uint32_t n, int count_delta)
+{
+    int32_t h[256] = {0};
+    h[0] = (int32_t)magic, h[1] = (int32_t)version, h[2] = (int32_t)n + count_delta;
+    FILE *f = fopen(path, "wb");
+    fwrite(h, sizeof h, 1, f); /* the host is little-endian, as llm.c's numpy writes */
+    for (uint32_t i = 0; i < n; i++) {
+        uint16_t v16 = (uint16_t)ids[i];
+        if (version == 1)
+            fwrite(&v16, 2, 1, f);
+        else
+            fwrite(&ids[i], 4, 1, f);
+    }
+    fclose(f);
+}
+
+/* Shards of one stream that overlap by one token, so their windows are the
+ * stream's own: a set of them reads as the single file does. */
+static void test_token_set(void)
+{
+    enum { T = 8, NTOK = 8 * 40 + 1 };
+    uint32_t ids[NTOK], win[T + 1], got[T + 1];
+    for (uint32_t i = 0; i < NTOK; i++)
+        ids[i] = (i * 7919u) % 50257u;
+    char whole[600], a[600], b[600], c[600], pat[600], err[1024];
+    path_in(whole, sizeof whole, "whole.tok");
+    path_in(a, sizeof a, "shard_0.bin");
+    path_in(b, sizeof b, "shard_1.tok");
+    path_in(c, sizeof c, "shard_2.bin");
+    path_in(pat, sizeof pat, "shard_*");
+    CHECK(tr_token_file_write(whole, ids, NTOK, 50257, err, sizeof err) == 0, "%s", err);
+    /* windows [0, 13), [13, 30), [30, 40) */
+    write_llmc(a, 20240520u, 1, ids, 13 * T + 1, 0);
+    CHECK(tr_token_file_write(b, ids + 13 * T, 17 * T + 1, 50257, err, sizeof err) == 0, "%s", err);
+    write_llmc(c, 20240801u, 7, ids + 30 * T, 10 * T + 1, 0);
+    tr_token_set one, set;
+    CHECK(tr_token_set_open(&one, whole, "training", T, 128256, err, sizeof err) == 0, "%s", err);
+    int rc = tr_token_set_open(&set, pat, "training", T, 128256, err, sizeof err);
+    CHECK(rc == 0 && set.n == 3 && set.first[3] == 40 && one.first[1] == 40 && set.first[1] == 13 &&
+              set.first[2] == 30 && set.vocab_size == 128256,
+          "three shards of 40 windows: rc %d %s", rc, err);
+    if (rc == 0) {
+        int same = 1;
+        for (long w = 0; w < 40; w++) {
+            tr_token_set_read(&one, w, T, 0, T + 1, win);
+            tr_token_set_read(&set, w, T, 0, T + 1, got);
+            same &= !memcmp(win, got, sizeof win) && !memcmp(win, ids + w * T, sizeof win);
+        }
+        CHECK(same, "every window of the set is the single file's");
+        tr_token_set_read(&set, 29, T, 3, 4, got);
+        CHECK(!memcmp(got, ids + 29 * T + 3, 4 * sizeof *got), "part of a window");
+        tr_token_set_close(&set);
+    }
+    tr_token_set_close(&one);
+
+    /* refusals name the file or the pattern */
+    path_in(pat, sizeof pat, "none_*.bin");
+    rc = tr_token_set_open(&set, pat, "training", T, 128256, err, sizeof err);
+    CHECK(rc == TR_EXIT_NOINPUT && strstr(err, "no file matches the pattern") && strstr(err, pat),
+          "no match: %d %s", rc, err);
+    path_in(pat, sizeof pat, "shard_*");
+    rc = tr_token_set_open(&set, pat, "training", T, 50304, err, sizeof err);
+    CHECK(rc == TR_EXIT_USAGE && strstr(err, c) && strstr(err, "vocabulary of 128256"),
+          "a LLaMA 3 shard for a GPT-2 vocabulary: %d %s", rc, err);
+    write_llmc(c, 20240520u, 2, ids, 9, 0);
+    rc = tr_token_set_open(&set, pat, "training", T, 128256, err, sizeof err);
+    CHECK(rc == TR_EXIT_DATA && strstr(err, c) && strstr(err, "version 2"), "version: %d %s", rc,
+          err);
+    write_llmc(c, 20240520u, 1, ids, 9, 5);
+    rc = tr_token_set_open(&set, pat, "training", T, 128256, err, sizeof err);
+    CHECK(rc == TR_EXIT_DATA && strstr(err, c) && strstr(err, "header says 14 tokens"),
+          "count against size: %d %s", rc, err);
+    write_llmc(c, 20240521u, 1, ids, 9, 0);
+    rc = tr_token_set_open(&set, pat, "training", T, 128256, err, sizeof err);
+    CHECK(rc == TR_EXIT_DATA && strstr(err, "not a token file"), "magic: %d %s", rc, err);
+    write_llmc(c, 20240520u, 1, ids, 3, 0); /* no window of its own: allowed */
+    rc = tr_token_set_open(&set, pat, "training", T, 128256, err, sizeof err);
+    CHECK(rc == 0 && set.first[3] == 30, "a shard without a window adds none: %d %s", rc, err);
+    if (rc == 0)
+        tr_token_set_close(&set);
 }
 
 int main(void)
@@ -531,6 +620,7 @@ int main(void)
     test_sampler();
     test_shard_range();
     test_loader();
+    test_token_set();
     test_real_files();
     remove_dir();
     return tr_test_finish();
