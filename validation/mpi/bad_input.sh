@@ -9,9 +9,19 @@ deck=$WORK/deck.in
 cp inputs/mnist.in "$deck"
 base=(run.dir="$WORK/run" train.steps=2 run.progress=off)
 
+# In the sanitizer build, the cases whose reader the fuzz targets already run there
+# (fuzz.deck, fuzz.idx, fuzz.token_file: thousands of inputs each) are left out; the
+# way out of the trainer after an input error, which they share with the others, is
+# checked by those others.
+FUZZED=(unknown-section wrong-type duplicate-key malformed-header override-range override-type
+  override-choice override-key truncated-data wrong-file-kind gpt-corrupt-tokens)
+
 # expect NAME NP CODE PATTERN DECK [overrides...]
 expect() {
   local name=$1 np=$2 code=$3 pattern=$4 d=$5; shift 5
+  if sanitized && [[ " ${FUZZED[*]} " == *" $name "* ]]; then
+    return
+  fi
   run "$np" "$WORK/out" "$WORK/err" "$d" "${base[@]}" "$@"
   check "$name: exit code $RC, expected $code" [ "$RC" = "$code" ]
   check "$name: message matching '$pattern' in: $(cat "$WORK/err")" grep -qE -- "$pattern" "$WORK/err"
