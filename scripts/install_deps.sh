@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(build-essential cmake pkg-config git
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libopenblas-dev zlib1g-dev
-  python3 python3-torch python3-numpy python3-h5py
+  python3 python3-torch python3-numpy python3-h5py python3-protobuf
   dataset-fashion-mnist
   slurm-wlm munge)  # the slurm tests start a private Slurm (slurmctld, slurmd, munged)
 

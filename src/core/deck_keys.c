@@ -92,6 +92,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("run", "stop_after_steps", TR_KEY_INT, "0", 0, BIG, 0, "checkpoint and exit 75 after this many steps of this session (0 = off): run a long job in slices"),
     K("run", "max_minutes", TR_KEY_FLOAT, "0", 0, 1e9, 0, "checkpoint and exit 75 once this session has run this long (0 = off): stay inside a wall-clock limit"),
     K("run", "hang_minutes", TR_KEY_FLOAT, "30", 0, 1e9, 0, "end the job (exit 71) when a rank has made no progress (no training step, evaluation batch, checkpoint piece or sampled token) for this long (0 = off): a hung rank, GPU or link does not hold the nodes until the time limit"),
+    K("run", "tensorboard", TR_KEY_BOOL, "true", 0, 0, 0, "also write metrics.csv's rows as TensorBoard scalars to DIR/tensorboard (tensorboard --logdir runs/); a resumed run replaces the steps after its checkpoint there too"),
     K("run", "progress", TR_KEY_CHOICE, "auto", 0, 0, "auto|tty|lines|off", "progress display: auto = in place on a terminal, plain lines otherwise (the first step, about 20 a run, and at least one a minute)"),
 
     K("system", "device", TR_KEY_CHOICE, "cpu", 0, 0, "cpu|cuda|cpu-guarded", "where the math runs: cpu, or cuda (one GPU per rank, NCCL between them); cpu-guarded = the CPU with the model's memory readable only by kernels, transfers and collectives, as on a GPU (a check of the GPU code path; slow, for tests)"),

@@ -36,6 +36,7 @@ typedef struct run {
     long steps_per_epoch, total_steps;
     char dir[2048];
     FILE *metrics;
+    struct tr_tb *tb;   /* rank 0, with run.tensorboard: the TensorBoard event file */
     double peak_gflops; /* per rank, for MFU */
     char peak_source[256]; /* where rank 0's figure comes from, for the banner */
     struct tr_bpe *bpe;  /* rank 0, when [sample] length > 0: the prompt's tokenizer */

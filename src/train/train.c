@@ -13,6 +13,7 @@
 #include "progress.h"
 #include "run.h"
 #include "signals.h"
+#include "tensorboard.h"
 
 #include <errno.h>
 #include <math.h>
@@ -160,6 +161,15 @@ static int open_metrics(run *r)
         return tr_run_key_error(r, "run", "dir", "cannot write '%s/metrics.csv': %s", r->dir,
                          strerror(errno)),
                TR_EXIT_IOERR;
+    if (tr_deck_bool(r->d, "run", "tensorboard")) {
+        r->tb = tr_tb_open(r->dir, r->start_step + 1, r->lm, r->precision == TR_PREC_FP16);
+        if (!r->tb)
+            return tr_run_key_error(r, "run", "tensorboard",
+                                    "cannot write TensorBoard's event file under '%s/tensorboard': "
+                                    "%s (run.tensorboard = false does without it)",
+                                    r->dir, strerror(errno)),
+                   TR_EXIT_IOERR;
+    }
     return 0;
 }
 
@@ -733,6 +743,7 @@ static void teardown(run *r)
         tr_loader_destroy(r->loader);
     if (r->metrics)
         fclose(r->metrics);
+    tr_tb_close(r->tb);
     tr_train_ckpt_free(&r->ckpt);
     tr_dp_free(&r->dp);
     tr_free(r->ops);
@@ -981,6 +992,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             tr_metrics_row row = {done, epoch, "train", last_loss, sums[1] / targets_per_step,
                                   lr, gnorm, rate, t1 - rt->start_time, used_scale};
             tr_metrics_write(r->metrics, &row);
+            tr_tb_row(r->tb, &row);
         }
         double eta = (r->total_steps - done) / (rate / r->global_batch);
         tr_progress_update(&prog, done, epoch, last_loss, lr,
@@ -998,6 +1010,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             tr_metrics_row row = {done, epoch, "eval", test_loss, test_acc, lr, 0, rate,
                                   tr_wtime() - rt->start_time, r->scaler.scale};
             tr_metrics_write(r->metrics, &row);
+            tr_tb_row(r->tb, &row);
             if (w->rank == 0 && done != r->total_steps) {
                 tr_progress_break(&prog);
                 char best[160];

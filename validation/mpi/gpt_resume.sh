@@ -7,7 +7,8 @@
 # masks are drawn from (seed, step, place in the global batch), so a resumed run
 # draws what the straight one did. The straight run also samples text every 7 steps
 # (sample.every), the others never: sampling between steps must leave training as it
-# was, bit for bit.
+# was, bit for bit. The interrupted run's TensorBoard event files hold its
+# metrics.csv (validation/tb_events.py).
 source "$(dirname "$0")/../lib.sh"
 BYTES=$SRC/data/brown/bytes
 [ -f "$BYTES.train.tok" ] || { echo "skipped: no $BYTES.train.tok (run scripts/prepare_text.sh)"; exit 77; }
@@ -37,6 +38,8 @@ check "final parameters and AdamW state bit-identical (h5diff)" \
 # every column but the timings (samples_per_s, elapsed_s)
 check "metrics.csv rows identical" diff <(cut -d, -f1-7 "$WORK/straight/metrics.csv") \
   <(cut -d, -f1-7 "$WORK/cut/metrics.csv")
+check "the interrupted run's TensorBoard files (two sessions) read as its metrics.csv, perplexity too" \
+  "$PYTHON" validation/tb_events.py "$WORK/cut" --lm
 
 # another layout: written on 2 ranks at step 5, continued on 1
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/moved" run.stop_after_steps=5
