@@ -26,6 +26,7 @@ typedef struct run {
     tr_token_data tokens;     /* token windows (language models) */
     int lm;                   /* the model reads tokens */
     uint64_t data_digest;     /* the training data's hash (same_data_everywhere), 0: none */
+    uint64_t labels_only_digest; /* images: the labels' part alone, as older trainers hashed */
     tr_model model;
     tr_optim opt;
     tr_dp dp;

@@ -186,12 +186,13 @@ static int same_data_everywhere(run *r, int rc)
     int64_t mine[4] = {0, 0, 0, 0}, root[4];
     if (!rc && r->lm) {
         mine[0] = r->tokens.train_windows, mine[1] = r->tokens.val_windows;
-        r->data_digest = tr_token_data_digest(&r->tokens, 0);
+        r->data_digest = r->labels_only_digest = tr_token_data_digest(&r->tokens, 0);
         mine[2] = (int64_t)tr_token_data_digest(&r->tokens, 1);
     } else if (!rc) {
         mine[0] = r->train.n, mine[1] = r->test.n;
         const uint64_t fnv = 0xcbf29ce484222325ULL;
         uint64_t labels = tr_dataset_digest_labels(&r->train, fnv);
+        r->labels_only_digest = labels;
         r->data_digest = tr_dataset_digest_images(&r->train, labels);
         mine[2] = (int64_t)tr_dataset_digest_labels(&r->test, labels);
         mine[3] = (int64_t)tr_dataset_digest_images(&r->test, r->data_digest);
@@ -219,6 +220,7 @@ static int resume(run *r, uint64_t seed)
 {
     tr_train_ckpt_init(&r->ckpt, r->d, r->dir, &r->model, &r->opt, r->w, &r->scaler, &r->tracker);
     r->ckpt.meta.data_digest = r->data_digest;
+    r->ckpt.labels_only_digest = r->labels_only_digest;
     int reinit = 0;
     char msg[4096];
     /* before anything reads or writes a checkpoint (a signal may ask for one at any

@@ -291,7 +291,8 @@ static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *ste
             printf("warning: the checkpoint was written with seed %llu and this deck has %llu: "
                    "the data order after step %ld differs from the original run\n",
                    (unsigned long long)meta.seed, (unsigned long long)c->meta.seed, meta.step);
-        if (meta.data_digest && c->meta.data_digest && meta.data_digest != c->meta.data_digest)
+        if (meta.data_digest && c->meta.data_digest && meta.data_digest != c->meta.data_digest &&
+            meta.data_digest != c->labels_only_digest)
             printf("warning: the training data differ from those of the run that wrote the "
                    "checkpoint (its data_digest %#llx, this run's %#llx: a hash of the labels "
                    "and images, or of 64 windows of the token file): the resumed run trains on "

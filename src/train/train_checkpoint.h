@@ -25,6 +25,9 @@ typedef struct tr_train_ckpt {
     tr_ckpt_tensor *tensors;
     int ntensors, nparam_tensors;
     tr_ckpt_meta meta; /* model, optimizer, seed, layout; step set per write */
+    /* the data hash as trainers before images were hashed made it (the labels only;
+     * token data: meta.data_digest): their checkpoints resume without the warning */
+    uint64_t labels_only_digest;
     char *deck_text;   /* the resolved deck, saved in every checkpoint */
     long last_written; /* step of the newest checkpoint this run wrote or loaded */
     double last_write_time; /* tr_wtime() of this session's start or newest step file */
