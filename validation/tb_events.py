@@ -1,7 +1,7 @@
 """tb_events.py: reads a run's TensorBoard event files as TensorBoard does and checks
 them against the run's metrics.csv.
 
-    /usr/bin/python3 validation/tb_events.py RUN_DIR [--lm] [--loss-scale]
+    /usr/bin/python3 validation/tb_events.py RUN_DIR [--lm TOKENS_PER_SAMPLE] [--loss-scale]
 
 The framing (length, masked CRC-32C of the length, data, masked CRC-32C of the data)
 is checked with a CRC-32C of its own (bit by bit, checked on the standard test
@@ -12,7 +12,8 @@ Files are read in name order and a SessionLog START at step s drops the scalars 
 steps >= s read before it, as TensorBoard's reader purges a restarted run's orphaned
 steps. What remains must be metrics.csv: for every row, <phase>/loss and
 <phase>/accuracy (train rows also lr, grad_norm, samples_per_s and, with
---loss-scale, loss_scale; eval rows of a language model, --lm, perplexity) at the
+--loss-scale, loss_scale; a language model's, --lm T, tokens_per_s = samples_per_s
+x T, and its eval rows perplexity) at the
 row's step, equal to the row's values as float32, and nothing else. Exits 1 with
 the first difference."""
 import csv
@@ -88,7 +89,8 @@ def records(path):
 
 def main():
     run = sys.argv[1]
-    lm, loss_scale = "--lm" in sys.argv, "--loss-scale" in sys.argv
+    lm = int(sys.argv[sys.argv.index("--lm") + 1]) if "--lm" in sys.argv else 0
+    loss_scale = "--loss-scale" in sys.argv
     assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
     Event = declare()
     scalars = {}  # (tag, step) -> value
@@ -132,6 +134,9 @@ def main():
             names += ["lr", "grad_norm", "samples_per_s"] + (["loss_scale"] if loss_scale else [])
         for name in names:
             want[("%s/%s" % (phase, name), step)] = printed(row[name])
+        if phase == "train" and lm:
+            rate, tol = printed(row["samples_per_s"])
+            want[("train/tokens_per_s", step)] = (rate * lm, tol * lm)
         if phase == "eval" and lm:
             loss, tol = printed(row["loss"])
             want[("eval/perplexity", step)] = (math.exp(loss), math.exp(loss) * tol)

@@ -20,7 +20,8 @@
 struct tr_tb {
     FILE *f;
     char path[4200];
-    int lm, loss_scaled, failed;
+    long tokens_per_sample; /* 0: not a language model */
+    int loss_scaled, failed;
 };
 
 uint32_t tr_crc32c(const void *data, size_t n)
@@ -120,7 +121,7 @@ static void write_record(tr_tb *tb, const pb *e)
     }
 }
 
-tr_tb *tr_tb_open(const char *dir, long first_step, int lm, int loss_scaled)
+tr_tb *tr_tb_open(const char *dir, long first_step, long tokens_per_sample, int loss_scaled)
 {
     char sub[4096], host[256] = "host";
     snprintf(sub, sizeof sub, "%s/tensorboard", dir);
@@ -141,7 +142,7 @@ tr_tb *tr_tb_open(const char *dir, long first_step, int lm, int loss_scaled)
         errno = e;
         return NULL;
     }
-    tb->lm = lm, tb->loss_scaled = loss_scaled;
+    tb->tokens_per_sample = tokens_per_sample, tb->loss_scaled = loss_scaled;
     pb e;
     event_head(&e, 0);
     put_bytes(&e, 3, "brain.Event:2", 13);
@@ -187,9 +188,11 @@ void tr_tb_row(tr_tb *tb, const tr_metrics_row *r)
         scalar(&s, r->phase, "lr", r->lr);
         scalar(&s, r->phase, "grad_norm", r->grad_norm);
         scalar(&s, r->phase, "samples_per_s", r->samples_per_s);
+        if (tb->tokens_per_sample)
+            scalar(&s, r->phase, "tokens_per_s", r->samples_per_s * (double)tb->tokens_per_sample);
         if (tb->loss_scaled)
             scalar(&s, r->phase, "loss_scale", r->loss_scale);
-    } else if (tb->lm) {
+    } else if (tb->tokens_per_sample) {
         scalar(&s, r->phase, "perplexity", exp(r->loss));
     }
     event_head(&e, r->step);

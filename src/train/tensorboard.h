@@ -20,9 +20,10 @@
 typedef struct tr_tb tr_tb;
 
 /* Creates DIR/tensorboard and the session's file. first_step: the first step this
- * session trains (resume step + 1). lm: rows of a language model (eval/perplexity
- * too); loss_scaled: fp16-mixed (train/loss_scale too). NULL with errno. */
-tr_tb *tr_tb_open(const char *dir, long first_step, int lm, int loss_scaled);
+ * session trains (resume step + 1). tokens_per_sample > 0: a language model's rows
+ * (train/tokens_per_s and eval/perplexity too); loss_scaled: fp16-mixed
+ * (train/loss_scale too). NULL with errno. */
+tr_tb *tr_tb_open(const char *dir, long first_step, long tokens_per_sample, int loss_scaled);
 /* One metrics row as scalars. A write error is reported once (stderr) and ends the
  * file's writing; training goes on. */
 void tr_tb_row(tr_tb *tb, const tr_metrics_row *row);

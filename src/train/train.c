@@ -162,7 +162,8 @@ static int open_metrics(run *r)
                          strerror(errno)),
                TR_EXIT_IOERR;
     if (tr_deck_bool(r->d, "run", "tensorboard")) {
-        r->tb = tr_tb_open(r->dir, r->start_step + 1, r->lm, r->precision == TR_PREC_FP16);
+        r->tb = tr_tb_open(r->dir, r->start_step + 1, r->lm ? r->model.targets_per_sample : 0,
+                           r->precision == TR_PREC_FP16);
         if (!r->tb)
             return tr_run_key_error(r, "run", "tensorboard",
                                     "cannot write TensorBoard's event file under '%s/tensorboard': "

@@ -39,7 +39,7 @@ check "final parameters and AdamW state bit-identical (h5diff)" \
 check "metrics.csv rows identical" diff <(cut -d, -f1-7 "$WORK/straight/metrics.csv") \
   <(cut -d, -f1-7 "$WORK/cut/metrics.csv")
 check "the interrupted run's TensorBoard files (two sessions) read as its metrics.csv, perplexity too" \
-  "$PYTHON" validation/tb_events.py "$WORK/cut" --lm
+  "$PYTHON" validation/tb_events.py "$WORK/cut" --lm 16
 
 # another layout: written on 2 ranks at step 5, continued on 1
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/moved" run.stop_after_steps=5
