@@ -12,10 +12,10 @@ Files are read in name order and a SessionLog START at step s drops the scalars 
 steps >= s read before it, as TensorBoard's reader purges a restarted run's orphaned
 steps. What remains must be metrics.csv: for every row, <phase>/loss and
 <phase>/accuracy (train rows also lr, grad_norm, samples_per_s and, with
---loss-scale, loss_scale; a language model's, --lm T, tokens_per_s = samples_per_s
-x T, and its eval rows perplexity) at the
-row's step, equal to the row's values as float32, and nothing else. Exits 1 with
-the first difference."""
+--loss-scale, loss_scale; a language model's, --lm T, also tokens_per_s =
+samples_per_s x T, and its eval rows perplexity) at the row's step, equal to the
+row's values as float32 to the digits metrics.csv prints, and nothing else. Exits 1
+with the first difference."""
 import csv
 import decimal
 import glob
