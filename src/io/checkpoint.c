@@ -49,6 +49,21 @@ int tr_ckpt_link(const char *dir, long step, const char *name)
     return e;
 }
 
+int tr_ckpt_point_last(const char *dir, long step)
+{
+    char target[64], to[4200], tmp[4300];
+    snprintf(target, sizeof target, "step_%08ld.h5", step); /* relative: moves with DIR */
+    snprintf(to, sizeof to, "%s/%s", dir, TR_CKPT_LAST);
+    snprintf(tmp, sizeof tmp, "%s.tmp", to);
+    unlink(tmp);
+    int e = symlink(target, tmp) ? errno : 0;
+    if (!e && rename(tmp, to))
+        e = errno;
+    if (e)
+        unlink(tmp);
+    return e;
+}
+
 /* A name exactly as tr_ckpt_path writes it: "step_+0000010.h5" or "step_10.h5" are
  * not checkpoints, or a prune could delete step_00000010.h5 on their account. */
 static int parse_step(const char *name, long *step)
@@ -119,7 +134,8 @@ void tr_ckpt_prune(const char *dir, int keep)
     struct dirent *e;
     while ((e = readdir(d))) {
         size_t len = strlen(e->d_name);
-        if ((!strncmp(e->d_name, "step_", 5) || !strcmp(e->d_name, TR_CKPT_BEST ".tmp")) &&
+        if ((!strncmp(e->d_name, "step_", 5) || !strcmp(e->d_name, TR_CKPT_BEST ".tmp") ||
+             !strcmp(e->d_name, TR_CKPT_LAST ".tmp")) &&
             len > 7 && !strcmp(e->d_name + len - 7, ".h5.tmp")) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             unlink(path);

@@ -151,16 +151,23 @@ char *tr_ckpt_read_deck(const char *path);
 int tr_ckpt_list(const char *dir, long **steps);
 
 /* Deletes all but the newest `keep` checkpoints and stale temporary files (call on
- * one rank). Other names (TR_CKPT_BEST) are left alone. */
+ * one rank). Other names (TR_CKPT_BEST, TR_CKPT_LAST) are left alone. */
 void tr_ckpt_prune(const char *dir, int keep);
 
 /* The name of checkpoint.best's file in the checkpoint directory. */
 #define TR_CKPT_BEST "best.h5"
+/* A symbolic link to the newest checkpoint a run wrote, for tools and decks that
+ * want a name that does not change (init_from, gpt2_hf.py export, h5dump). */
+#define TR_CKPT_LAST "last.h5"
 
 /* Gives DIR/step_NNNNNNNN.h5 of `step` a second name DIR/NAME in one atomic step
  * (a hard link, renamed into place and synced), replacing what had that name;
  * pruning the step's own name later leaves the file under NAME. Rank-local; returns
  * 0, or errno (a file system without hard links: write the file instead). */
 int tr_ckpt_link(const char *dir, long step, const char *name);
+
+/* Points DIR/last.h5 at step's file (a relative symbolic link, renamed into place).
+ * Rank-local; returns 0 or errno (a file system without symbolic links). */
+int tr_ckpt_point_last(const char *dir, long step);
 
 #endif

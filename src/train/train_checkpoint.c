@@ -420,8 +420,15 @@ int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double ep
         return rc;
     c->last_written = step;
     c->last_write_time = tr_wtime();
-    if (w->rank == 0)
+    if (w->rank == 0) {
         tr_ckpt_prune(c->dir, c->keep);
+        int e = tr_ckpt_point_last(c->dir, step);
+        if (e && !c->last_link_failed) /* once: the checkpoints themselves are fine */
+            fprintf(stderr, "warning: cannot point %s/%s at the newest checkpoint: %s\n", c->dir,
+                    TR_CKPT_LAST, strerror(e));
+        if (e)
+            c->last_link_failed = 1;
+    }
     return 0;
 }
 

@@ -30,6 +30,7 @@ typedef struct tr_train_ckpt {
     uint64_t labels_only_digest;
     char *deck_text;   /* the resolved deck, saved in every checkpoint */
     long last_written; /* step of the newest checkpoint this run wrote or loaded */
+    int last_link_failed;   /* last.h5 could not be made (warned once) */
     double last_write_time; /* tr_wtime() of this session's start or newest step file */
     tr_loss_scale *scaler; /* saved with each checkpoint, restored by a load */
     tr_val_tracker *tracker; /* the same */

@@ -3,7 +3,7 @@
 # the run done straight (h5diff of the final checkpoints, metrics.csv rows); a
 # checkpoint resumes at another rank count within the any-layout tolerance; a
 # signal to one rank checkpoints at the next step boundary and exits 75; keep and
-# every_minutes write and keep the checkpoints they say.
+# every_minutes write and keep the checkpoints they say, and last.h5 names the newest.
 source "$(dirname "$0")/../lib.sh"
 require_data
 RUN_TIMEOUT=300
@@ -12,6 +12,7 @@ RUN_TIMEOUT=300
 STEPS=100 CUT=45 SIG_STEPS=300
 sanitized && STEPS=70 CUT=25 SIG_STEPS=60 # room to stop after the 20 logged steps it waits for
 ck() { printf '%s/checkpoints/step_%08d.h5' "$1" "$2"; } # ck RUN_DIR STEP: its checkpoint
+steps_in() { ls "$1/checkpoints" | grep '^step_' | tr '\n' ' '; } # steps_in RUN_DIR: its step files
 common=(inputs/mnist.in train.steps=$STEPS train.log_every=1 run.progress=off)
 
 # 1. straight, and interrupted at step CUT (mid-epoch) then resumed
@@ -85,7 +86,11 @@ done
 # 5. keep: only the newest N remain
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/keep" checkpoint.every=10 checkpoint.keep=2
 newest="$(basename "$(ck . $((STEPS - 10)))") $(basename "$(ck . $STEPS)") "
-check "keep=2 keeps the two newest" [ "$(ls "$WORK/keep/checkpoints" | tr '\n' ' ')" = "$newest" ]
+check "keep=2 keeps the two newest" [ "$(steps_in "$WORK/keep")" = "$newest" ]
+check "last.h5 names the newest: $(readlink "$WORK/keep/checkpoints/last.h5")" \
+  [ "$(readlink "$WORK/keep/checkpoints/last.h5")" = "$(basename "$(ck . $STEPS)")" ]
+check "last.h5 opens as the newest checkpoint" \
+  [ "$(h5dump -a /step "$WORK/keep/checkpoints/last.h5" | grep -o '(0): [0-9]*')" = "(0): $STEPS" ]
 
 # 6. every_minutes: a period shorter than any step (6 us) writes one after every step;
 #    ten minutes, none before the end
@@ -95,7 +100,7 @@ for m in 1e-7 10; do
   check "every_minutes=$m: exit $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
 done
 check "every_minutes=1e-7: a checkpoint after each of the 4 steps" \
-  [ "$(ls "$WORK/minutes1e-7/checkpoints" | tr '\n' ' ')" = "$(for s in 1 2 3 4; do basename "$(ck . $s)"; done | tr '\n' ' ')" ]
+  [ "$(steps_in "$WORK/minutes1e-7")" = "$(for s in 1 2 3 4; do basename "$(ck . $s)"; done | tr '\n' ' ')" ]
 check "every_minutes=10: only the final one" \
-  [ "$(ls "$WORK/minutes10/checkpoints")" = "$(basename "$(ck . 4)")" ]
+  [ "$(steps_in "$WORK/minutes10")" = "$(basename "$(ck . 4)") " ]
 finish
