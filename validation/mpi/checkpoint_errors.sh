@@ -78,7 +78,8 @@ run 2 "$WORK/out" "$WORK/err" inputs/mnist.in train.steps=6000 run.progress=off 
 check "5000 checkpoints, resumed to step 6000: exit $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
 left=$(LC_ALL=C ls "$many" | tr '\n' ' ')
 check "5000 checkpoints: keep = 2 leaves the two newest and the other names: $(echo "$left" | cut -c1-200)" \
-  [ "$left" = "step_+0000007.h5 step_00000007.h5.bak step_00005990.h5 step_00006000.h5 step_7.h5 " ]
+  [ "$left" = "last.h5 step_+0000007.h5 step_00000007.h5.bak step_00005990.h5 step_00006000.h5 step_7.h5 " ]
+check "5000 checkpoints: last.h5 names the newest" [ "$(readlink "$many/last.h5")" = step_00006000.h5 ]
 
 # kill -9 during a checkpoint write: the previous checkpoint stays the newest valid one
 big=(inputs/mnist.in model.hidden=2048,2048 train.steps=400 checkpoint.every=3 checkpoint.keep=0 run.progress=off)
