@@ -16,7 +16,8 @@
  * (corpus_reader.h: cut where the ids cannot change), encoded on --threads threads
  * (default: OpenMP's, e.g. OMP_NUM_THREADS) and appended to the token file as they
  * come, in order; memory is some 8 pieces a thread, and the ids are those of each
- * document encoded whole, whatever the threads and piece size.
+ * document encoded whole, whatever the threads and piece size. Every 10 s a line on
+ * stderr says how far it got.
  *
  * --print writes each document's ids as a JSON array on its own line instead (no
  * end-of-text), each encoded whole on one thread: validation/text/compare_with_js.sh
@@ -216,14 +217,17 @@ static int encode_jsonl(job *j, worker *w, const options *o)
     for (long line = j->piece.first_line; s < end; line++) {
         const char *nl = memchr(s, '\n', (size_t)(end - s));
         size_t len = nl ? (size_t)(nl - s) : (size_t)(end - s), at = 0;
-        size_t blank = strspn(s, " \t\r");
-        if (blank < len) {
+        /* a UTF-8 byte order mark before a file's first record, as some editors and
+         * Windows tools write one, is not part of the JSON */
+        size_t bom = line == 1 && len >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3) ? 3 : 0;
+        size_t blank = strspn(s + bom, " \t\r");
+        if (bom + blank < len) {
             char msg[256];
-            int rc = tr_jsonl_member(s, len, o->field, &w->doc, &w->key, &j->replaced, &at, msg,
-                                     sizeof msg);
+            int rc = tr_jsonl_member(s + bom, len - bom, o->field, &w->doc, &w->key, &j->replaced,
+                                     &at, msg, sizeof msg);
             if (rc < 0) {
-                snprintf(j->err, sizeof j->err, "%s:%ld: byte %zu: %s", j->piece.file, line, at + 1,
-                         msg);
+                snprintf(j->err, sizeof j->err, "%s:%ld: byte %zu: %s", j->piece.file, line,
+                         bom + at + 1, msg);
                 return TR_EXIT_DATA;
             }
             if (rc > 0) {
@@ -355,7 +359,7 @@ static int write_token_files(const options *o, worker *workers, uint32_t vocab)
     if (!r || !jobs)
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     size_t text_bytes = 0, docs = 0, replaced = 0;
-    double t0 = now();
+    double t0 = now(), reported = t0;
     while (!done && !rc) {
         int n = 0;
         while (n < nj && !rc) {
@@ -379,6 +383,14 @@ static int write_token_files(const options *o, worker *workers, uint32_t vocab)
             }
             rc = tr_token_writer_append(out, jobs[i].ids, jobs[i].n, err, sizeof err);
             text_bytes += jobs[i].text_bytes, docs += jobs[i].docs, replaced += jobs[i].replaced;
+        }
+        double t = now();
+        if (t - reported >= 10) { /* a large corpus takes minutes: say how far it got */
+            fprintf(stderr, "tokenize: %.1f MB read, %llu tokens so far, %.0f tokens/s\n",
+                    (double)tr_corpus_reader_bytes(r) / 1e6,
+                    (unsigned long long)tr_token_writer_count(out),
+                    (double)tr_token_writer_count(out) / (t - t0));
+            reported = t;
         }
     }
     double seconds = now() - t0;

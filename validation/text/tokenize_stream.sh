@@ -94,7 +94,8 @@ no_outputs() { ! ls "$1".*tok* >/dev/null 2>&1; }
 "$TOKENIZE" --bytes --print "${DOCS[@]}" "$WORK/raw.txt" > "$WORK/bytes.print"
 for args in "--threads 1" "--threads 3 --piece-kib 1"; do
   "$TOKENIZE" --bytes $args -o "$WORK/b" "${DOCS[@]}" "$WORK/raw.txt" > "$WORK/out" 2>&1
-  check "bytes, $args: exit 0: $(cat "$WORK/out")" [ $? = 0 ]
+  rc=$?
+  check "bytes, $args: exit 0: $(cat "$WORK/out")" [ $rc = 0 ]
   check "bytes, $args: the documents' bytes" expect_split "$WORK/bytes.print" -1 "$WORK/b"
 done
 
@@ -110,7 +111,8 @@ BPE=(--encoder "$GPT2/encoder.json" --merges "$GPT2/vocab.bpe")
 check "--print: one array a document" [ "$(wc -l < "$WORK/bpe.print")" = 6 ]
 for args in "--threads 1" "--threads 2 --piece-kib 1" "--threads 3 --piece-kib 4" "--threads 2"; do
   "$TOKENIZE" "${BPE[@]}" $args -o "$WORK/t" "${DOCS[@]}" "$WORK/raw.txt" > "$WORK/out" 2>&1
-  check "bpe, $args: exit 0: $(cat "$WORK/out")" [ $? = 0 ]
+  rc=$?
+  check "bpe, $args: exit 0: $(cat "$WORK/out")" [ $rc = 0 ]
   check "bpe, $args: each document's ids" expect_split "$WORK/bpe.print" 50256 "$WORK/t"
 done
 check "the summary names the threads: $(head -n 1 "$WORK/out")" \
@@ -123,16 +125,25 @@ check "--jsonl --field body --print on files without body: exit 65" [ $? = 65 ]
 for args in "--threads 1" "--threads 3 --piece-kib 1"; do
   "$TOKENIZE" "${BPE[@]}" --jsonl --field body $args -o "$WORK/j" "$WORK/body.jsonl" \
     > "$WORK/out" 2>&1
-  check "jsonl, $args: exit 0: $(cat "$WORK/out")" [ $? = 0 ]
+  rc=$?
+  check "jsonl, $args: exit 0: $(cat "$WORK/out")" [ $rc = 0 ]
   check "jsonl, $args: the documents' ids" expect_split "$WORK/valid.print" 50256 "$WORK/j"
   check "jsonl, $args: 5 documents counted" grep -q "^tokenize: 5 documents from" "$WORK/out"
 done
 # escaped and raw UTF-8, other members and a decoy inside them, a blank line, gzip
 "$TOKENIZE" "${BPE[@]}" --jsonl --piece-kib 1 -o "$WORK/k" "$WORK/docs.jsonl" "$WORK/docs2.jsonl.gz" \
   > "$WORK/out" 2>&1
-check "jsonl (text member, two files): exit 0: $(cat "$WORK/out")" [ $? = 0 ]
+rc=$?
+check "jsonl (text member, two files): exit 0: $(cat "$WORK/out")" [ $rc = 0 ]
 check "jsonl (text member, two files): the documents' ids" \
   expect_split "$WORK/valid.print" 50256 "$WORK/k"
+
+# a byte order mark before the first record is not part of the JSON
+printf '\xef\xbb\xbf' | cat - "$WORK/body.jsonl" > "$WORK/bom.jsonl"
+"$TOKENIZE" "${BPE[@]}" --jsonl --field body -o "$WORK/bom" "$WORK/bom.jsonl" > "$WORK/out" 2>&1
+rc=$?
+check "jsonl with a byte order mark: exit 0: $(cat "$WORK/out")" [ $rc = 0 ]
+check "jsonl with a byte order mark: the same ids" expect_split "$WORK/valid.print" 50256 "$WORK/bom"
 
 # --- bad input ----------------------------------------------------------------
 printf '{"text": "fine"}\n{"text": "fine"}\n{"text": "broken\n' > "$WORK/bad.jsonl"
