@@ -738,10 +738,16 @@ static int setup(run *r)
     return 0;
 }
 
+/* Frees what this rank holds. Watched: each step is this rank's own (no collective),
+ * so one that never returns (a GPU stuck in cudaFree, a prefetch thread stuck on a
+ * dead file system) ends the job by the watchdog instead of leaving the other ranks
+ * in MPI_Finalize until the time limit. The watchdog stops at the end, before the
+ * communicators are freed and MPI_Finalize, which wait for the other ranks, and rank
+ * 0 may still be sampling (tr_lm_sample of a model it holds whole) for longer than
+ * run.hang_minutes. */
 static void teardown(run *r)
 {
-    /* what follows (MPI_Finalize waits for rank 0's sample) is not training */
-    tr_watchdog_stop();
+    tr_watchdog_beat("the start of shutdown (freeing its loader, files, memory, device)", -1);
     if (r->loader)
         tr_loader_destroy(r->loader);
     if (r->metrics)
@@ -762,6 +768,7 @@ static void teardown(run *r)
     }
     tr_dataset_free(&r->train);
     tr_dataset_free(&r->test);
+    tr_watchdog_stop();
 }
 
 /* One optimizer step: micro-batches accumulate, the last one's backward overlaps

@@ -60,9 +60,9 @@ check "a byte-level run's export has no tokenizer files" [ ! -e "$WORK/hf/vocab.
 same_model() { h5diff -q "$1" "$2" /model /model; }
 "${TOOL[@]}" import "$WORK/hf" "$WORK/imp.h5" >"$WORK/out" 2>&1
 check "import the export: $(cat "$WORK/out")" same_model "$orig" "$WORK/imp.h5"
-grep -q "checkpoint.init_from=$WORK/imp.h5 model.name=gpt model.n_layer=4 model.n_head=4" \
+check "import prints the overrides: $(cat "$WORK/out")" \
+  grep -q "checkpoint.init_from=$WORK/imp.h5 model.name=gpt model.n_layer=4 model.n_head=4" \
   "$WORK/out"
-check "import prints the overrides: $(cat "$WORK/out")" [ $? = 0 ]
 check "import prints config.json's dropout as keys" \
   grep -q "trains with dropout; to do so too:  model.embd_pdrop=0.1 model.resid_pdrop=0.05$" "$WORK/out"
 
@@ -129,8 +129,8 @@ F=("${G[@]}" train.steps=3 parallel.tp=2 parallel.pp=2 train.micro_batches=2
   checkpoint.init_from="$WORK/imp.h5" run.dir="$WORK/ft")
 run 4 "$WORK/out" "$WORK/err" "${F[@]}"
 check "init_from run: $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
-grep -q "^initialised the model's parameters from $WORK/imp.h5 (model gpt, written at step 0 by 1 rank); the optimizer starts fresh at step 0" "$WORK/out"
-check "init_from says so: $(grep -i init "$WORK/out")" [ $? = 0 ]
+check "init_from says so: $(grep -i init "$WORK/out")" \
+  grep -q "^initialised the model's parameters from $WORK/imp.h5 (model gpt, written at step 0 by 1 rank); the optimizer starts fresh at step 0" "$WORK/out"
 check "init_from: the step-0 checkpoint holds the imported weights" \
   same_model "$orig" "$WORK/ft/checkpoints/step_00000000.h5"
 check "init_from: a fresh optimizer (zero momentum at step 0)" "$PYTHON" -c "
@@ -166,8 +166,7 @@ expect_refused() { # expect_refused CODE PATTERN overrides...
   local code=$1 pat=$2; shift 2
   run 2 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=1 run.dir="$WORK/bad" "$@"
   check "refused ($*): $RC, $(cat "$WORK/err")" [ "$RC" = "$code" ]
-  grep -q -- "$pat" "$WORK/err"
-  check "message ($*): $(cat "$WORK/err")" [ $? = 0 ]
+  check "message ($*): $(cat "$WORK/err")" grep -q -- "$pat" "$WORK/err"
 }
 expect_refused 65 "checkpoint.init_from=.*/model/wte/weight has shape \[256, 64\], the model has \[256, 128\]" \
   checkpoint.init_from="$WORK/imp.h5" model.n_embd=128

@@ -59,7 +59,8 @@ if sanitized; then
   echo "sanitizer build: the resident-memory comparisons are not meaningful, skipped"
 else
   /usr/bin/time -f "%M" -o "$WORK/rss" "$TRAINER" "${args[@]}" >"$WORK/out" 2>"$WORK/err"
-  check "the planned run: exit $? $(tail -2 "$WORK/err")" grep -q "^done" "$WORK/out"
+  rc=$?
+  check "the planned run: exit $rc $(tail -2 "$WORK/err")" grep -q "^done" "$WORK/out"
   rss=$(($(tail -1 "$WORK/rss") * 1024))
   echo "planned $planned bytes, measured peak resident $rss bytes"
   check "planned memory $planned within 20% of the measured peak $rss" "$PYTHON" -c "
@@ -70,7 +71,8 @@ fi
 # measured peak (GPT-2 124M at context 64 on tp 2 x pp 2, 2 micro-batches)
 lay=(parallel.tp=2 parallel.pp=2 train.micro_batches=2 run.dir="$WORK/run4")
 "$TRAINER" --plan --ranks 4 "${args[@]}" "${lay[@]}" >"$WORK/plan_tp_pp" 2>"$WORK/err"
-check "tp x pp plan: exit $? $(cat "$WORK/err")" grep -q "memory per rank by pipeline stage" \
+rc=$?
+check "tp x pp plan: exit $rc $(cat "$WORK/err")" grep -q "memory per rank by pipeline stage" \
   "$WORK/plan_tp_pp"
 for what in "tp group (2 ranks)" "pp group (2 stages)" "embedding group" "stage 1 "; do
   check "tp x pp plan shows $what" grep -q "$what" "$WORK/plan_tp_pp"

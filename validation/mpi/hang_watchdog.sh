@@ -4,6 +4,8 @@
 # waiting inside a collective; their watchdogs end the job with exit 71 and a message
 # that says what they were doing, and no rank is left running. A whole job that is
 # stopped and continued (Slurm's suspend, gang scheduling) is not a hang: it finishes.
+# A rank stuck while it frees what it holds at the end is one too: its own watchdog
+# ends the job, which would otherwise wait in MPI_Finalize.
 source "$(dirname "$0")/../lib.sh"
 require_data
 
@@ -68,4 +70,20 @@ wait "$LAUNCHER"
 code=$?
 check "run.hang_minutes = 0: the job waits for the stopped rank and finishes (got $code)" \
   [ "$code" = 0 ]
+
+# 4. a rank stuck while it frees what it holds at the end (here its data loader's
+# thread never joins: hang_at_join.c) while the other waits for it in MPI_Finalize:
+# its own watchdog ends the job
+base=(inputs/mnist.in train.log_every=10 run.progress=off run.hang_minutes=$TIMEOUT_MIN)
+check "the preload library is built: $HANG_AT_JOIN" [ -f "$HANG_AT_JOIN" ]
+LD_PRELOAD="$HANG_AT_JOIN" TR_TEST_HANG_RANK=1 timeout -k 5 60 mpirun -np 2 "$TRAINER" \
+  "${base[@]}" train.steps=20 checkpoint.at_end=false run.dir="$WORK/shutdown" \
+  >"$WORK/out" 2>"$WORK/err"
+code=$?
+check "a rank stuck at shutdown: the job ends with 71 (got $code) $(cat "$WORK/err")" \
+  [ "$code" = 71 ]
+check "the message names the rank and where it was" \
+  grep -q "^\[rank 1\] .*: no progress .* since the start of shutdown" "$WORK/err"
+check "the run itself finished first" grep -q "^done: 20 steps" "$WORK/out"
+check "no rank left running" no_leftover_ranks
 finish
