@@ -41,6 +41,30 @@ run() {
 # runs: they check memory there, and the release build checks the full curves
 sanitized() { ldd "$TRAINER" | grep -q libasan; }
 
+# time_accounted RUN_DIR OUT [sampled]: summary.json's parts of the session's time are
+# there, disjoint (set-up, steps, evaluation, checkpoints and samples add up to no
+# more than wall_seconds; the waits for data, the gradient sync and the other
+# pipeline stages lie inside the steps), evaluation and checkpoints took time, and so did samples if "sampled"; and
+# OUT's "time:" line says the same wall time
+time_accounted() {
+  "$PYTHON" - "$1/summary.json" "$2" "${3:-}" <<'PY'
+import json, re, sys
+s = json.load(open(sys.argv[1]))
+parts = ["setup_seconds", "train_seconds", "eval_seconds", "checkpoint_seconds", "sample_seconds"]
+waits = ["data_wait_seconds", "comm_wait_seconds", "pipeline_wait_seconds"]
+t = {k: s[k] for k in parts + waits + ["wall_seconds"]}
+assert all(v >= 0 for v in t.values()), t
+assert sum(t[k] for k in parts) <= t["wall_seconds"] + 0.005, t
+assert sum(t[k] for k in waits) <= t["train_seconds"] + 0.001, t
+assert t["eval_seconds"] > 0 and t["checkpoint_seconds"] > 0, t
+assert (t["sample_seconds"] > 0) == (sys.argv[3] == "sampled"), t
+line = [l for l in open(sys.argv[2]) if l.startswith("time: ")]
+assert len(line) == 1, line
+m = re.match(r"time: ([0-9.]+) s = set-up ([0-9.]+) \+ steps ([0-9.]+)", line[0])
+assert m and abs(float(m[1]) - t["wall_seconds"]) < 0.006, (line, t)
+PY
+}
+
 no_leftover_ranks() {
   sleep 0.2
   ! pgrep -f "$TRAINER " >/dev/null

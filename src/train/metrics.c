@@ -66,12 +66,25 @@ void tr_metrics_write(FILE *f, const tr_metrics_row *r)
     fflush(f); /* a crash or preemption keeps every row written so far */
 }
 
+FILE *tr_run_file_open(tr_run_file *rf, const char *dir, const char *name)
+{
+    snprintf(rf->path, sizeof rf->path, "%s/%s", dir, name);
+    snprintf(rf->tmp, sizeof rf->tmp, "%s.tmp", rf->path);
+    return fopen(rf->tmp, "w");
+}
+
+int tr_run_file_commit(tr_run_file *rf, FILE *f)
+{
+    int bad = ferror(f);
+    if (fclose(f) || bad)
+        return errno ? errno : EIO;
+    return rename(rf->tmp, rf->path) ? errno : 0;
+}
+
 int tr_summary_write(const char *dir, const tr_summary *s)
 {
-    char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/summary.json", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    tr_run_file rf;
+    FILE *f = tr_run_file_open(&rf, dir, "summary.json");
     if (!f)
         return errno;
     /* null before any evaluation during training (and for a loss that JSON cannot
@@ -80,6 +93,15 @@ int tr_summary_write(const char *dir, const tr_summary *s)
     if (s->best_val_step > 0 && isfinite(s->best_val_loss)) {
         snprintf(best_loss, sizeof best_loss, "%.9g", s->best_val_loss);
         snprintf(best_step, sizeof best_step, "%ld", s->best_val_step);
+    }
+    /* null where no rank had a peer to be compared with */
+    char slow_rank[32] = "null", slow_host[96] = "null", slow_busy[32] = "null",
+         median_busy[32] = "null";
+    if (s->slowest_rank >= 0) {
+        snprintf(slow_rank, sizeof slow_rank, "%d", s->slowest_rank);
+        snprintf(slow_host, sizeof slow_host, "\"%s\"", s->slowest_host);
+        snprintf(slow_busy, sizeof slow_busy, "%.6f", s->slowest_busy_seconds);
+        snprintf(median_busy, sizeof median_busy, "%.6f", s->median_busy_seconds);
     }
     fprintf(f,
             "{\n"
@@ -99,9 +121,15 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             "  \"tokens_per_second\": %.1f,\n"
             "  \"val_perplexity\": %.4f,\n"
             "  \"unigram_perplexity\": %.4f,\n"
-            "  \"wall_seconds\": %.3f,\n"
-            "  \"train_seconds\": %.3f,\n"
-            "  \"comm_wait_seconds\": %.3f,\n"
+            "  \"wall_seconds\": %.6f,\n"
+            "  \"train_seconds\": %.6f,\n"
+            "  \"comm_wait_seconds\": %.6f,\n"
+            "  \"data_wait_seconds\": %.6f,\n"
+            "  \"pipeline_wait_seconds\": %.6f,\n"
+            "  \"setup_seconds\": %.6f,\n"
+            "  \"eval_seconds\": %.6f,\n"
+            "  \"checkpoint_seconds\": %.6f,\n"
+            "  \"sample_seconds\": %.6f,\n"
             "  \"ranks\": %d,\n"
             "  \"dp\": %d,\n"
             "  \"tp\": %d,\n"
@@ -114,6 +142,10 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             "  \"skipped_steps\": %ld,\n"
             "  \"loss_scale\": %.9g,\n"
             "  \"blas_core\": \"%s\",\n"
+            "  \"slowest_rank\": %s,\n"
+            "  \"slowest_rank_host\": %s,\n"
+            "  \"slowest_rank_busy_seconds\": %s,\n"
+            "  \"median_busy_seconds\": %s,\n"
             "  \"best_val_loss\": %s,\n"
             "  \"best_val_step\": %s\n"
             "}\n",
@@ -121,14 +153,44 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             s->stopped_early ? "true" : "false", s->epochs, s->global_batch, s->parameters,
             s->samples_per_second, s->gflops_per_second, s->peak_gflops, s->mfu,
             s->tokens_per_second, s->val_perplexity, s->unigram_perplexity, s->wall_seconds,
-            s->train_seconds, s->comm_wait_seconds, s->ranks, s->dp, s->tp, s->pp, s->zero,
-            s->peak_rss_bytes, s->optimizer_state_bytes, s->threads_per_rank,
-            s->precision ? s->precision : "fp32", s->skipped_steps, s->loss_scale, s->blas_core,
-            best_loss, best_step);
-    int bad = ferror(f);
-    if (fclose(f) || bad)
-        return errno ? errno : EIO;
-    if (rename(tmp, path))
-        return errno;
-    return 0;
+            s->train_seconds, s->comm_wait_seconds, s->data_wait_seconds, s->pipeline_wait_seconds,
+            s->setup_seconds, s->eval_seconds, s->checkpoint_seconds, s->sample_seconds, s->ranks,
+            s->dp, s->tp, s->pp, s->zero, s->peak_rss_bytes, s->optimizer_state_bytes,
+            s->threads_per_rank, s->precision ? s->precision : "fp32", s->skipped_steps,
+            s->loss_scale, s->blas_core, slow_rank, slow_host, slow_busy, median_busy, best_loss,
+            best_step);
+    return tr_run_file_commit(&rf, f);
+}
+
+void tr_summary_print_time(FILE *f, const tr_summary *s)
+{
+    double rest = s->wall_seconds - s->setup_seconds - s->train_seconds - s->eval_seconds -
+                  s->checkpoint_seconds - s->sample_seconds;
+    fprintf(f,
+            "time: %.2f s = set-up %.2f + steps %.2f (waiting for data %.2f, for the gradient "
+            "sync %.2f",
+            s->wall_seconds, s->setup_seconds, s->train_seconds, s->data_wait_seconds,
+            s->comm_wait_seconds);
+    if (s->pp > 1)
+        fprintf(f, ", for the other stages %.2f", s->pipeline_wait_seconds);
+    fprintf(f, ")");
+    if (s->eval_seconds > 0)
+        fprintf(f, " + evaluation %.2f", s->eval_seconds);
+    if (s->checkpoint_seconds > 0)
+        fprintf(f, " + checkpoints %.2f", s->checkpoint_seconds);
+    if (s->sample_seconds > 0)
+        fprintf(f, " + samples %.2f", s->sample_seconds);
+    /* the loss's sum and the stop agreement of each step, metrics, progress */
+    fprintf(f, " + the rest %.2f, on rank 0\n", rest > 0 ? rest : 0);
+    if (s->slowest_rank < 0)
+        return;
+    char stage[48] = "";
+    if (s->pp > 1)
+        snprintf(stage, sizeof stage, " (pipeline stage %d)", s->slowest_stage);
+    fprintf(f,
+            "slowest rank: %d%s on %s, busy %.2f ms a step against a median of %.2f ms over "
+            "the %d ranks doing its work (%+.0f%%)\n",
+            s->slowest_rank, stage, s->slowest_host, 1e3 * s->slowest_busy_seconds,
+            1e3 * s->median_busy_seconds, s->slowest_peers,
+            100 * (s->slowest_busy_seconds / s->median_busy_seconds - 1));
 }

@@ -26,6 +26,15 @@ typedef struct tr_summary {
     double epochs, test_accuracy, test_loss, final_train_loss;
     double samples_per_second, wall_seconds, train_seconds, gflops_per_second;
     double comm_wait_seconds;
+    /* rank 0's session beside train_seconds (the steps, data_wait_seconds and
+     * comm_wait_seconds among them): disjoint parts of wall_seconds */
+    double setup_seconds, data_wait_seconds, eval_seconds, checkpoint_seconds, sample_seconds;
+    double pipeline_wait_seconds; /* inside the steps too: the other stages' messages */
+    /* straggler.h: the rank furthest above its stage's median busy time a step */
+    int slowest_rank; /* -1: no rank had a peer */
+    int slowest_stage, slowest_peers;
+    double slowest_busy_seconds, median_busy_seconds;
+    const char *slowest_host;
     double peak_gflops, mfu;                /* all ranks' peak; model FLOPs utilisation */
     double tokens_per_second;               /* language models (0 otherwise) */
     double val_perplexity, unigram_perplexity;
@@ -41,7 +50,19 @@ typedef struct tr_summary {
     long best_val_step;           /* at this step (0: no evaluation during training) */
 } tr_summary;
 
+/* A file of the run directory replaced whole, never seen half written: opens
+ * DIR/NAME.tmp for writing (f->path holds DIR/NAME); NULL with errno on failure. */
+typedef struct tr_run_file {
+    char path[4096], tmp[4200];
+} tr_run_file;
+FILE *tr_run_file_open(tr_run_file *rf, const char *dir, const char *name);
+/* Closes f and renames it into place; 0 or errno (the .tmp is left on failure). */
+int tr_run_file_commit(tr_run_file *rf, FILE *f);
+
 /* Writes DIR/summary.json; returns 0 or errno. */
 int tr_summary_write(const char *dir, const tr_summary *s);
+/* Prints the "time:" line: wall_seconds as the sum of its parts, the rest named;
+ * and, where ranks have peers, the "slowest rank:" line. */
+void tr_summary_print_time(FILE *f, const tr_summary *s);
 
 #endif

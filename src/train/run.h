@@ -52,6 +52,11 @@ typedef struct run {
     int precision;          /* train.precision as a tr_precision (lowp_math.h) */
     tr_loss_scale scaler;   /* fp16-mixed's loss scale (1 otherwise) */
     tr_val_tracker tracker; /* the lowest validation loss: checkpoint.best, early_stop */
+    /* where this rank's session went, in seconds (summary.json, the "time:" line):
+     * set-up, waiting for a batch inside the steps, evaluation, checkpoint writes and
+     * the samples during training (tr_lm_sample) */
+    double t_setup, t_data, t_eval, t_ckpt, t_sample;
+    double t_pipe_wait; /* inside the steps: blocked on the neighbour stages' messages */
     char err[4096];
 } run;
 

@@ -11,6 +11,7 @@
 #include "models/gpt.h"
 #include "plan.h"
 #include "progress.h"
+#include "rank_times.h"
 #include "run.h"
 #include "signals.h"
 #include "tensorboard.h"
@@ -253,12 +254,8 @@ static int resume(run *r, uint64_t seed)
 }
 
 /* Loss and accuracy on the test split, each rank taking a contiguous shard. */
-static void evaluate(run *r, double *loss, double *acc)
+static void evaluate_images(run *r, double *loss, double *acc)
 {
-    if (r->lm) {
-        tr_lm_evaluate(r, loss, acc);
-        return;
-    }
     long begin, end;
     tr_shard_range(r->test.n, r->w->dp_rank, r->w->dp, &begin, &end);
     float *x = r->eval_x; /* host memory: the model uploads it where it computes */
@@ -278,6 +275,16 @@ static void evaluate(run *r, double *loss, double *acc)
     tr_allreduce(sums, sums, 2, TR_F64, TR_SUM, r->w->dp_group);
     *loss = sums[0] / (double)r->test.n;
     *acc = sums[1] / (double)r->test.n;
+}
+
+static void evaluate(run *r, double *loss, double *acc)
+{
+    double t0 = tr_wtime();
+    if (r->lm)
+        tr_lm_evaluate(r, loss, acc);
+    else
+        evaluate_images(r, loss, acc);
+    r->t_eval += tr_wtime() - t0;
 }
 
 /* "{0,1} {2,3} ..." : the groups of ranks that differ only in one coordinate (tp
@@ -781,6 +788,7 @@ static int train_step(run *r, long step, int logged, double *loss_sum, long *cor
     const int32_t *y;
     tr_model *m = &r->model;
     size_t in = tr_shape_numel(m->input), in_bytes = sizeof(float);
+    double t0 = tr_wtime();
     if (r->lm) {
         const int32_t *tok;
         tr_token_data_batch(&r->tokens, step, &tok, &y);
@@ -791,6 +799,7 @@ static int train_step(run *r, long step, int logged, double *loss_sum, long *cor
         tr_loader_next(r->loader, step, &px, &y);
         x = px;
     }
+    r->t_data += tr_wtime() - t0;
     m->dev->zero(m->grads, m->nparams * sizeof(float));
     size_t tps = (size_t)m->targets_per_sample;
     /* the mean over every target of the global batch, times the loss scale */
@@ -901,9 +910,10 @@ static int agree_stop(run *r, long steps_this_session, int *due)
 static int save(run *r, long step, int best)
 {
     char msg[4096];
-    double epoch = (double)step / r->steps_per_epoch;
+    double epoch = (double)step / r->steps_per_epoch, t0 = tr_wtime();
     int rc = best ? tr_train_ckpt_save_best(&r->ckpt, r->w, step, epoch, msg, sizeof msg)
                   : tr_train_ckpt_save(&r->ckpt, r->w, step, epoch, msg, sizeof msg);
+    r->t_ckpt += tr_wtime() - t0;
     if (rc && r->w->rank == 0) {
         fprintf(stderr, "error: %s; stopping: training on without durable checkpoints would "
                         "risk losing the run (the previous checkpoint is intact)\n",
@@ -936,6 +946,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
                  "run.hang_minutes = 0 to run without it)", strerror(werr));
     tr_watchdog_beat("the start of set-up", -1);
     int rc = setup(r);
+    r->t_setup = tr_wtime() - rt->start_time;
     if (rc) {
         teardown(r);
         free(r);
@@ -949,7 +960,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
     long eval_every = tr_deck_int(d, "train", "eval_every");
     long sample_every = tr_deck_int(d, "sample", "every");
     double t_train = 0, t_first = 0, last_loss = 0;
-    long samples_done = 0;
+    long samples_done = 0, steps_run = 0;
     double test_loss = 0, test_acc = 0;
     int evaluated = 0;
     /* a run resumed where early_stop had ended it trains no further */
@@ -980,6 +991,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             fflush(stdout);
         }
         double t1 = tr_wtime();
+        steps_run++;
         if (step == r->start_step)
             report_beyond_plan(r);
         /* the rate leaves out the session's first step (first touch of every buffer,
@@ -1037,7 +1049,9 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         if (r->lm && sample_every && done % sample_every == 0 && done < r->total_steps &&
             !stopped_early) {
             tr_progress_break(&prog);
+            double ts = tr_wtime();
             tr_lm_sample(r, done);
+            r->t_sample += tr_wtime() - ts;
         }
         int timed = 0;
         int sig = done < r->total_steps && !stopped_early
@@ -1102,6 +1116,23 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
                      (double)(r->opt.hi - r->opt.lo) * sizeof(float) * (r->opt.v ? 2 : 1) +
                          (double)(r->opt.hi - r->opt.lo) * sizeof(float) * (r->opt.master != NULL)};
     tr_allreduce(mem, mem, 2, TR_F64, TR_MAX, w->world);
+    /* every rank's steps as busy time and waits; which rank the others waited for */
+    tr_straggler slow = {.rank = -1};
+    tr_rank_times times = {0};
+    if (steps_run > 0) {
+        tr_rank_time mine = {
+            .busy = (t_train + t_first - r->t_data - r->dp.comm_wait_s - r->t_pipe_wait) /
+                    (double)steps_run,
+            .data_wait = r->t_data,
+            .sync_wait = r->dp.comm_wait_s,
+            .pipe_wait = r->t_pipe_wait};
+        tr_rank_times_gather(w, &mine, &times);
+        tr_rank_times_straggler(w, &times, &slow);
+        int e = w->rank == 0 ? tr_rank_times_write(r->dir, w, &times) : 0;
+        if (e)
+            fprintf(stderr, "warning: cannot write %s/ranks.csv: %s\n", r->dir, strerror(e));
+        tr_rank_times_free(&times);
+    }
     if (w->rank == 0) {
         tr_summary s = {0};
         s.model = r->model.name;
@@ -1127,6 +1158,18 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         s.wall_seconds = wall;
         s.train_seconds = t_train + t_first;
         s.comm_wait_seconds = r->dp.comm_wait_s;
+        s.data_wait_seconds = r->t_data;
+        s.pipeline_wait_seconds = r->t_pipe_wait;
+        s.setup_seconds = r->t_setup;
+        s.eval_seconds = r->t_eval;
+        s.checkpoint_seconds = r->t_ckpt;
+        s.sample_seconds = r->t_sample;
+        s.slowest_rank = slow.rank;
+        s.slowest_stage = slow.stage;
+        s.slowest_peers = slow.peers;
+        s.slowest_busy_seconds = slow.busy;
+        s.median_busy_seconds = slow.median;
+        s.slowest_host = slow.host;
         s.ranks = w->size, s.dp = w->dp, s.tp = w->tp, s.pp = w->pp;
         s.zero = (int)tr_deck_int(d, "parallel", "zero");
         s.peak_rss_bytes = mem[0];
@@ -1155,6 +1198,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             printf("done: %ld steps in %.1f s, %.0f samples/s (%.1f GFLOP/s), test loss %.4f, "
                    "test accuracy %.2f%%\n",
                    end_step, wall, rate, s.gflops_per_second, test_loss, 100 * test_acc);
+        tr_summary_print_time(stdout, &s);
         fflush(stdout);
     }
     if (r->lm)

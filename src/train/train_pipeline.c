@@ -49,11 +49,13 @@ void tr_pipeline_step(run *r, long step, const int32_t *x, const int32_t *y, flo
         tr_pipe_op op = r->ops[i];
         int s = op.micro % r->slots;
         const int32_t *xk = x + (size_t)op.micro * B * T, *yk = y + (size_t)op.micro * B * T;
+        double t0 = tr_wtime();
         if (!op.backward) {
             tr_wait(&r->fwd_req[s]); /* the slot's previous output has left */
             if (!first)
                 tr_recv(tr_gpt_stage_input(m, s), n, st, w->pp_rank - 1, TAG_ACTIVATION,
                         w->pp_group);
+            r->t_pipe_wait += tr_wtime() - t0;
             /* dropout's masks: these rows' place in the step's global batch */
             tr_gpt_stage_train(m, s, step, (long)w->dp_rank * r->local_batch + (long)op.micro * B);
             tr_gpt_stage_forward(m, s, xk, B, T);
@@ -73,12 +75,18 @@ void tr_pipeline_step(run *r, long step, const int32_t *x, const int32_t *y, flo
             tr_dp_begin(&r->dp);
         if (!last)
             tr_recv(tr_gpt_stage_grad(m), n, TR_F32, w->pp_rank + 1, TAG_GRADIENT, w->pp_group);
+        r->t_pipe_wait += tr_wtime() - t0;
         tr_gpt_stage_backward(m, s, xk, yk, B, scale, final ? tr_dp_grads_ready : NULL, &r->dp);
-        if (!first)
+        if (!first) {
+            t0 = tr_wtime();
             tr_send(tr_gpt_stage_grad(m), n, TR_F32, w->pp_rank - 1, TAG_GRADIENT, w->pp_group);
+            r->t_pipe_wait += tr_wtime() - t0;
+        }
     }
+    double t0 = tr_wtime();
     for (int s = 0; s < r->slots; s++)
         tr_wait(&r->fwd_req[s]);
+    r->t_pipe_wait += tr_wtime() - t0;
 }
 
 double tr_pipeline_forward(run *r, const int32_t *x, const int32_t *y, int B, long *correct)

@@ -12,7 +12,9 @@ accuracy() {
   run 8 "$WORK/out" "$WORK/err" "$deck" run.dir="$dir"
   check "$deck: exit code $RC: $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
   check "$deck: final line printed" grep -q "^done: .* test accuracy" "$WORK/out"
-  grep "^done:" "$WORK/out"
+  grep "^done:\|^time:" "$WORK/out"
+  check "$deck: where the time went, in summary.json and the time line" \
+    time_accounted "$dir" "$WORK/out"
   check "$deck: summary.json has the required keys and test_accuracy >= $min" "$PYTHON" -c "
 import json, sys
 s = json.load(open('$dir/summary.json'))

@@ -28,6 +28,8 @@ check "it sampled at step 7 (and not at 14, its last, but after training)" [ \
   "$(grep -c '^sample at step 7 (greedy, 6 tokens' "$WORK/straight.out") \
 $(grep -c '^sample at step 14' "$WORK/straight.out") \
 $(grep -c '^sample (greedy, 6 tokens' "$WORK/straight.out")" = "1 0 1" ]
+check "where its time went: $(grep '^time:' "$WORK/straight.out")" \
+  time_accounted "$WORK/straight" "$WORK/straight.out" sampled
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/cut" run.stop_after_steps=5
 check "interrupted at step 5: exit $RC (75 expected)" [ "$RC" = 75 ]
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/cut"

@@ -72,11 +72,11 @@ check "run.hang_minutes = 0: the job waits for the stopped rank and finishes (go
   [ "$code" = 0 ]
 
 # 4. a rank stuck while it frees what it holds at the end (here its data loader's
-# thread never joins: hang_at_join.c) while the other waits for it in MPI_Finalize:
+# thread never joins: fault_preload.c) while the other waits for it in MPI_Finalize:
 # its own watchdog ends the job
 base=(inputs/mnist.in train.log_every=10 run.progress=off run.hang_minutes=$TIMEOUT_MIN)
-check "the preload library is built: $HANG_AT_JOIN" [ -f "$HANG_AT_JOIN" ]
-LD_PRELOAD="$HANG_AT_JOIN" TR_TEST_HANG_RANK=1 timeout -k 5 60 mpirun -np 2 "$TRAINER" \
+check "the preload library is built: $FAULT_PRELOAD" [ -f "$FAULT_PRELOAD" ]
+LD_PRELOAD="$FAULT_PRELOAD" TR_TEST_HANG_RANK=1 timeout -k 5 60 mpirun -np 2 "$TRAINER" \
   "${base[@]}" train.steps=20 checkpoint.at_end=false run.dir="$WORK/shutdown" \
   >"$WORK/out" 2>"$WORK/err"
 code=$?

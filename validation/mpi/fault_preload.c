@@ -1,0 +1,54 @@
+/* fault_preload.c: a preload library (LD_PRELOAD) that makes one rank misbehave the
+ * way a bad node does, for the tests of what the trainer does about it, without a
+ * test hook in the trainer. A rank is chosen by its OMPI_COMM_WORLD_RANK; every other
+ * process (mpirun included) runs as usual.
+ *   TR_TEST_HANG_RANK=R  pthread_join never returns on rank R, as a thread stuck on a
+ *                        dead file system or a GPU stuck in cudaFree leaves a rank at
+ *                        the end of a run. The trainer's one join before its
+ *                        watchdog stops is the data loader's, at shutdown
+ *                        (mpi.hang_watchdog).
+ *   TR_TEST_SLOW_RANK=R  each cblas_sgemm on rank R first sleeps TR_TEST_SLOW_US
+ *                        microseconds (default 2000), as a throttled or shared node
+ *                        runs slow (mpi.straggler). */
+#define _GNU_SOURCE
+#include <cblas.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int is_rank(const char *var)
+{
+    const char *want = getenv(var), *rank = getenv("OMPI_COMM_WORLD_RANK");
+    return want && rank && strcmp(want, rank) == 0;
+}
+
+typedef int join_fn(pthread_t, void **);
+
+int pthread_join(pthread_t thread, void **result)
+{
+    if (is_rank("TR_TEST_HANG_RANK"))
+        for (;;)
+            pause();
+    join_fn *real = (join_fn *)dlsym(RTLD_NEXT, "pthread_join");
+    return real(thread, result);
+}
+
+typedef void sgemm_fn(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE,
+                      const enum CBLAS_TRANSPOSE, const blasint, const blasint, const blasint,
+                      const float, const float *, const blasint, const float *, const blasint,
+                      const float, float *, const blasint);
+
+void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta,
+                 const enum CBLAS_TRANSPOSE tb, const blasint m, const blasint n, const blasint k,
+                 const float alpha, const float *a, const blasint lda, const float *b,
+                 const blasint ldb, const float beta, float *c, const blasint ldc)
+{
+    if (is_rank("TR_TEST_SLOW_RANK")) {
+        const char *us = getenv("TR_TEST_SLOW_US");
+        usleep(us ? (useconds_t)atol(us) : 2000);
+    }
+    sgemm_fn *real = (sgemm_fn *)dlsym(RTLD_NEXT, "cblas_sgemm");
+    real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
