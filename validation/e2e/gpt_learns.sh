@@ -11,7 +11,7 @@ BPE=$SRC/data/brown/gpt2
   { echo "skipped: no Brown token files (run scripts/prepare_text.sh)"; exit 77; }
 printf '[model]\nname = gpt\n' >"$WORK/gpt.in"
 RUN_TIMEOUT=300
-run 2 "$WORK/out" "$WORK/err" "$WORK/gpt.in" model.n_layer=2 model.n_head=2 model.n_embd=64 \
+MEASURE_PEAK=1 run 2 "$WORK/out" "$WORK/err" "$WORK/gpt.in" model.n_layer=2 model.n_head=2 model.n_embd=64 \
   model.seq_len=64 model.vocab_size=256 data.format=tokens data.tokenizer=bytes \
   data.train_tokens="$BYTES.train.tok" data.val_tokens="$BYTES.val.tok" data.val_limit=64 \
   train.batch_size=16 train.steps=600 train.eval_every=0 optim.name=adamw optim.lr=3e-3 \
