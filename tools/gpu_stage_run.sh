@@ -126,7 +126,7 @@ fi
   echo "== summary (set-up and checks: $((SECONDS - t0)) s of a $BUDGET s budget)"
   cat "$PARTS"
   grep -hE "tests passed|\(Failed\)|\*\*\*Failed|\*\*\*Timeout|Skipped" "$OUT/ctest.log"
-  grep -hE "^(== validation|trainer:|loss:|skipped|the trainer failed|the loss diverged)" "$OUT/mfu.log"
+  grep -hE "^(== validation|trainer:|time:|loss:|skipped|the trainer failed|the loss diverged)" "$OUT/mfu.log"
   grep -hE "^(kernels|wmma|mma) |largest difference|^one training step|^  (fp32|bf16|fp16):|^sample" \
     "$OUT/bench.log"
 } 2>/dev/null | tee "$OUT/summary.log"

@@ -34,7 +34,7 @@ typedef struct tr_summary {
     int slowest_rank; /* -1: no rank had a peer */
     int slowest_stage, slowest_peers;
     double slowest_busy_seconds, median_busy_seconds;
-    const char *slowest_host;
+    char slowest_host[64];
     double peak_gflops, mfu;                /* all ranks' peak; model FLOPs utilisation */
     double tokens_per_second;               /* language models (0 otherwise) */
     double val_perplexity, unigram_perplexity;

@@ -923,6 +923,48 @@ static int save(run *r, long step, int best)
     return rc;
 }
 
+/* The session's parts of its wall time into s (rank 0's, the "time:" line), every
+ * rank's busy time and waits into RUN/ranks.csv, and the slowest rank into s (every
+ * rank's). Collective over the world: call it where every rank ends its session
+ * together. steps_seconds: this session's steps_run steps. */
+static void session_times(run *r, double steps_seconds, long steps_run, double wall, tr_summary *s)
+{
+    const tr_world *w = r->w;
+    s->wall_seconds = wall;
+    s->setup_seconds = r->t_setup;
+    s->train_seconds = steps_seconds;
+    s->data_wait_seconds = r->t_data;
+    s->comm_wait_seconds = r->dp.comm_wait_s;
+    s->pipeline_wait_seconds = r->t_pipe_wait;
+    s->eval_seconds = r->t_eval;
+    s->checkpoint_seconds = r->t_ckpt;
+    s->sample_seconds = r->t_sample;
+    s->ranks = w->size;
+    s->pp = w->pp;
+    s->slowest_rank = -1;
+    if (steps_run <= 0)
+        return;
+    tr_rank_time mine = {.busy = (steps_seconds - r->t_data - r->dp.comm_wait_s - r->t_pipe_wait) /
+                                 (double)steps_run,
+                         .data_wait = r->t_data,
+                         .sync_wait = r->dp.comm_wait_s,
+                         .pipe_wait = r->t_pipe_wait};
+    tr_rank_times times;
+    tr_rank_times_gather(w, &mine, &times);
+    tr_straggler slow;
+    tr_rank_times_straggler(w, &times, &slow);
+    int e = w->rank == 0 ? tr_rank_times_write(r->dir, w, &times) : 0;
+    if (e)
+        fprintf(stderr, "warning: cannot write %s/ranks.csv: %s\n", r->dir, strerror(e));
+    tr_rank_times_free(&times);
+    s->slowest_rank = slow.rank;
+    s->slowest_stage = slow.stage;
+    s->slowest_peers = slow.peers;
+    s->slowest_busy_seconds = slow.busy;
+    s->median_busy_seconds = slow.median;
+    memcpy(s->slowest_host, slow.host, sizeof s->slowest_host);
+}
+
 int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
 {
     run *r = calloc(1, sizeof *r);
@@ -1094,6 +1136,14 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
                        : sig == SIGTERM    ? "SIGTERM"
                                            : "signal",
                        done, took, TR_EXIT_TEMPFAIL);
+            /* a session cut short (a Slurm time limit, preemption) says where its
+             * time went too, and which rank was slow */
+            tr_summary s = {0};
+            session_times(r, t_train + t_first, steps_run, tr_wtime() - rt->start_time, &s);
+            if (w->rank == 0) {
+                tr_summary_print_time(stdout, &s);
+                fflush(stdout);
+            }
             rc = TR_EXIT_TEMPFAIL;
             break;
         }
@@ -1116,25 +1166,9 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
                      (double)(r->opt.hi - r->opt.lo) * sizeof(float) * (r->opt.v ? 2 : 1) +
                          (double)(r->opt.hi - r->opt.lo) * sizeof(float) * (r->opt.master != NULL)};
     tr_allreduce(mem, mem, 2, TR_F64, TR_MAX, w->world);
-    /* every rank's steps as busy time and waits; which rank the others waited for */
-    tr_straggler slow = {.rank = -1};
-    tr_rank_times times = {0};
-    if (steps_run > 0) {
-        tr_rank_time mine = {
-            .busy = (t_train + t_first - r->t_data - r->dp.comm_wait_s - r->t_pipe_wait) /
-                    (double)steps_run,
-            .data_wait = r->t_data,
-            .sync_wait = r->dp.comm_wait_s,
-            .pipe_wait = r->t_pipe_wait};
-        tr_rank_times_gather(w, &mine, &times);
-        tr_rank_times_straggler(w, &times, &slow);
-        int e = w->rank == 0 ? tr_rank_times_write(r->dir, w, &times) : 0;
-        if (e)
-            fprintf(stderr, "warning: cannot write %s/ranks.csv: %s\n", r->dir, strerror(e));
-        tr_rank_times_free(&times);
-    }
+    tr_summary s = {0};
+    session_times(r, t_train + t_first, steps_run, wall, &s);
     if (w->rank == 0) {
-        tr_summary s = {0};
         s.model = r->model.name;
         s.blas_core = rt->blas_core;
         s.steps = end_step;
@@ -1155,22 +1189,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             s.val_perplexity = exp(test_loss);
             s.unigram_perplexity = tr_lm_unigram_baseline(r, test_loss);
         }
-        s.wall_seconds = wall;
-        s.train_seconds = t_train + t_first;
-        s.comm_wait_seconds = r->dp.comm_wait_s;
-        s.data_wait_seconds = r->t_data;
-        s.pipeline_wait_seconds = r->t_pipe_wait;
-        s.setup_seconds = r->t_setup;
-        s.eval_seconds = r->t_eval;
-        s.checkpoint_seconds = r->t_ckpt;
-        s.sample_seconds = r->t_sample;
-        s.slowest_rank = slow.rank;
-        s.slowest_stage = slow.stage;
-        s.slowest_peers = slow.peers;
-        s.slowest_busy_seconds = slow.busy;
-        s.median_busy_seconds = slow.median;
-        s.slowest_host = slow.host;
-        s.ranks = w->size, s.dp = w->dp, s.tp = w->tp, s.pp = w->pp;
+        s.dp = w->dp, s.tp = w->tp;
         s.zero = (int)tr_deck_int(d, "parallel", "zero");
         s.peak_rss_bytes = mem[0];
         s.optimizer_state_bytes = mem[1];

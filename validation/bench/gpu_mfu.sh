@@ -47,7 +47,7 @@ if [ "$rc" != 0 ]; then
   cat "$WORK/out" "$WORK/err" >&2
   exit 1
 fi
-grep -E "^(trainer|mfu|plan|device memory|done)" "$WORK/out"
+grep -E "^(trainer|mfu|plan|device memory|done|time)" "$WORK/out"
 # A fast step that computes the wrong thing is no result: on random tokens the loss
 # stays near ln(V) ~ 10.8 and must neither blow up nor turn NaN.
 if ! "$PY" - "$WORK/run/metrics.csv" <<'PYEOF'; then

@@ -38,7 +38,7 @@ import re, sys
 m = re.search(r'device memory: ([0-9.]+) (B|KiB|MiB|GiB)', '''$beyond''')
 b = float(m.group(1)) * {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}[m.group(2)]
 sys.exit(0 if b < 24 * 2**20 else 1)"
-gpu_pair gpt_bf16 1 1e-2 "${G[@]}" train.precision=bf16-mixed
+MEASURE_PEAK=1 gpu_pair gpt_bf16 1 1e-2 "${G[@]}" train.precision=bf16-mixed
 # MFU has a peak on the GPU: the datasheet's (a listed GPU) or a measured one, named
 check "the GPU's peak for MFU is known: $(grep '^mfu:' "$WORK/gpt_bf16.out")" \
   grep -qE "^mfu: against [1-9][0-9.]* GFLOP/s per rank \((.*datasheet, bf16 tensor cores dense|measured: .*bf16 tensor cores)" \

@@ -32,6 +32,11 @@ check "where its time went: $(grep '^time:' "$WORK/straight.out")" \
   time_accounted "$WORK/straight" "$WORK/straight.out" sampled
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/cut" run.stop_after_steps=5
 check "interrupted at step 5: exit $RC (75 expected)" [ "$RC" = 75 ]
+check "a session cut short says where its time went: $(grep -A2 '^run.stop' "$WORK/out")" \
+  grep -q "^time: .* = set-up .* + steps .* + checkpoints .*, on rank 0$" "$WORK/out"
+check "... and names the slowest of its 2 ranks, in ranks.csv too" [ \
+  "$(grep -c '^slowest rank: [01] on .* over the 2 ranks doing its work' "$WORK/out") \
+$(wc -l <"$WORK/cut/ranks.csv")" = "1 3" ]
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/cut"
 check "resumed run: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
 check "resumed from step 5" grep -q "resum.*step 5\|step_00000005" "$WORK/out"
