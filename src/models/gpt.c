@@ -273,6 +273,13 @@ void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, 
     *count = hi - *first;
 }
 
+double tr_gpt_stage_cost(const tr_gpt_config *c, int pp, int stage)
+{
+    int first, count;
+    tr_gpt_stage_blocks(c, pp, stage, &first, &count);
+    return count * block_cost(c) + (stage == pp - 1 ? head_cost(c) : 0);
+}
+
 static void build_layers(tr_model *m, gpt *g)
 {
     const tr_gpt_config *c = &g->cfg;

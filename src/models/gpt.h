@@ -34,6 +34,8 @@ const tr_gpt_config *tr_gpt_config_of(const tr_model *m);
  * each, balanced by cost (a block's FLOPs; the first stage also pays the embedding,
  * the last the head's logits). Every rank computes the same split. */
 void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, int *count);
+/* The cost that split balances, of stage `stage`: model FLOPs per token of a step. */
+double tr_gpt_stage_cost(const tr_gpt_config *c, int pp, int stage);
 
 /* ---- pipeline stages ------------------------------------------------------------
  * Every layout runs the model as stages (pp = 1: one stage, the whole model). A

@@ -80,7 +80,31 @@ static void print_model_parallel_comm(const tr_model *m, const tr_world *w, cons
         double tied = (double)c->Vp / w->tp * c->C * sizeof(float);
         fprintf(out, "  embedding group (first and last stage): all-reduce of the tied wte's "
                 "gradient, %s per step\n", B(a, sizeof a, tied));
+        tr_plan_print_stage_work(m, w->pp, micro, out);
     }
+}
+
+void tr_plan_print_stage_work(const tr_model *m, int pp, long micro, FILE *out)
+{
+    const tr_gpt_config *c = tr_gpt_config_of(m);
+    if (!c || pp < 2)
+        return;
+    double total = 0, most = 0;
+    for (int s = 0; s < pp; s++) {
+        double cost = tr_gpt_stage_cost(c, pp, s);
+        total += cost;
+        most = cost > most ? cost : most;
+    }
+    fprintf(out, "  stage work:");
+    for (int s = 0; s < pp; s++)
+        fprintf(out, "%s %d: %.0f %%", s ? "," : "", s, 100 * tr_gpt_stage_cost(c, pp, s) / total);
+    /* a step lasts at least micro x the busiest stage's time, in which stage s works
+     * micro x its own: the mean idle share is at least 1 - mean / most */
+    fprintf(out,
+            " of the model's FLOPs; the busiest sets the pace, so a stage waits at least %.0f "
+            "%% of a step on average, and a balanced pipeline's bubble is %.0f %% (pp - 1 of "
+            "micro_batches + pp - 1 slots; more micro-batches shrink it)\n",
+            100 * (1 - total / pp / most), 100.0 * (pp - 1) / (double)(micro + pp - 1));
 }
 
 void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr_model *m,

@@ -28,4 +28,10 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
                    const tr_world *w, long global_batch, long local_batch, long micro,
                    double device_memory, FILE *out);
 
+/* A pipeline's balance (pp > 1, a GPT m): each stage's share of the model FLOPs,
+ * the least a stage waits on average because the busiest sets the pace, and the
+ * bubble of a balanced pipeline over `micro` micro-batches. One line, for the
+ * banner and the plan. */
+void tr_plan_print_stage_work(const tr_model *m, int pp, long micro, FILE *out);
+
 #endif

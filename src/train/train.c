@@ -349,6 +349,7 @@ static void print_layout(const run *r)
                    s == 0 ? " + embeddings" : "", s == w->pp - 1 ? " + head" : "");
         }
         printf("\n");
+        tr_plan_print_stage_work(&r->model, w->pp, r->micro, stdout);
     }
     if (w->dp > 1 && w->dp < w->size)
         print_groups(w, "dp", w->dp, w->tp * w->pp);

@@ -73,6 +73,12 @@ grep -q "tp groups: {0,1} {2,3} {4,5} {6,7}" "$WORK/dp2_tp2_pp2.out" ||
   fail "the banner names the tp groups: $(grep -A4 '^layout' "$WORK/dp2_tp2_pp2.out")"
 grep -q "stages: 0: blocks 0-1 + embeddings, 1: blocks 2-3 + head" "$WORK/dp2_tp2_pp2.out" ||
   fail "the banner names the stages: $(grep -A4 '^layout' "$WORK/dp2_tp2_pp2.out")"
+# the split's costs, by hand: a block 6 x 12 C^2 + 12 C T = 319488 FLOPs a token (C 64,
+# T 32), the head 6 C V = 98304; stage 0 two blocks (46 %), stage 1 two and the head
+# (54 %): the mean stage 7 % below the busiest; the bubble of 4 micro-batches 1/5
+grep -q "^  stage work: 0: 46 %, 1: 54 % of the model's FLOPs; .* waits at least 7 % of a step on average, and a balanced pipeline's bubble is 20 % " \
+  "$WORK/dp2_tp2_pp2.out" ||
+  fail "the banner weighs the stages: $(grep -A6 '^layout' "$WORK/dp2_tp2_pp2.out")"
 
 check "every layout's loss curve matches one rank's" "$PYTHON" - "$WORK" "$STEPS" <<'PY'
 import csv, glob, os, sys
