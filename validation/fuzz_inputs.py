@@ -44,7 +44,7 @@ def sanitizer_env():
     supp = os.path.join(ROOT, 'validation', 'lsan.supp')
     return dict(os.environ,
                 ASAN_OPTIONS='detect_leaks=1:abort_on_error=1:detect_odr_violation=0:'
-                             'fast_unwind_on_malloc=0',
+                             'fast_unwind_on_malloc=0:intercept_tls_get_addr=0',
                 LSAN_OPTIONS='suppressions=%s:print_suppressions=0:fast_unwind_on_malloc=0'
                              % supp,
                 UBSAN_OPTIONS='print_stacktrace=1:halt_on_error=1',

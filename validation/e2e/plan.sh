@@ -5,12 +5,6 @@
 # 2 GB dominate the libraries' own); a device too small gets a warning; an
 # impossible layout or a bad option gets the usual error and exit 64.
 source "$(dirname "$0")/../lib.sh"
-# GCC 12's LeakSanitizer misreads the main thread's dynamic TLS at the exit of a GPT
-# plan on glibc 2.36-9+deb12u14 (seen 2026-11-27; not at the previous session's
-# glibc): its tracer crashes ("Tracer caught signal 11", with verbosity=1 "DTLS 12 at
-# 0x000000003b82-0x000400004c84") and the run aborts with 134, the same at the
-# commit before this session's. Leaks are still looked for, but not in TLS.
-if sanitized; then export LSAN_OPTIONS="${LSAN_OPTIONS:-}:use_tls=0"; fi
 args=(inputs/gpt2_124m.in model.seq_len=64 train.batch_size=4 data.format=random_tokens
   train.steps=2 data.val_limit=0 checkpoint.at_end=false sample.length=0
   system.peak_gflops=100 run.progress=off run.dir="$WORK/run")
