@@ -16,4 +16,8 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-ctest --test-dir "${BUILD_DIR:-$root/build}" --output-on-failure "$@"
+# tests side by side, one per core (TEST_JOBS to change): most of a test's time is
+# start-up, waits and messages, not arithmetic (validation/CMakeLists.txt says which
+# run alone)
+ctest --test-dir "${BUILD_DIR:-$root/build}" --output-on-failure \
+  --parallel "${TEST_JOBS:-$(nproc)}" "$@"

@@ -20,6 +20,7 @@ cd "$SRC" || exit 1
 PASSED=0
 FAILED=0
 WORK=$(mktemp -d /tmp/trainer_test.XXXXXX)
+export TR_TEST_TAG=$WORK
 trap 'rm -rf "$WORK"' EXIT
 
 ok() { PASSED=$((PASSED + 1)); }
@@ -72,7 +73,7 @@ PY
 
 no_leftover_ranks() {
   sleep 0.2
-  ! pgrep -f "$TRAINER " >/dev/null
+  [ -z "$(test_pids "$TRAINER ")" ]
 }
 
 require_data() {
@@ -87,8 +88,21 @@ finish() {
   [ "$FAILED" = 0 ]
 }
 
-# ranks of the trainer currently running (their command line starts with it)
-trainer_pids() { pgrep -f "^$TRAINER " || true; }
+# test_pids PATTERN: this test's processes whose command line matches PATTERN (pgrep
+# -f), in pid order. A process is this test's when its environment holds this test's
+# TR_TEST_TAG (exported below, inherited through timeout, mpirun and srun by every
+# rank), so that tests running side by side (ctest -j) neither see nor signal each
+# other's ranks.
+test_pids() {
+  local p
+  for p in $(pgrep -f "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxF "TR_TEST_TAG=$TR_TEST_TAG" &&
+      echo "$p"
+  done
+  return 0
+}
+# this test's ranks currently running (their command line starts with the trainer)
+trainer_pids() { test_pids "^$TRAINER "; }
 
 # h5_same A B: the model and optimizer state of two checkpoints are bit-identical
 h5_same() {

@@ -89,7 +89,9 @@ launcher=$!
 caught=0
 for _ in $(seq 1 6000); do
   if ls "$dir"/checkpoints/*.h5.tmp >/dev/null 2>&1 && ls "$dir"/checkpoints/step_*.h5 >/dev/null 2>&1; then
-    pkill -9 -f "^$TRAINER " && caught=1
+    pids=$(trainer_pids)
+    # shellcheck disable=SC2086 # one pid a word
+    [ -n "$pids" ] && kill -9 $pids && caught=1
     break
   fi
   sleep 0.005
