@@ -45,7 +45,9 @@ run() {
 
 # true in the AddressSanitizer build, where tests run shorter versions of their
 # runs: they check memory there, and the release build checks the full curves
-sanitized() { ldd "$TRAINER" | grep -q libasan; }
+# (ldd's whole output first: under pipefail, `ldd | grep -q` fails when grep's early
+# exit cuts ldd off with SIGPIPE, which tests running side by side made happen)
+sanitized() { [[ $(ldd "$TRAINER" 2>/dev/null) == *libasan* ]]; }
 
 # time_accounted RUN_DIR OUT [sampled]: summary.json's parts of the session's time
 # are there, disjoint (set-up, steps, evaluation, checkpoints and samples add up to
@@ -96,8 +98,7 @@ finish() {
 test_pids() {
   local p
   for p in $(pgrep -f "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxF "TR_TEST_TAG=$TR_TEST_TAG" &&
-      echo "$p"
+    grep -qzxF "TR_TEST_TAG=$TR_TEST_TAG" "/proc/$p/environ" 2>/dev/null && echo "$p"
   done
   return 0
 }

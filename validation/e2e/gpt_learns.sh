@@ -25,8 +25,8 @@ import json, sys
 s = json.load(open('$WORK/bytes/summary.json'))
 print('val perplexity', s['val_perplexity'], 'unigram', s['unigram_perplexity'])
 sys.exit(0 if 0 < s['val_perplexity'] < s['unigram_perplexity'] else 1)"
-check "the sample continues the prompt" grep -A1 "^sample (top-k, 40 tokens" "$WORK/out" \
-  | grep -q "^The man"
+check "the sample continues the prompt: $(grep -A1 "^sample (top-k 5, temperature 0.8, 40 tokens" "$WORK/out")" \
+  bash -c "grep -A1 '^sample (top-k 5, temperature 0.8, 40 tokens' '$WORK/out' | grep -q '^The man'"
 # MFU against a peak the banner names: measured here (a GEMM timing per rank)
 check "the banner names a measured peak: $(grep '^mfu:' "$WORK/out")" \
   grep -qE "^mfu: against [1-9][0-9.]* GFLOP/s per rank \(measured: " "$WORK/out"
