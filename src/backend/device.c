@@ -64,7 +64,7 @@ static int g_depth; /* open() nesting */
 
 static void protect(int prot)
 {
-    if (g_arena.base && mprotect(g_arena.base, g_arena.size, prot))
+    if (g_arena.base && mprotect(g_arena.base, g_arena.cap, prot))
         tr_fatal(TR_EXIT_OSERR, "mprotect of the guarded device arena: %s", strerror(errno));
 }
 
@@ -87,16 +87,17 @@ static int guarded_reserve(size_t bytes, char *err, size_t errlen)
     if (g_arena.base)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: the guarded device reserved twice");
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t size = (bytes + page - 1) / page * page;
-    void *p = mmap(NULL, size ? size : page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t size = (tr_arena_bytes(bytes) + page - 1) / page * page;
+    if (size == 0)
+        size = page;
+    void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         snprintf(err, errlen, "mmap of %.1f MiB failed",
                  (double)size / 1048576.0);
         return TR_EXIT_OSERR;
     }
-    g_arena.base = p;
-    g_arena.size = size ? size : page;
-    g_arena.used = 0;
+    tr_arena_init(&g_arena, p, bytes);
+    g_arena.cap = size; /* whole pages, for mprotect */
     g_depth = 0;
     return 0;
 }
@@ -108,8 +109,10 @@ static void guarded_free(void *p) {}
 
 static void guarded_release(void)
 {
-    if (g_arena.base)
-        munmap(g_arena.base, g_arena.size);
+    if (g_arena.base) {
+        tr_arena_unpoison(&g_arena);
+        munmap(g_arena.base, g_arena.cap);
+    }
     memset(&g_arena, 0, sizeof g_arena);
     g_depth = 0;
 }
@@ -131,7 +134,7 @@ static void guarded_move(void *dst, const void *src, size_t bytes)
 static int guarded_holds(const void *p)
 {
     const unsigned char *c = p;
-    return g_arena.base && c >= g_arena.base && c < g_arena.base + g_arena.size;
+    return g_arena.base && c >= g_arena.base && c < g_arena.base + g_arena.cap;
 }
 
 const tr_device tr_guarded_device = {

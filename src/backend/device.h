@@ -71,11 +71,41 @@ extern const tr_device tr_gpu_device; /* src/cuda/cuda_device_memory.cu */
  * the 256-byte alignment. */
 static inline size_t tr_device_round(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
+/* Under AddressSanitizer, in the arenas of host memory (the guarded device, the CUDA
+ * emulation), every allocation is followed by TR_ARENA_REDZONE poisoned bytes, and
+ * its rounding to 256 bytes is poisoned too: a kernel that runs past its tensor's end
+ * is stopped and named there, where a GPU would silently write the next tensor. The
+ * plan's figures stay as they are: `size` and `used` count the plan's bytes, and the
+ * reservation itself is tr_arena_bytes(size), the gaps' room added. nvcc's host pass
+ * is left out: its device pointers have no shadow memory. */
+#if defined(__SANITIZE_ADDRESS__) && !defined(__CUDACC__)
+#include <sanitizer/asan_interface.h>
+#define TR_ARENA_REDZONE ((size_t)256)
+#else
+#define TR_ARENA_REDZONE ((size_t)0)
+#endif
+
 /* A reservation handed out in order, never reused (the devices that reserve). */
 typedef struct tr_arena {
     unsigned char *base;
-    size_t size, used;
+    size_t size, used; /* the plan's bytes: reserved, handed out */
+    size_t cap, gaps;  /* the reservation's bytes, the redzones handed out */
 } tr_arena;
+
+/* The bytes to reserve for a plan of `size` bytes: each allocation takes at least
+ * 256 of them, and a redzone after it. */
+static inline size_t tr_arena_bytes(size_t size)
+{
+    return size + (size / 256 + 1) * TR_ARENA_REDZONE;
+}
+
+static inline void tr_arena_init(tr_arena *a, void *base, size_t size)
+{
+    a->base = (unsigned char *)base;
+    a->size = size;
+    a->cap = tr_arena_bytes(size);
+    a->used = a->gaps = 0;
+}
 
 static inline void *tr_arena_take(tr_arena *a, size_t bytes, const char *what)
 {
@@ -84,9 +114,25 @@ static inline void *tr_arena_take(tr_arena *a, size_t bytes, const char *what)
         tr_fatal(TR_EXIT_SOFTWARE,
                  "bug: the memory plan reserved %zu bytes of device memory, %s needs %zu more "
                  "after %zu", a->size, what, n, a->used);
-    void *p = a->base + a->used;
+    unsigned char *p = a->base + a->used + a->gaps;
     a->used += n;
+#if defined(__SANITIZE_ADDRESS__) && !defined(__CUDACC__)
+    ASAN_POISON_MEMORY_REGION(p + bytes, n - bytes + TR_ARENA_REDZONE);
+    a->gaps += TR_ARENA_REDZONE;
+#endif
     return p;
+}
+
+/* Before the reservation is given back: its memory may be reused by code that knows
+ * nothing of the redzones. */
+static inline void tr_arena_unpoison(const tr_arena *a)
+{
+#if defined(__SANITIZE_ADDRESS__) && !defined(__CUDACC__)
+    if (a->base)
+        ASAN_UNPOISON_MEMORY_REGION(a->base, a->cap);
+#else
+    (void)a;
+#endif
 }
 
 /* The guarded device's arena: readable between open and close (they nest). */

@@ -14,6 +14,7 @@
 #include "comm/comm_nccl.h" /* tr_nccl_is_device */
 
 #include <stdio.h>
+#include <string.h>
 
 static tr_arena g_arena;
 static size_t g_free_before; /* the GPU's free memory just before the reservation */
@@ -30,7 +31,7 @@ static int gpu_reserve(size_t bytes, char *err, size_t errlen)
     size_t gpu_total = 0;
     TR_CUDA_CHECK(cudaMemGetInfo(&g_free_before, &gpu_total));
     void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, bytes);
+    cudaError_t e = cudaMalloc(&p, tr_arena_bytes(bytes));
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
         size_t free_b = 0, total_b = 0;
@@ -41,10 +42,8 @@ static int gpu_reserve(size_t bytes, char *err, size_t errlen)
         return TR_EXIT_OSERR;
     }
     TR_CUDA_CHECK(e);
-    g_arena.base = (unsigned char *)p;
-    g_arena.size = bytes;
-    g_arena.used = 0;
-    TR_CUDA_CHECK(cudaMemsetAsync(p, 0, g_arena.size, tr_cuda_stream()));
+    tr_arena_init(&g_arena, p, bytes);
+    TR_CUDA_CHECK(cudaMemsetAsync(p, 0, g_arena.cap, tr_cuda_stream()));
     tr_cuda_ctx_adopt(tr_arena_take(&g_arena, TR_CUDA_BACKEND_BYTES,
                                     "the CUDA backend (cuBLAS workspace, scratch)"),
                       TR_CUDA_BACKEND_BYTES);
@@ -55,7 +54,7 @@ static double gpu_beyond_reservation(void)
 {
     size_t free_b = 0, total_b = 0;
     TR_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    return (double)g_free_before - (double)free_b - (double)g_arena.size;
+    return (double)g_free_before - (double)free_b - (double)g_arena.cap;
 }
 
 /* zeroed by the reservation's memset */
@@ -68,10 +67,10 @@ static void gpu_release(void)
     if (g_arena.base) {
         tr_cuda_stream_wait(tr_cuda_stream());
         tr_cuda_ctx_give_back();
+        tr_arena_unpoison(&g_arena);
         TR_CUDA_CHECK(cudaFree(g_arena.base));
     }
-    g_arena.base = NULL;
-    g_arena.size = g_arena.used = 0;
+    memset(&g_arena, 0, sizeof g_arena);
 }
 
 static void gpu_zero(void *p, size_t bytes)

@@ -28,6 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#endif
 
 namespace
 {
@@ -277,6 +280,11 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
      * clears it itself anyway, so its pages are not touched twice) */
     if (rounded <= ((size_t)64 << 20))
         memset(q, 0xff, rounded);
+#ifdef __SANITIZE_ADDRESS__
+    /* a kernel that reads or writes past the block's end: stopped there, where the GPU
+     * would not notice within the rounding */
+    ASAN_POISON_MEMORY_REGION((char *)q + bytes, rounded - bytes);
+#endif
     S().device[(uintptr_t)q] = bytes;
     S().used += rounded;
     *p = q;
