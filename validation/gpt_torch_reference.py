@@ -50,7 +50,9 @@ trainer's documented ones (src/backend/dropout_math.h: Philox-4x32-10 written he
 numpy, keyed by train.seed, counter (step << 32 | 5 << 20 | site, n / 4), word n % 4
 below p 2^32 drops, kept values times float32(1 / (1 - p)); n the element's index in
 the step's global batch, sites 0 for the embeddings and 1 + 3 l + (0 attention, 1 its
-projection, 2 the MLP's) for block l), so a run with dropout is checked the same way. All of it runs in float32
+projection, 2 the MLP's) for block l; attention's probabilities (b, h, i, j) four to a
+counter instead: that of (b, h, i & ~8, j & ~8), word 2 (i bit 3) + (j bit 3)), so a
+run with dropout is checked the same way. All of it runs in float32
 (float64 for --fp64-floor and for the self-test's finite differences), one thread,
 deterministic algorithms. The deck's float settings (lr, betas, eps, weight_decay) are
 rounded to float32 first, as the trainer holds them.
@@ -256,22 +258,33 @@ def philox4x32(key, hi, lo):
     return np.stack(c)
 
 
-def dropout_factors(cfg, p, step, site, shape):
+def dropout_factors(cfg, p, step, site, shape, attention=False):
     """The trainer's mask for a tensor of `shape` that holds a whole global batch: a
-    float32 tensor of 0 and 1 / (1 - p) (None where p is 0)."""
+    float32 tensor of 0 and 1 / (1 - p) (None where p is 0). Element-wise sites: word
+    n % 4 of counter n / 4. attention (shape [B, nh, T, T]): (i, j), (i, j + 8),
+    (i + 8, j), (i + 8, j + 8) share the counter of (i, j) with bit 3 of both clear,
+    word 2 (i bit 3) + (j bit 3)."""
     if p <= 0 or step is None:
         return None
     n = np.arange(int(np.prod(shape)), dtype=np.uint64)
-    words = philox4x32(cfg.seed, (step << 32) | (5 << 20) | site, n >> np.uint64(2))
-    draw = np.take_along_axis(words, (n & np.uint64(3)).astype(np.int64)[None, :], 0)[0]
+    if attention:
+        T = np.uint64(shape[-1])
+        i, j = (n // T) % T, n % T
+        eight, one = np.uint64(8), np.uint64(1)
+        counter = n - (i & eight) * T - (j & eight)
+        word = ((i >> np.uint64(3)) & one) * np.uint64(2) + ((j >> np.uint64(3)) & one)
+    else:
+        counter, word = n >> np.uint64(2), n & np.uint64(3)
+    words = philox4x32(cfg.seed, (step << 32) | (5 << 20) | site, counter)
+    draw = np.take_along_axis(words, word.astype(np.int64)[None, :], 0)[0]
     threshold = min(int(float(np.float32(p)) * 4294967296.0), 4294967295)
     scale = np.float32(1.0 / (1.0 - float(np.float32(p))))
     f = np.where(draw < threshold, np.float32(0), scale).astype(np.float32)
     return torch.from_numpy(f.reshape(shape))
 
 
-def dropped(t, cfg, p, step, site):
-    f = dropout_factors(cfg, p, step, site, tuple(t.shape))
+def dropped(t, cfg, p, step, site, attention=False):
+    f = dropout_factors(cfg, p, step, site, tuple(t.shape), attention)
     return t if f is None else t * f.to(t.dtype)
 
 
@@ -294,7 +307,7 @@ def forward(P, cfg, idx, targets, gelu=gelu_tanh, step=None):
         v = v.view(B, T, nh, hs).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        att = dropped(att, cfg, cfg.attn_pdrop, step, 1 + 3 * i)
+        att = dropped(att, cfg, cfg.attn_pdrop, step, 1 + 3 * i, attention=True)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         y = y @ P[h + "attn/c_proj/weight"].t() + P[h + "attn/c_proj/bias"]
         x = x + dropped(y, cfg, cfg.resid_pdrop, step, 2 + 3 * i)

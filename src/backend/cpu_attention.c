@@ -64,25 +64,39 @@ size_t tr_cpu_attention_state_floats(int B, int T, int NH)
     return (size_t)B * NH * T * T;
 }
 
-/* Ad = A * M for head (b, h) of the call: the causal part of each row, zeros beyond */
-static void dropped_probs(float *Ad, const float *A, int T, const tr_dropout *d, int b, int h)
+/* f[j] = M's factor of (t, j) for j <= t of head (b, h): one Philox call for j and
+ * j + 8 (dropout_math.h's groups), half of the row's other calls are row t ^ 8's */
+static void row_factors(float *f, int t, int T, const tr_dropout *d, int b, int h)
+{
+    for (int j = 0; j <= t; j++) {
+        if (j & 8)
+            continue; /* drawn with j - 8 */
+        uint32_t r[4];
+        tr_dropout_att_draw(r, d, b, h, t, j, T);
+        f[j] = tr_dropout_att_keep(d, r, t, j);
+        if (j + 8 <= t)
+            f[j + 8] = tr_dropout_att_keep(d, r, t, j + 8);
+    }
+}
+
+/* Ad = A * M for head (b, h) of the call: the causal part of each row, zeros beyond;
+ * and where dA is not NULL, dA *= M over the causal part (the gradient of A from that
+ * of A * M), from the same draws */
+static void dropped_probs(float *Ad, float *dA, const float *A, int T, const tr_dropout *d, int b,
+                          int h)
 {
     for (int t = 0; t < T; t++) {
         const float *a = A + (size_t)t * T;
         float *o = Ad + (size_t)t * T;
+        row_factors(o, t, T, d, b, h);
+        if (dA)
+            for (int j = 0; j <= t; j++)
+                dA[(size_t)t * T + j] *= o[j];
         for (int j = 0; j <= t; j++)
-            o[j] = a[j] * tr_dropout_factor(d, tr_dropout_att_index(d, b, h, t, j, T));
+            o[j] *= a[j];
         for (int j = t + 1; j < T; j++)
             o[j] = 0.0f;
     }
-}
-
-/* dA *= M in place over the causal part (the gradient of A from that of A * M) */
-static void mask_prob_grad(float *dA, int T, const tr_dropout *d, int b, int h)
-{
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j <= t; j++)
-            dA[(size_t)t * T + j] *= tr_dropout_factor(d, tr_dropout_att_index(d, b, h, t, j, T));
 }
 
 /* One head's T rows of HS values at element off of src, a tensor stored in format
@@ -148,7 +162,7 @@ void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int
                         0.0f, A, T);
             causal_softmax(A, T);
             if (dropping)
-                dropped_probs(Ad, A, T, drop, b, h);
+                dropped_probs(Ad, NULL, A, T, drop, b, h);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f,
                         dropping ? Ad : A, T, v, ldv, 0.0f, o, ldo);
             /* out (stored in the format: rounded as it is stored) and the probabilities
@@ -199,8 +213,7 @@ void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, ldo, v, ldv,
                         0.0f, dA, T);
             if (dropping) { /* dV = (A * M)^T dO; dA = M * (dO V^T) */
-                dropped_probs(Ad, A, T, drop, b, h);
-                mask_prob_grad(dA, T, drop, b, h);
+                dropped_probs(Ad, dA, A, T, drop, b, h);
             }
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f,
                         dropping ? Ad : A, T, dO, ldo, 0.0f, dv, ldg);

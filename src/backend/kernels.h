@@ -214,8 +214,8 @@ typedef struct tr_kernels {
      * _stored linear entries), which backward reads; backward's dout is stored in
      * `format` (written by linear_backward_stored_dinp), and its dqkv too (read by
      * linear_backward_stored_dout). drop (NULL or off: none) drops attention's
-     * probabilities after the softmax, (b, h, i, j) as tr_dropout_att_index numbers
-     * them: forward multiplies V by the dropped ones, backward draws the same mask; the
+     * probabilities after the softmax, (b, h, i, j) with tr_dropout_att_factor's mask:
+     * forward multiplies V by the dropped ones, backward draws the same mask; the
      * saved state is of the probabilities before it. */
     size_t (*attention_state_floats)(int B, int T, int NH);
     void (*attention_forward)(void *out, float *att, const void *qkv, int B, int T, int C,

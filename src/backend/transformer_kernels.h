@@ -176,7 +176,7 @@ void tr_cpu_dropout(float *out, const float *inp, size_t n, const tr_dropout *d)
  * reader is linear_backward_stored_dout); out is forward's output (unused here); datt
  * [B,NH,T,T] is scratch the caller provides (contents on return unspecified).
  * Dropout (drop on, dropout_math.h): out = per head (A * M) v, with A the probabilities
- * (what att saves) and M the mask's factors of tr_dropout_att_index; backward draws M
+ * (what att saves) and M the mask's factors, tr_dropout_att_factor; backward draws M
  * again: dA = M * (dO v^T) before the softmax's backward, dV = (A * M)^T dO. NULL: none.
  * C % NH must be 0. */
 size_t tr_cpu_attention_state_floats(int B, int T, int NH); /* B*NH*T*T */

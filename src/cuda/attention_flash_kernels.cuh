@@ -17,7 +17,7 @@
 #ifndef TR_ATTENTION_FLASH_KERNELS_CUH
 #define TR_ATTENTION_FLASH_KERNELS_CUH
 
-#include "backend/dropout_math.h" /* tr_dropout_factor */
+#include "backend/dropout_math.h" /* tr_dropout_att_factor */
 #include "backend/lowp_math.h"   /* tr_stored_load, tr_stored_store */
 #include "backend/scalar_math.h" /* tr_expf */
 #include "cuda/cuda_launch.cuh"  /* tr_warp_sum, tr_warp_max, TR_CUDA_BLOCK */
@@ -112,7 +112,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
             l[r] = l[r] * corr + tr_warp_sum(p[r]);
             m[r] = mnew;
             if (drop.threshold && valid) /* O sums the dropped p; l the whole row */
-                p[r] *= tr_dropout_factor(&drop, tr_dropout_att_index(&drop, b, h, i, j, T));
+                p[r] *= tr_dropout_att_factor(&drop, b, h, i, j, T);
 #pragma unroll
             for (int c = 0; c < D / 32; c++)
                 acc[r][c] *= corr;
@@ -215,7 +215,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
             bool valid = i < T && j <= i;
             p[r] = valid ? tr_expf(s - li) : 0.0f;
             if (drop.threshold && valid) { /* dV takes p f, ds = p (f dp - Dvec) */
-                float f = tr_dropout_factor(&drop, tr_dropout_att_index(&drop, b, h, i, j, T));
+                float f = tr_dropout_att_factor(&drop, b, h, i, j, T);
                 ds[r] = p[r] * (f * dp - di);
                 p[r] *= f;
             } else {
@@ -300,7 +300,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
             bool valid = i < T && j <= i;
             float p = valid ? tr_expf(s - li[r]) : 0.0f;
             if (drop.threshold && valid)
-                dp *= tr_dropout_factor(&drop, tr_dropout_att_index(&drop, b, h, i, j, T));
+                dp *= tr_dropout_att_factor(&drop, b, h, i, j, T);
             ds[r] = p * (dp - di[r]);
         }
         for (int jj = 0; jj < 32; jj++) {

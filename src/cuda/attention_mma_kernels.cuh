@@ -54,13 +54,14 @@
  *
  * Dropout of the probabilities (drop.threshold nonzero), as the other forms draw it
  * (attention_flash_kernels.cuh): each fragment element's row and key are known where
- * the causal mask is applied, and there the mask's factor f is drawn, a Philox call
- * for a lane's two neighbouring keys; P f goes into O and dV (l sums P), and dS = P (f
- * dP - Dvec). */
+ * the causal mask is applied, and there the mask's factor f is drawn; P f goes into O
+ * and dV (l sums P), and dS = P (f dP - Dvec). A lane's rows g and g + 8 and columns
+ * 2t + e and 2t + e + 8 (two neighbouring n tiles) are one of dropout_math.h's groups,
+ * in P (forward, dQ) and in P^T (dK/dV) alike: one Philox call for four elements. */
 #ifndef TR_ATTENTION_MMA_KERNELS_CUH
 #define TR_ATTENTION_MMA_KERNELS_CUH
 
-#include "backend/dropout_math.h" /* tr_dropout_factor2 */
+#include "backend/dropout_math.h" /* tr_dropout_att_draw, tr_dropout_att_keep */
 #include "backend/lowp_math.h"   /* tr_round_lowp */
 #include "backend/scalar_math.h" /* tr_expf */
 #include "cuda/cuda_launch.cuh"      /* TR_DYNAMIC_SMEM */
@@ -281,6 +282,51 @@ __device__ static inline uint16_t *mma_stage(unsigned char *sm, unsigned rows, i
     return (uint16_t *)(sm + (2 * st + t) * rows);
 }
 
+/* x[n][e] *= the mask's factor (dropout_math.h) of a lane's score s[n][e] of a warp's
+ * 16 x 64 tile, row r0 + 8 (e >> 1) and column c0 + 8 n + 2 (lane % 4) + (e & 1): P's
+ * (i, j) are (row, column), or (column, row) where TRANS (P^T, in dK/dV). Rows r0,
+ * r0 + 8 and columns c, c + 8 (tiles n and n + 1) are one Philox call's group; x is
+ * left as it is where every element of a group is dead (past T or above the
+ * diagonal). (Multiplied in place: forward's scores need no second array.) */
+template <bool TRANS>
+__device__ static inline void mma_dropout_mul(float x[8][4], const tr_dropout &drop, int b, int h,
+                                              int r0, int c0, int T, int lane)
+{
+#pragma unroll
+    for (int n = 0; n < 8; n += 2)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int c = c0 + 8 * n + 2 * (lane % 4) + e;
+            int i = TRANS ? c : r0, j = TRANS ? r0 : c; /* the group's first element */
+            if (i >= T || j > i + 8)
+                continue;
+            uint32_t w[4];
+            tr_dropout_att_draw(w, &drop, b, h, i, j, T);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                int r = r0 + 8 * hh;
+                x[n][2 * hh + e] *= TRANS ? tr_dropout_att_keep(&drop, w, c, r)
+                                          : tr_dropout_att_keep(&drop, w, r, c);
+                x[n + 1][2 * hh + e] *= TRANS ? tr_dropout_att_keep(&drop, w, c + 8, r)
+                                              : tr_dropout_att_keep(&drop, w, r, c + 8);
+            }
+        }
+}
+
+/* f[8][4] = 1, times the mask's factors where drop is on (mma_dropout_mul) */
+template <bool TRANS>
+__device__ static inline void mma_dropout_factors(float f[8][4], const tr_dropout &drop, int b,
+                                                  int h, int r0, int c0, int T, int lane)
+{
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            f[n][e] = 1.0f;
+    if (drop.threshold)
+        mma_dropout_mul<TRANS>(f, drop, b, h, r0, c0, T, lane);
+}
+
 /* Forward of 64 queries: out = softmax(scale q k^T, causal) v and each row's
  * log-sum-exp (lse [B*NH, T]), as tc_forward_kernel. Blocks: B*NH x query tiles,
  * the last (longest) tiles first. vq: qkv's load mode (mma_load_mode). */
@@ -360,19 +406,7 @@ __global__ static void __launch_bounds__(MMA_THREADS)
                 l[e >> 1] += p;
             }
         if (drop.threshold) /* O sums the dropped P; l the whole row */
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    int j = j0 + 8 * n + 2 * (lane % 4);
-                    if (j > imask[hh]) /* both masked: 0 */
-                        continue;
-                    float f0, f1;
-                    tr_dropout_factor2(&drop, tr_dropout_att_index(&drop, b, h, imask[hh], j, T),
-                                       &f0, &f1);
-                    s[n][2 * hh] *= f0;
-                    s[n][2 * hh + 1] *= f1;
-                }
+            mma_dropout_mul<false>(s, drop, b, h, row[0], j0, T, lane);
         mma_accumulate<D, F>(o, s, mma_stage(sm, L::ROWS, st, 1), lane);
     }
     float inv[2];
@@ -454,9 +488,10 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         __syncthreads();
         const uint16_t *Qs = mma_stage(sm, L::ROWS, st, 0), *dOs = mma_stage(sm, L::ROWS, st, 1);
         const float *Lt = stats + 2 * st * MMA_TILE, *Dt = Lt + MMA_TILE;
-        float p[8][4], ds[8][4];
+        float p[8][4], ds[8][4], f[8][4];
         mma_scores<D, F>(p, kf, Qs, lane);  /* S^T: keys x queries */
         mma_scores<D, F>(ds, vf, dOs, lane); /* dP^T = V dO^T */
+        mma_dropout_factors<true>(f, drop, b, h, key[0], i0, T, lane);
 #pragma unroll
         for (int n = 0; n < 8; n++)
 #pragma unroll
@@ -464,13 +499,9 @@ __global__ static void __launch_bounds__(MMA_THREADS)
                 int c = 8 * n + 2 * (lane % 4) + (e & 1), i = i0 + c;
                 bool live = i < T && key[e >> 1] <= i;
                 float pe = live ? tr_expf(scale * p[n][e] - Lt[c]) : 0.0f;
-                /* neighbouring queries are T elements apart: a Philox call each */
-                float f = drop.threshold && live
-                              ? tr_dropout_factor(
-                                    &drop, tr_dropout_att_index(&drop, b, h, i, key[e >> 1], T))
-                              : 1.0f;
-                p[n][e] = pe * f;
-                ds[n][e] = pe * (f * ds[n][e] - Dt[c]);
+                float fe = live ? f[n][e] : 1.0f;
+                p[n][e] = pe * fe;
+                ds[n][e] = pe * (fe * ds[n][e] - Dt[c]);
             }
         mma_accumulate<D, F>(dv, p, dOs, lane); /* dV += P^T dO */
         mma_accumulate<D, F>(dk, ds, Qs, lane); /* dK += dS^T Q (scale at the end) */
@@ -536,25 +567,17 @@ __global__ static void __launch_bounds__(MMA_THREADS)
         float p[8][4], ds[8][4];
         mma_scores<D, F>(p, qf, Ks, lane);                                /* S = Q K^T */
         mma_scores<D, F>(ds, of, mma_stage(sm, L::ROWS, st, 1), lane);    /* dP = dO V^T */
+        float f[8][4];
+        mma_dropout_factors<false>(f, drop, b, h, row[0], j0, T, lane);
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
-            float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-            int jp = j0 + 8 * n + 2 * (lane % 4);
-            if (drop.threshold)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++)
-                    if (row[hh] < T && jp <= row[hh])
-                        tr_dropout_factor2(&drop,
-                                           tr_dropout_att_index(&drop, b, h, row[hh], jp, T),
-                                           &f[2 * hh], &f[2 * hh + 1]);
+        for (int n = 0; n < 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int j = jp + (e & 1), hh = e >> 1;
+                int j = j0 + 8 * n + 2 * (lane % 4) + (e & 1), hh = e >> 1;
                 bool live = row[hh] < T && j <= row[hh];
                 float pe = live ? tr_expf(scale * p[n][e] - li[hh]) : 0.0f;
-                ds[n][e] = pe * (f[e] * ds[n][e] - di[hh]);
+                ds[n][e] = pe * ((live ? f[n][e] : 1.0f) * ds[n][e] - di[hh]);
             }
-        }
         mma_accumulate<D, F>(dq, ds, Ks, lane); /* dQ += dS K (scale at the end) */
     }
     const float one[2] = {1.0f, 1.0f};

@@ -38,12 +38,13 @@
  * Dropout of the probabilities (drop.threshold nonzero; transformer_kernels.h), as the
  * fp32 kernels draw it (attention_flash_kernels.cuh): a lane pair holds its row's
  * elements with their indices, so the mask's factor f multiplies P after l has summed
- * the row (forward), and backward takes P f for dV and dS = P (f dP - Dvec); a lane's
- * two neighbouring keys share one Philox call (tr_dropout_factor2). */
+ * the row (forward), and backward takes P f for dV and dS = P (f dP - Dvec). A lane's
+ * columns c and c + 8 (PAIR_COL's k and k + 2) share one Philox call (dropout_math.h's
+ * groups), in forward and dQ (keys) as in dK/dV (queries). */
 #ifndef TR_ATTENTION_WMMA_KERNELS_CUH
 #define TR_ATTENTION_WMMA_KERNELS_CUH
 
-#include "backend/dropout_math.h" /* tr_dropout_factor2 */
+#include "backend/dropout_math.h" /* tr_dropout_att_draw, tr_dropout_att_keep */
 #include "backend/lowp_math.h"   /* tr_stored_store */
 #include "backend/scalar_math.h" /* tr_expf */
 
@@ -181,6 +182,46 @@ __device__ static void store_rows(void *dst, size_t o0, size_t ldd, int row0, in
  * writes of a row over the shared-memory banks. */
 #define PAIR_COL(k, half) (4 * (k) + 2 * (half))
 
+/* x[2 k + e] *= the mask's factor (dropout_math.h) of a lane's score of a warp's 16 x 64
+ * tile, its row r and column c0 + PAIR_COL(k, half) + e: P's (i, j) are (r, column),
+ * or (column, r) where TRANS (P^T, in dK/dV). Columns c and c + 8 (k and k + 2) take
+ * two words of one Philox call's group (the other two are row r ^ 8's, another lane
+ * pair's); x is left as it is where both of the lane's elements of a group are dead.
+ * (Multiplied in place: forward's scores need no second array of 32 registers.) */
+template <bool TRANS>
+__device__ static inline void tc_dropout_mul(float x[32], const tr_dropout &drop, int b, int h,
+                                             int r, int c0, int half, int T)
+{
+#pragma unroll
+    for (int kk = 0; kk < 16; kk++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int c = c0 + PAIR_COL(kk, half) + e;
+            int i = TRANS ? c : r, j = TRANS ? r : c;
+            /* columns + 8 come with kk - 2; dead: past T, or above the diagonal for row
+             * i (and i + 8 where TRANS) */
+            if ((kk & 2) || i >= T || j > (TRANS ? i + 8 : i))
+                continue;
+            uint32_t w[4];
+            tr_dropout_att_draw(w, &drop, b, h, i, j, T);
+            x[2 * kk + e] *= tr_dropout_att_keep(&drop, w, i, j);
+            x[2 * kk + 4 + e] *= TRANS ? tr_dropout_att_keep(&drop, w, i + 8, j)
+                                       : tr_dropout_att_keep(&drop, w, i, j + 8);
+        }
+}
+
+/* f[32] = 1, times the mask's factors where drop is on (tc_dropout_mul) */
+template <bool TRANS>
+__device__ static inline void tc_dropout_factors(float f[32], const tr_dropout &drop, int b,
+                                                 int h, int r, int c0, int half, int T)
+{
+#pragma unroll
+    for (int e = 0; e < 32; e++)
+        f[e] = 1.0f;
+    if (drop.threshold)
+        tc_dropout_mul<TRANS>(f, drop, b, h, r, c0, half, T);
+}
+
 template <int D>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_forward_kernel(void *out, float *lse, const uint16_t *qkv, int T, int C, int NH, int HS,
@@ -251,16 +292,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
         }
         l += psum + __shfl_xor_sync(0xffffffffu, psum, 1);
         if (drop.threshold) /* O sums the dropped P; l the whole row */
-#pragma unroll
-            for (int kk = 0; kk < 16; kk++) {
-                int j = j0 + PAIR_COL(kk, half);
-                if (j > i) /* both masked: 0 */
-                    continue;
-                float f0, f1;
-                tr_dropout_factor2(&drop, tr_dropout_att_index(&drop, b, h, i, j, T), &f0, &f1);
-                sv[2 * kk] *= f0;
-                sv[2 * kk + 1] *= f1;
-            }
+            tc_dropout_mul<false>(sv, drop, b, h, i, j0, half, T);
         __syncwarp(); /* all scores read (and any rescale done) before P overwrites them */
 #pragma unroll
         for (int kk = 0; kk < 16; kk++)
@@ -323,6 +355,8 @@ __global__ static void __launch_bounds__(TC_THREADS)
         scores_16x64<D>(G, Vs + warp * 16 * L::LH, dOt); /* dP^T = V dO^T */
         __syncwarp();
         bf16x2 pp[16], dd[16];
+        float f[32];
+        tc_dropout_factors<true>(f, drop, b, h, j, i0, half, T);
 #pragma unroll
         for (int kk = 0; kk < 16; kk++) {
             float p2[2], d2[2];
@@ -331,12 +365,9 @@ __global__ static void __launch_bounds__(TC_THREADS)
                 int c = PAIR_COL(kk, half) + e, i = i0 + c;
                 bool live = i < T && j <= i;
                 float p = live ? tr_expf(scale * S[r * L::LS + c] - Lt[c]) : 0.0f;
-                /* neighbouring queries are T elements apart: a Philox call each */
-                float f = drop.threshold && live
-                              ? tr_dropout_factor(&drop, tr_dropout_att_index(&drop, b, h, i, j, T))
-                              : 1.0f;
-                p2[e] = p * f;
-                d2[e] = p * (f * G[r * L::LS + c] - Dt[c]);
+                float fe = drop.threshold && live ? f[2 * kk + e] : 1.0f;
+                p2[e] = p * fe;
+                d2[e] = p * (fe * G[r * L::LS + c] - Dt[c]);
             }
             pp[kk] = __floats2bfloat162_rn(p2[0], p2[1]);
             dd[kk] = __floats2bfloat162_rn(d2[0], d2[1]);
@@ -398,18 +429,17 @@ __global__ static void __launch_bounds__(TC_THREADS)
         scores_16x64<D>(G, dOs + warp * 16 * L::LH, Vt); /* dP = dO V^T */
         __syncwarp();
         bf16x2 dd[16];
+        float f[32];
+        tc_dropout_factors<false>(f, drop, b, h, i, j0, half, T);
 #pragma unroll
         for (int kk = 0; kk < 16; kk++) {
-            float d2[2], f[2] = {1.0f, 1.0f};
-            int jp = j0 + PAIR_COL(kk, half);
-            if (drop.threshold && i < T && jp <= i)
-                tr_dropout_factor2(&drop, tr_dropout_att_index(&drop, b, h, i, jp, T), &f[0],
-                                   &f[1]);
+            float d2[2];
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int c = PAIR_COL(kk, half) + e, jj = j0 + c;
-                float p = (i < T && jj <= i) ? tr_expf(scale * S[r * L::LS + c] - li) : 0.0f;
-                d2[e] = p * (f[e] * G[r * L::LS + c] - di);
+                bool live = i < T && jj <= i;
+                float p = live ? tr_expf(scale * S[r * L::LS + c] - li) : 0.0f;
+                d2[e] = p * ((live ? f[2 * kk + e] : 1.0f) * G[r * L::LS + c] - di);
             }
             dd[kk] = __floats2bfloat162_rn(d2[0], d2[1]);
         }

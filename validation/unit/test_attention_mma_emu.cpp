@@ -166,7 +166,7 @@ int main(void)
     /* dropout, as a rank holding global rows 3.. and heads 1.. of twice NH draws it */
     g_drop = tr_dropout_make(0.2f, 1234, 7, TR_STREAM_DROPOUT + 5, 3);
     g_drop.heads = 4, g_drop.head0 = 1;
-    test_shape<32>(2, 67, 40, 2, false); /* T odd: key pairs straddle Philox groups */
+    test_shape<32>(2, 67, 40, 2, false); /* ragged: groups with row or key + 8 past T */
     test_shape<64, TR_PREC_FP16>(1, 67, 128, 2, false);
     g_drop = tr_dropout_make(0.0f, 0, 0, 0, 0);
     printf("emulator: %ld thread switches\n", emu::M.switches);

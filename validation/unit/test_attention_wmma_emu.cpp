@@ -193,8 +193,8 @@ int main(void)
     /* dropout, as a rank holding global rows 3.. and heads 1.. of twice NH draws it */
     g_drop = tr_dropout_make(0.2f, 1234, 7, TR_STREAM_DROPOUT + 5, 3);
     g_drop.heads = 4, g_drop.head0 = 1;
-    test_shape<32>(2, 67, 40, 2); /* ragged tiles; T odd: a key pair may straddle two Philox
-                                   * groups (tr_dropout_factor2's second call) */
+    test_shape<32>(2, 67, 40, 2); /* ragged tiles: Philox groups (i, j .. i + 8, j + 8)
+                                   * whose row or key + 8 lies past T */
     test_shape<64>(1, 67, 128, 2);
     g_drop = tr_dropout_make(0.0f, 0, 0, 0, 0);
     printf("emulator: %ld thread switches\n", emu::M.switches);

@@ -9,7 +9,11 @@
  *    with 1 or 2 threads, gives the bits of the whole call;
  *  - another step or site draws another mask (overlap about p^2);
  *  - attention's numbering: a call's (b, h) with its batch row and head offsets is
- *    the whole model's (base + b, head0 + h). */
+ *    the whole model's (base + b, head0 + h);
+ *  - attention's groups: each element's factor is its word, 2 (i bit 3) + (j bit 3),
+ *    of the call whose counter is the number of (i & ~8, j & ~8); no two elements
+ *    share a (counter, word), T not a multiple of 16 included; the dropped fraction
+ *    within 5 standard deviations of p. */
 #include "backend/cpu_backend.h"
 #include "backend/dropout_math.h"
 #include "backend/transformer_kernels.h"
@@ -19,6 +23,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { N = 100000 };
@@ -123,6 +128,60 @@ static void test_attention_index(void)
           "((b NH + h) T + i) T + j");
 }
 
+/* a (counter, word) pair, for finding two elements that share a draw */
+typedef struct {
+    uint64_t counter;
+    int word;
+} draw_id;
+
+static int draw_id_cmp(const void *pa, const void *pb)
+{
+    const draw_id *u = pa, *v = pb;
+    if (u->counter != v->counter)
+        return u->counter < v->counter ? -1 : 1;
+    return (u->word > v->word) - (u->word < v->word);
+}
+
+static void test_attention_groups(void)
+{
+    tr_dropout d = tr_dropout_make(0.3f, 77, 3, TR_STREAM_DROPOUT + 4, 5);
+    d.heads = 6, d.head0 = 2;
+    enum { B = 2, H = 3, T = 37 }; /* T: two whole 16-row bands and a ragged one */
+    static draw_id ids[B * H * T * T];
+    size_t n = 0, bad = 0;
+    for (int bb = 0; bb < B; bb++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j < T; j++) {
+                    uint64_t counter = tr_dropout_att_index(&d, bb, h, i & ~8, j & ~8, T);
+                    int word = 2 * ((i >> 3) & 1) + ((j >> 3) & 1);
+                    uint32_t r[4];
+                    tr_philox4x32(r, d.seed, d.stream, counter);
+                    float want = r[word] < d.threshold ? 0.0f : d.scale;
+                    bad += tr_dropout_att_factor(&d, bb, h, i, j, T) != want;
+                    ids[n++] = (draw_id){counter, word};
+                }
+    CHECK(bad == 0,
+          "attention: %zu factors are not word 2 (i bit 3) + (j bit 3) of the counter "
+          "of (i & ~8, j & ~8)",
+          bad);
+    qsort(ids, n, sizeof ids[0], draw_id_cmp);
+    size_t shared = 0;
+    for (size_t e = 1; e < n; e++)
+        shared += !draw_id_cmp(&ids[e - 1], &ids[e]);
+    CHECK(shared == 0, "attention: %zu pairs of elements share a Philox word", shared);
+
+    /* the fraction dropped over a causal 256 x 256 head */
+    enum { TT = 256 };
+    size_t zeros = 0, live = 0;
+    for (int i = 0; i < TT; i++)
+        for (int j = 0; j <= i; j++, live++)
+            zeros += tr_dropout_att_factor(&d, 0, 0, i, j, TT) == 0.0f;
+    double mean = 0.3 * (double)live, sd = sqrt((double)live * 0.3 * 0.7);
+    CHECK(fabs((double)zeros - mean) < 5 * sd, "attention: dropped %zu of %zu, expected %.0f",
+          zeros, live, mean);
+}
+
 int main(void)
 {
     tr_cpu_backend_init(2);
@@ -134,5 +193,6 @@ int main(void)
     test_values(0.5f);
     test_split();
     test_attention_index();
+    test_attention_groups();
     return tr_test_finish();
 }
