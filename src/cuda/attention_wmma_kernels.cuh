@@ -38,9 +38,11 @@
  * Dropout of the probabilities (drop.threshold nonzero; transformer_kernels.h), as the
  * fp32 kernels draw it (attention_flash_kernels.cuh): a lane pair holds its row's
  * elements with their indices, so the mask's factor f multiplies P after l has summed
- * the row (forward), and backward takes P f for dV and dS = P (f dP - Dvec). A lane's
- * columns c and c + 8 (PAIR_COL's k and k + 2) share one Philox call (dropout_math.h's
- * groups), in forward and dQ (keys) as in dK/dV (queries). */
+ * the row (forward), and backward takes P f for dV and dS = P (f dP - Dvec). Rows r and
+ * r + 8 (lanes l and l + 16) by columns c and c + 8 (PAIR_COL's k and k + 2) are one
+ * Philox call's group (dropout_math.h), in forward and dQ (keys) as in dK/dV
+ * (queries): each lane draws half of its groups and passes the other lane its words
+ * by a shuffle, one call per four of its scores (tc_dropout_mul). */
 #ifndef TR_ATTENTION_WMMA_KERNELS_CUH
 #define TR_ATTENTION_WMMA_KERNELS_CUH
 
@@ -184,42 +186,60 @@ __device__ static void store_rows(void *dst, size_t o0, size_t ldd, int row0, in
 
 /* x[2 k + e] *= the mask's factor (dropout_math.h) of a lane's score of a warp's 16 x 64
  * tile, its row r and column c0 + PAIR_COL(k, half) + e: P's (i, j) are (r, column),
- * or (column, r) where TRANS (P^T, in dK/dV). Columns c and c + 8 (k and k + 2) take
- * two words of one Philox call's group (the other two are row r ^ 8's, another lane
- * pair's); x is left as it is where both of the lane's elements of a group are dead.
- * (Multiplied in place: forward's scores need no second array of 32 registers.) */
+ * or (column, r) where TRANS (P^T, in dK/dV); r is the row's own index, even past T
+ * (lane ^ 16 must hold row r ^ 8). A group of one Philox call is rows r & ~8 and
+ * r | 8 (lanes l and l ^ 16) by columns c and c + 8 (k and k + 2): the lower lane
+ * draws the group at k, the upper the group at k + 8 (32 columns on), and each hands
+ * the other the two words of the other's row, so a lane makes one call per four of
+ * its scores (the lower and upper lanes run the same instructions, on other groups).
+ * A group past T or above the diagonal is not drawn (factors 1: its scores are dead).
+ * Multiplied in place: forward's scores need no second array of 32 registers. */
 template <bool TRANS>
 __device__ static inline void tc_dropout_mul(float x[32], const tr_dropout &drop, int b, int h,
-                                             int r, int c0, int half, int T)
+                                             int r, int c0, int half, int T, int lane)
 {
+    bool lower = lane < 16;
+    int ro = r ^ 8, rb = r & ~8; /* the other lane's row; the group's first */
 #pragma unroll
-    for (int kk = 0; kk < 16; kk++)
+    for (int kk = 0; kk < 8; kk++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            int c = c0 + PAIR_COL(kk, half) + e;
-            int i = TRANS ? c : r, j = TRANS ? r : c;
-            /* columns + 8 come with kk - 2; dead: past T, or above the diagonal for row
-             * i (and i + 8 where TRANS) */
-            if ((kk & 2) || i >= T || j > (TRANS ? i + 8 : i))
+            if (kk & 2) /* columns + 8: group kk - 2's */
                 continue;
-            uint32_t w[4];
-            tr_dropout_att_draw(w, &drop, b, h, i, j, T);
-            x[2 * kk + e] *= tr_dropout_att_keep(&drop, w, i, j);
-            x[2 * kk + 4 + e] *= TRANS ? tr_dropout_att_keep(&drop, w, i + 8, j)
-                                       : tr_dropout_att_keep(&drop, w, i, j + 8);
+            int c = c0 + PAIR_COL(lower ? kk : kk + 8, half) + e; /* this lane's group */
+            int i = TRANS ? c : rb, j = TRANS ? rb : c;
+            float own0 = 1.0f, own8 = 1.0f, other0 = 1.0f, other8 = 1.0f;
+            if (i < T && j <= i + 8) {
+                uint32_t w[4];
+                tr_dropout_att_draw(w, &drop, b, h, i, j, T);
+                own0 = TRANS ? tr_dropout_att_keep(&drop, w, c, r)
+                             : tr_dropout_att_keep(&drop, w, r, c);
+                own8 = TRANS ? tr_dropout_att_keep(&drop, w, c + 8, r)
+                             : tr_dropout_att_keep(&drop, w, r, c + 8);
+                other0 = TRANS ? tr_dropout_att_keep(&drop, w, c, ro)
+                               : tr_dropout_att_keep(&drop, w, ro, c);
+                other8 = TRANS ? tr_dropout_att_keep(&drop, w, c + 8, ro)
+                               : tr_dropout_att_keep(&drop, w, ro, c + 8);
+            }
+            float in0 = __shfl_xor_sync(0xffffffffu, other0, 16);
+            float in8 = __shfl_xor_sync(0xffffffffu, other8, 16);
+            x[2 * kk + e] *= lower ? own0 : in0; /* group kk, this row */
+            x[2 * kk + 4 + e] *= lower ? own8 : in8;
+            x[2 * kk + 16 + e] *= lower ? in0 : own0; /* group kk + 8 */
+            x[2 * kk + 20 + e] *= lower ? in8 : own8;
         }
 }
 
 /* f[32] = 1, times the mask's factors where drop is on (tc_dropout_mul) */
 template <bool TRANS>
 __device__ static inline void tc_dropout_factors(float f[32], const tr_dropout &drop, int b,
-                                                 int h, int r, int c0, int half, int T)
+                                                 int h, int r, int c0, int half, int T, int lane)
 {
 #pragma unroll
     for (int e = 0; e < 32; e++)
         f[e] = 1.0f;
     if (drop.threshold)
-        tc_dropout_mul<TRANS>(f, drop, b, h, r, c0, half, T);
+        tc_dropout_mul<TRANS>(f, drop, b, h, r, c0, half, T, lane);
 }
 
 template <int D>
@@ -292,7 +312,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
         }
         l += psum + __shfl_xor_sync(0xffffffffu, psum, 1);
         if (drop.threshold) /* O sums the dropped P; l the whole row */
-            tc_dropout_mul<false>(sv, drop, b, h, i, j0, half, T);
+            tc_dropout_mul<false>(sv, drop, b, h, i0 + warp * 16 + r, j0, half, T, lane);
         __syncwarp(); /* all scores read (and any rescale done) before P overwrites them */
 #pragma unroll
         for (int kk = 0; kk < 16; kk++)
@@ -356,7 +376,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
         __syncwarp();
         bf16x2 pp[16], dd[16];
         float f[32];
-        tc_dropout_factors<true>(f, drop, b, h, j, i0, half, T);
+        tc_dropout_factors<true>(f, drop, b, h, j, i0, half, T, lane);
 #pragma unroll
         for (int kk = 0; kk < 16; kk++) {
             float p2[2], d2[2];
@@ -430,7 +450,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
         __syncwarp();
         bf16x2 dd[16];
         float f[32];
-        tc_dropout_factors<false>(f, drop, b, h, i, j0, half, T);
+        tc_dropout_factors<false>(f, drop, b, h, i, j0, half, T, lane);
 #pragma unroll
         for (int kk = 0; kk < 16; kk++) {
             float d2[2];
