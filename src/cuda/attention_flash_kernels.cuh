@@ -1,6 +1,6 @@
 /* attention_flash_kernels.cuh: the fused attention kernels of cuda_attention.cu (fp32
- * on the CUDA cores: fp32 and fp16-mixed runs, and bf16-mixed where the tensor-core
- * forms do not fit), whose scheme that file's header describes, and the kernel that
+ * on the CUDA cores: fp32 runs, and bf16- and fp16-mixed where the tensor-core forms
+ * do not fit), whose scheme that file's header describes, and the kernel that
  * forms backward's rowsum(dO * O) for every form.
  *
  * Device code free of CUDA headers, so that validation/unit/warp_emulator.h runs the

@@ -45,10 +45,9 @@
  * overlap the products. Head sizes up to 64 (D = 32 or 64): the fragments of the
  * warp's own rows stay in registers for the whole loop, which at D = 128 would spill.
  *
- * Arithmetic, against the WMMA kernels (bf16 only): the same products on the same
- * bf16 values, the same one rounding of P and dS to bf16, and the same masking; in
- * fp16-mixed runs the operands are fp16 and P and dS are rounded to fp16 once; forward's running
- * max moves at every tile (a register rescale is cheap here), where the WMMA kernel
+ * Arithmetic, against the WMMA kernels: the same products on the same 16-bit values
+ * (bf16, or fp16 in fp16-mixed runs), the same one rounding of P and dS to the format,
+ * and the same masking; forward's running max moves at every tile (a register rescale is cheap here), where the WMMA kernel
  * lets it lag by up to e^8. Row sums are kept per lane and added across the row's 4
  * lanes once, at the end.
  *

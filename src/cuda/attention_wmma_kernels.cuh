@@ -1,39 +1,39 @@
-/* attention_wmma_kernels.cuh: the fused causal attention of bf16-mixed runs on tensor
- * cores through WMMA (16 x 16 x 16, bf16 in, fp32 accumulation): the same three kernels
- * as the fp32 ones of cuda_attention.cu (forward, dK/dV, dQ) and the same saved state
- * (each row's log-sum-exp). cuda_attention_tc.cu launches them.
+/* attention_wmma_kernels.cuh: the fused causal attention of bf16- and fp16-mixed runs
+ * on tensor cores through WMMA (16 x 16 x 16, 16-bit in, fp32 accumulation): the same
+ * three kernels as the fp32 ones of cuda_attention.cu (forward, dK/dV, dQ) and the same
+ * saved state (each row's log-sum-exp). cuda_attention_tc.cu launches them.
  *
- * Why only bf16-mixed: there qkv is stored in bf16 (its values are loaded as they are)
- * and so is dO (the kernel table's contract: both are loaded as they are), so their
- * products on the tensor cores are exact, as on the CPU. What is rounded here
- * and not on the CPU is the probabilities P (of O = P V and dV = P^T dO) and the
- * score gradient dS (of dQ and dK): one bf16 rounding each. fp32 and fp16-mixed runs
- * take the fp32 kernels of cuda_attention.cu (or, fp16-mixed, the mma.sync ones of
- * attention_mma_kernels.cuh where chosen).
+ * Why only the 16-bit mixed formats: there qkv is stored in the format F (bf16 or fp16,
+ * a template argument: its values are loaded as they are) and so is dO (the kernel
+ * table's contract), so their products on the tensor cores are exact, as on the CPU.
+ * What is rounded here and not on the CPU is the probabilities P (of O = P V and
+ * dV = P^T dO) and the score gradient dS (of dQ and dK): one rounding to F each, as the
+ * mma.sync kernels round them (attention_mma_kernels.cuh). fp32 runs take the fp32
+ * kernels of cuda_attention.cu.
  *
  * Shape of the work: a block of 4 warps owns 64 rows (queries in forward and dQ,
  * keys in dK/dV), each warp 16 of them, and walks the other side in tiles of 64. A
  * warp computes its 16 x 64 block of scores (or score gradients) with WMMA into
  * shared memory, applies the softmax arithmetic there on the CUDA cores (a lane pair
- * per row), writes the result back as bf16 over the scores it came from, and
+ * per row), writes the result back in F over the scores it came from, and
  * multiplies it into accumulators that stay in registers.
  *
  * Forward is one pass with an online softmax whose rescaling is lazy: a row's
  * probabilities are taken against a running max that moves only when a tile's max
- * exceeds it by more than LAZY (so p <= e^LAZY, harmless in fp32 sums and in bf16),
+ * exceeds it by more than LAZY (so p <= e^LAZY, harmless in fp32 sums and in F),
  * and only then are the warp's accumulators rescaled, through shared memory, since
  * WMMA does not say which row an accumulator element belongs to. After the first
  * tiles of a row that is rare.
  *
  * Device code only, written against what the includer defines first: nvcuda::wmma
  * (fragment, fill_fragment, load_matrix_sync, store_matrix_sync, mma_sync), the bf16
- * types and __floats2bfloat162_rn, uint2 and make_uint2, and CUDA's threadIdx,
- * blockIdx, __syncthreads, __syncwarp, __shfl_xor_sync and __any_sync. On the GPU they
- * are CUDA's own (<mma.h>, <cuda_bf16.h>); validation/unit/warp_emulator.h runs the
- * same source on the CPU, one coroutine per CUDA thread, with WMMA's collectives on a
- * fragment layout of its own (the kernels never index a fragment), so that the CPU
- * test suite proves their tiling, masking, lazy rescale and 16-bit stores against the
- * CPU attention (test_attention_wmma_emu).
+ * and fp16 types and __floats2bfloat162_rn, __floats2half2_rn, uint2 and make_uint2,
+ * and CUDA's threadIdx, blockIdx, __syncthreads, __syncwarp, __shfl_xor_sync and
+ * __any_sync. On the GPU they are CUDA's own (<mma.h>, <cuda_bf16.h>, <cuda_fp16.h>);
+ * validation/unit/warp_emulator.h runs the same source on the CPU, one coroutine per
+ * CUDA thread, with WMMA's collectives on a fragment layout of its own (the kernels
+ * never index a fragment), so that the CPU test suite proves their tiling, masking,
+ * lazy rescale and 16-bit stores against the CPU attention (test_attention_wmma_emu).
  *
  * Dropout of the probabilities (drop.threshold nonzero; transformer_kernels.h), as the
  * fp32 kernels draw it (attention_flash_kernels.cuh): a lane pair holds its row's
@@ -69,34 +69,51 @@ namespace wmma = nvcuda::wmma;
 #define TC_TILE 64     /* rows a block owns, and the other side's tile */
 #define LAZY 8.0f      /* forward's running max moves when a tile's exceeds it by this */
 
-typedef __nv_bfloat16 bf16;
-typedef __nv_bfloat162 bf16x2;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b_row;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_b_col;
+/* The 16-bit type of a run's format F (TR_PREC_BF16 or TR_PREC_FP16: qkv, dO, out and
+ * dqkv are stored in it, and P and dS are rounded to it), its pair, and the rounding of
+ * two floats to a pair (to nearest even, as lowp_math.h rounds). */
+template <int F> struct tc_types;
+template <> struct tc_types<TR_PREC_BF16> {
+    typedef __nv_bfloat16 E;
+    typedef __nv_bfloat162 E2;
+    __device__ static inline E2 pack(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+};
+template <> struct tc_types<TR_PREC_FP16> {
+    typedef __half E;
+    typedef __half2 E2;
+    __device__ static inline E2 pack(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+};
+template <int F>
+using frag_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, typename tc_types<F>::E, wmma::row_major>;
+template <int F>
+using frag_b_row =
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, typename tc_types<F>::E, wmma::row_major>;
+template <int F>
+using frag_b_col =
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, typename tc_types<F>::E, wmma::col_major>;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_acc;
 
 /* Shared-memory layout for a padded head size D (a multiple of 16, up to 128). Row
  * strides are padded by 16 bytes against bank conflicts; every fragment pointer
- * stays 32-byte aligned. A bf16 result (P, dS) is written over the fp32 scores it
+ * stays 32-byte aligned. A 16-bit result (P, dS) is written over the fp32 scores it
  * came from: row r of it starts where row r of the scores does, stride LP. */
 template <int D> struct tc_layout {
-    static const int LH = D + 8;                           /* bf16 [64][D] tiles */
+    static const int LH = D + 8;                           /* 16-bit [64][D] tiles */
     static const int LS = (D > TC_TILE ? D : TC_TILE) + 4; /* fp32 [64][64 or D] */
-    static const int LP = 2 * LS;                          /* bf16 over fp32 rows */
-    static const size_t TILE_H = (size_t)TC_TILE * LH * sizeof(bf16);
+    static const int LP = 2 * LS;                          /* 16-bit over fp32 rows */
+    static const size_t TILE_H = (size_t)TC_TILE * LH * sizeof(uint16_t);
     static const size_t TILE_S = (size_t)TC_TILE * LS * sizeof(float);
-    /* forward: Q, K, V and one score tile; backward: four bf16 tiles, two score
+    /* forward: Q, K, V and one score tile; backward: four 16-bit tiles, two score
      * tiles and two rows of 64 statistics */
     static const size_t FWD_BYTES = 3 * TILE_H + TILE_S;
     static const size_t BWD_BYTES = 4 * TILE_H + 2 * TILE_S + 2 * TC_TILE * sizeof(float);
 };
 
-/* dst[r][d] (bf16, stride ld) = rows row0 + r (stride lds) of src, a tensor stored in
- * bf16 (lowp_math.h: qkv, dO): the values' bits as they are, zero for rows >= T and
+/* dst[r][d] (16 bits, stride ld) = rows row0 + r (stride lds) of src, a tensor stored in
+ * 16 bits (lowp_math.h: qkv, dO): the values' bits as they are, zero for rows >= T and
  * columns >= HS, four (8 bytes) a thread where vec. The whole block takes part. */
 template <int D>
-__device__ static void load_bf16(bf16 *dst, int ld, const uint16_t *src, size_t lds, int row0,
+__device__ static void load_tile(void *dst, int ld, const uint16_t *src, size_t lds, int row0,
                                  int T, int HS, bool vec)
 {
     uint16_t *o = reinterpret_cast<uint16_t *>(dst);
@@ -117,9 +134,10 @@ __device__ static void load_bf16(bf16 *dst, int ld, const uint16_t *src, size_t 
 }
 
 /* S[16][64] (fp32, stride LS) = A[16][D] B[64][D]^T: A's 16 rows and B's 64 rows are
- * bf16 tiles with stride LH. One warp. */
-template <int D>
-__device__ static void scores_16x64(float *S, const bf16 *A, const bf16 *Bm)
+ * 16-bit tiles of F with stride LH. One warp. */
+template <int D, int F>
+__device__ static void scores_16x64(float *S, const typename tc_types<F>::E *A,
+                                    const typename tc_types<F>::E *Bm)
 {
     const int LH = tc_layout<D>::LH, LS = tc_layout<D>::LS;
 #pragma unroll
@@ -128,8 +146,8 @@ __device__ static void scores_16x64(float *S, const bf16 *A, const bf16 *Bm)
         wmma::fill_fragment(c, 0.0f);
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
-            frag_a a;
-            frag_b_col b; /* B^T read column-major is B row-major */
+            frag_a<F> a;
+            frag_b_col<F> b; /* B^T read column-major is B row-major */
             wmma::load_matrix_sync(a, A + kk * 16, LH);
             wmma::load_matrix_sync(b, Bm + n * 16 * LH + kk * 16, LH);
             wmma::mma_sync(c, a, b, c);
@@ -138,18 +156,19 @@ __device__ static void scores_16x64(float *S, const bf16 *A, const bf16 *Bm)
     }
 }
 
-/* acc[D/16] += P[16][64] (bf16, stride LP) X[64][D] (bf16, stride LH). One warp. */
-template <int D>
-__device__ static void accumulate_16xD(frag_acc *acc, const bf16 *P, const bf16 *X)
+/* acc[D/16] += P[16][64] (F, stride LP) X[64][D] (F, stride LH). One warp. */
+template <int D, int F>
+__device__ static void accumulate_16xD(frag_acc *acc, const typename tc_types<F>::E *P,
+                                       const typename tc_types<F>::E *X)
 {
     const int LH = tc_layout<D>::LH, LP = tc_layout<D>::LP;
 #pragma unroll
     for (int kk = 0; kk < TC_TILE / 16; kk++) {
-        frag_a a;
+        frag_a<F> a;
         wmma::load_matrix_sync(a, P + kk * 16, LP);
 #pragma unroll
         for (int c = 0; c < D / 16; c++) {
-            frag_b_row b;
+            frag_b_row<F> b;
             wmma::load_matrix_sync(b, X + kk * 16 * LH + c * 16, LH);
             wmma::mma_sync(acc[c], a, b, acc[c]);
         }
@@ -242,15 +261,16 @@ __device__ static inline void tc_dropout_factors(float f[32], const tr_dropout &
         tc_dropout_mul<TRANS>(f, drop, b, h, r, c0, half, T, lane);
 }
 
-template <int D>
+template <int D, int F>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_forward_kernel(void *out, float *lse, const uint16_t *qkv, int T, int C, int NH, int HS,
-                      float scale, int vec, int format, tr_dropout drop)
+                      float scale, int vec, tr_dropout drop)
 {
     typedef tc_layout<D> L;
+    typedef typename tc_types<F>::E E;
     TC_DYNAMIC_SMEM(tc_sm);
-    bf16 *Qs = (bf16 *)tc_sm, *Ks = (bf16 *)(tc_sm + L::TILE_H);
-    bf16 *Vs = (bf16 *)(tc_sm + 2 * L::TILE_H);
+    E *Qs = (E *)tc_sm, *Ks = (E *)(tc_sm + L::TILE_H);
+    E *Vs = (E *)(tc_sm + 2 * L::TILE_H);
     int ntile = (T + TC_TILE - 1) / TC_TILE;
     int bh = blockIdx.x / ntile, tile = ntile - 1 - (int)(blockIdx.x % ntile);
     int b = bh / NH, h = bh % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -258,8 +278,8 @@ __global__ static void __launch_bounds__(TC_THREADS)
     const uint16_t *q = qkv + (size_t)b * T * ld + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
     int i0 = tile * TC_TILE, last = min(i0 + TC_TILE, T) - 1;
     float *S = (float *)(tc_sm + 3 * L::TILE_H) + warp * 16 * L::LS;
-    bf16 *P = (bf16 *)S;
-    load_bf16<D>(Qs, L::LH, q, ld, i0, T, HS, vec);
+    E *P = (E *)S;
+    load_tile<D>(Qs, L::LH, q, ld, i0, T, HS, vec);
     int r = lane / 2, half = lane % 2, i = min(i0 + warp * 16 + r, T - 1);
     float m = -INFINITY, l = 0.0f; /* the row's running max and sum */
     frag_acc acc[D / 16];
@@ -268,10 +288,10 @@ __global__ static void __launch_bounds__(TC_THREADS)
         wmma::fill_fragment(acc[c], 0.0f);
     for (int j0 = 0; j0 <= last; j0 += TC_TILE) {
         __syncthreads(); /* the last tile's K and V are read (and Q is written) */
-        load_bf16<D>(Ks, L::LH, k, ld, j0, T, HS, vec);
-        load_bf16<D>(Vs, L::LH, v, ld, j0, T, HS, vec);
+        load_tile<D>(Ks, L::LH, k, ld, j0, T, HS, vec);
+        load_tile<D>(Vs, L::LH, v, ld, j0, T, HS, vec);
         __syncthreads();
-        scores_16x64<D>(S, Qs + warp * 16 * L::LH, Ks);
+        scores_16x64<D, F>(S, Qs + warp * 16 * L::LH, Ks);
         __syncwarp();
         float sv[32], tmax = -INFINITY;
 #pragma unroll
@@ -316,29 +336,30 @@ __global__ static void __launch_bounds__(TC_THREADS)
         __syncwarp(); /* all scores read (and any rescale done) before P overwrites them */
 #pragma unroll
         for (int kk = 0; kk < 16; kk++)
-            *reinterpret_cast<bf16x2 *>(P + r * L::LP + PAIR_COL(kk, half)) =
-                __floats2bfloat162_rn(sv[2 * kk], sv[2 * kk + 1]);
+            *reinterpret_cast<typename tc_types<F>::E2 *>(P + r * L::LP + PAIR_COL(kk, half)) =
+                tc_types<F>::pack(sv[2 * kk], sv[2 * kk + 1]);
         __syncwarp();
-        accumulate_16xD<D>(acc, P, Vs);
+        accumulate_16xD<D, F>(acc, P, Vs);
     }
-    store_rows<D>(out, (size_t)b * T * C + (size_t)h * HS, C, i0 + warp * 16, T, HS,
-                  1.0f, acc, S, 1.0f / l, format);
+    store_rows<D>(out, (size_t)b * T * C + (size_t)h * HS, C, i0 + warp * 16, T, HS, 1.0f, acc, S,
+                  1.0f / l, F);
     int row = i0 + warp * 16 + r;
     if (half == 0 && row < T)
         lse[(size_t)bh * T + row] = m + logf(l);
 }
 
 /* dK, dV of 64 keys (16 per warp), over the query tiles at and after them. */
-template <int D>
+template <int D, int F>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_dkv_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                   const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
-                  int format, tr_dropout drop)
+                  tr_dropout drop)
 {
     typedef tc_layout<D> L;
+    typedef typename tc_types<F>::E E;
     TC_DYNAMIC_SMEM(tc_sm);
-    bf16 *Ks = (bf16 *)tc_sm, *Vs = (bf16 *)(tc_sm + L::TILE_H);
-    bf16 *Qt = (bf16 *)(tc_sm + 2 * L::TILE_H), *dOt = (bf16 *)(tc_sm + 3 * L::TILE_H);
+    E *Ks = (E *)tc_sm, *Vs = (E *)(tc_sm + L::TILE_H);
+    E *Qt = (E *)(tc_sm + 2 * L::TILE_H), *dOt = (E *)(tc_sm + 3 * L::TILE_H);
     float *S = (float *)(tc_sm + 4 * L::TILE_H), *G = S + TC_TILE * L::LS;
     float *Lt = G + TC_TILE * L::LS, *Dt = Lt + TC_TILE;
     int ntile = (T + TC_TILE - 1) / TC_TILE;
@@ -347,13 +368,13 @@ __global__ static void __launch_bounds__(TC_THREADS)
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
     const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-    const uint16_t *dO = dout + (size_t)b * T * C + (size_t)h * HS; /* stored in bf16 */
+    const uint16_t *dO = dout + (size_t)b * T * C + (size_t)h * HS; /* stored in F */
     int j0 = tile * TC_TILE;
     S += warp * 16 * L::LS;
     G += warp * 16 * L::LS;
-    bf16 *P = (bf16 *)S, *dS = (bf16 *)G;
-    load_bf16<D>(Ks, L::LH, k, ld, j0, T, HS, vec);
-    load_bf16<D>(Vs, L::LH, v, ld, j0, T, HS, vec);
+    E *P = (E *)S, *dS = (E *)G;
+    load_tile<D>(Ks, L::LH, k, ld, j0, T, HS, vec);
+    load_tile<D>(Vs, L::LH, v, ld, j0, T, HS, vec);
     frag_acc dk[D / 16], dv[D / 16];
 #pragma unroll
     for (int c = 0; c < D / 16; c++) {
@@ -363,18 +384,18 @@ __global__ static void __launch_bounds__(TC_THREADS)
     int r = lane / 2, half = lane % 2, j = j0 + warp * 16 + r; /* this lane pair's key */
     for (int i0 = j0; i0 < T; i0 += TC_TILE) {
         __syncthreads();
-        load_bf16<D>(Qt, L::LH, q, ld, i0, T, HS, vec);
-        load_bf16<D>(dOt, L::LH, dO, C, i0, T, HS, vec);
+        load_tile<D>(Qt, L::LH, q, ld, i0, T, HS, vec);
+        load_tile<D>(dOt, L::LH, dO, C, i0, T, HS, vec);
         for (int e = threadIdx.x; e < TC_TILE; e += TC_THREADS) {
             int i = i0 + e;
             Lt[e] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
             Dt[e] = i < T ? dvec[(size_t)bh * T + i] : 0.0f;
         }
         __syncthreads();
-        scores_16x64<D>(S, Ks + warp * 16 * L::LH, Qt);  /* S^T: keys x queries */
-        scores_16x64<D>(G, Vs + warp * 16 * L::LH, dOt); /* dP^T = V dO^T */
+        scores_16x64<D, F>(S, Ks + warp * 16 * L::LH, Qt);  /* S^T: keys x queries */
+        scores_16x64<D, F>(G, Vs + warp * 16 * L::LH, dOt); /* dP^T = V dO^T */
         __syncwarp();
-        bf16x2 pp[16], dd[16];
+        typename tc_types<F>::E2 pp[16], dd[16];
         float f[32];
         tc_dropout_factors<true>(f, drop, b, h, j, i0, half, T, lane);
 #pragma unroll
@@ -389,36 +410,37 @@ __global__ static void __launch_bounds__(TC_THREADS)
                 p2[e] = p * fe;
                 d2[e] = p * (fe * G[r * L::LS + c] - Dt[c]);
             }
-            pp[kk] = __floats2bfloat162_rn(p2[0], p2[1]);
-            dd[kk] = __floats2bfloat162_rn(d2[0], d2[1]);
+            pp[kk] = tc_types<F>::pack(p2[0], p2[1]);
+            dd[kk] = tc_types<F>::pack(d2[0], d2[1]);
         }
         __syncwarp(); /* all scores read before P and dS overwrite them */
 #pragma unroll
         for (int kk = 0; kk < 16; kk++) {
-            *reinterpret_cast<bf16x2 *>(P + r * L::LP + PAIR_COL(kk, half)) = pp[kk];
-            *reinterpret_cast<bf16x2 *>(dS + r * L::LP + PAIR_COL(kk, half)) = dd[kk];
+            *reinterpret_cast<typename tc_types<F>::E2 *>(P + r * L::LP + PAIR_COL(kk, half)) =
+                pp[kk];
+            *reinterpret_cast<typename tc_types<F>::E2 *>(dS + r * L::LP + PAIR_COL(kk, half)) =
+                dd[kk];
         }
         __syncwarp();
-        accumulate_16xD<D>(dv, P, dOt); /* dV += P^T dO */
-        accumulate_16xD<D>(dk, dS, Qt); /* dK += dS^T Q (scale at the end) */
+        accumulate_16xD<D, F>(dv, P, dOt); /* dV += P^T dO */
+        accumulate_16xD<D, F>(dk, dS, Qt); /* dK += dS^T Q (scale at the end) */
     }
-    store_rows<D>(dqkv, qoff + C, ld, j0 + warp * 16, T, HS, scale, dk, S, 1.0f,
-                  format);
-    store_rows<D>(dqkv, qoff + 2 * (size_t)C, ld, j0 + warp * 16, T, HS, 1.0f, dv,
-                  S, 1.0f, format);
+    store_rows<D>(dqkv, qoff + C, ld, j0 + warp * 16, T, HS, scale, dk, S, 1.0f, F);
+    store_rows<D>(dqkv, qoff + 2 * (size_t)C, ld, j0 + warp * 16, T, HS, 1.0f, dv, S, 1.0f, F);
 }
 
 /* dQ of 64 queries (16 per warp), over the key tiles up to them. */
-template <int D>
+template <int D, int F>
 __global__ static void __launch_bounds__(TC_THREADS)
     tc_dq_kernel(void *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                  const float *dvec, int T, int C, int NH, int HS, float scale, int vec,
-                 int format, tr_dropout drop)
+                 tr_dropout drop)
 {
     typedef tc_layout<D> L;
+    typedef typename tc_types<F>::E E;
     TC_DYNAMIC_SMEM(tc_sm);
-    bf16 *Qs = (bf16 *)tc_sm, *dOs = (bf16 *)(tc_sm + L::TILE_H);
-    bf16 *Kt = (bf16 *)(tc_sm + 2 * L::TILE_H), *Vt = (bf16 *)(tc_sm + 3 * L::TILE_H);
+    E *Qs = (E *)tc_sm, *dOs = (E *)(tc_sm + L::TILE_H);
+    E *Kt = (E *)(tc_sm + 2 * L::TILE_H), *Vt = (E *)(tc_sm + 3 * L::TILE_H);
     float *S = (float *)(tc_sm + 4 * L::TILE_H), *G = S + TC_TILE * L::LS;
     int ntile = (T + TC_TILE - 1) / TC_TILE;
     int bh = blockIdx.x / ntile, tile = ntile - 1 - (int)(blockIdx.x % ntile);
@@ -426,13 +448,13 @@ __global__ static void __launch_bounds__(TC_THREADS)
     size_t ld = 3 * (size_t)C;
     size_t qoff = (size_t)b * T * ld + (size_t)h * HS;
     const uint16_t *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-    const uint16_t *dO = dout + (size_t)b * T * C + (size_t)h * HS; /* stored in bf16 */
+    const uint16_t *dO = dout + (size_t)b * T * C + (size_t)h * HS; /* stored in F */
     int i0 = tile * TC_TILE, last = min(i0 + TC_TILE, T) - 1;
     S += warp * 16 * L::LS;
     G += warp * 16 * L::LS;
-    bf16 *dS = (bf16 *)S;
-    load_bf16<D>(Qs, L::LH, q, ld, i0, T, HS, vec);
-    load_bf16<D>(dOs, L::LH, dO, C, i0, T, HS, vec);
+    E *dS = (E *)S;
+    load_tile<D>(Qs, L::LH, q, ld, i0, T, HS, vec);
+    load_tile<D>(dOs, L::LH, dO, C, i0, T, HS, vec);
     int r = lane / 2, half = lane % 2, i = i0 + warp * 16 + r;
     int ic = min(i, T - 1);
     float li = lse[(size_t)bh * T + ic], di = dvec[(size_t)bh * T + ic];
@@ -442,13 +464,13 @@ __global__ static void __launch_bounds__(TC_THREADS)
         wmma::fill_fragment(dq[c], 0.0f);
     for (int j0 = 0; j0 <= last; j0 += TC_TILE) {
         __syncthreads();
-        load_bf16<D>(Kt, L::LH, k, ld, j0, T, HS, vec);
-        load_bf16<D>(Vt, L::LH, v, ld, j0, T, HS, vec);
+        load_tile<D>(Kt, L::LH, k, ld, j0, T, HS, vec);
+        load_tile<D>(Vt, L::LH, v, ld, j0, T, HS, vec);
         __syncthreads();
-        scores_16x64<D>(S, Qs + warp * 16 * L::LH, Kt);
-        scores_16x64<D>(G, dOs + warp * 16 * L::LH, Vt); /* dP = dO V^T */
+        scores_16x64<D, F>(S, Qs + warp * 16 * L::LH, Kt);
+        scores_16x64<D, F>(G, dOs + warp * 16 * L::LH, Vt); /* dP = dO V^T */
         __syncwarp();
-        bf16x2 dd[16];
+        typename tc_types<F>::E2 dd[16];
         float f[32];
         tc_dropout_factors<false>(f, drop, b, h, i, j0, half, T, lane);
 #pragma unroll
@@ -461,17 +483,17 @@ __global__ static void __launch_bounds__(TC_THREADS)
                 float p = live ? tr_expf(scale * S[r * L::LS + c] - li) : 0.0f;
                 d2[e] = p * ((live ? f[2 * kk + e] : 1.0f) * G[r * L::LS + c] - di);
             }
-            dd[kk] = __floats2bfloat162_rn(d2[0], d2[1]);
+            dd[kk] = tc_types<F>::pack(d2[0], d2[1]);
         }
         __syncwarp(); /* all scores read before dS overwrites them */
 #pragma unroll
         for (int kk = 0; kk < 16; kk++)
-            *reinterpret_cast<bf16x2 *>(dS + r * L::LP + PAIR_COL(kk, half)) = dd[kk];
+            *reinterpret_cast<typename tc_types<F>::E2 *>(dS + r * L::LP + PAIR_COL(kk, half)) =
+                dd[kk];
         __syncwarp();
-        accumulate_16xD<D>(dq, dS, Kt); /* dQ += dS K (scale at the end) */
+        accumulate_16xD<D, F>(dq, dS, Kt); /* dQ += dS K (scale at the end) */
     }
-    store_rows<D>(dqkv, qoff, ld, i0 + warp * 16, T, HS, scale, dq, S, 1.0f,
-                  format);
+    store_rows<D>(dqkv, qoff, ld, i0 + warp * 16, T, HS, scale, dq, S, 1.0f, F);
 }
 
 #endif

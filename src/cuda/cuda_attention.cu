@@ -24,11 +24,12 @@
  * keys). With ds = p (dp - Dvec) and dp = dO.v: dV_j = sum_i p_ij dO_i, dK_j = scale
  * sum_i ds_ij q_i, dQ_i = scale sum_j ds_ij k_j.
  *
- * Precision: the kernels here are fp32 on the CUDA cores, for fp32 and fp16-mixed
- * runs. bf16-mixed runs (head sizes up to 128) take the same scheme on tensor cores
- * (cuda_attention_tc.cu), which rounds the probabilities and score gradients to bf16
- * before multiplying them; with the mma.sync form chosen (cuda_attention_tc.h), bf16-
- * and fp16-mixed runs with head sizes up to 64 take that, rounding them to the format.
+ * Precision: the kernels here are fp32 on the CUDA cores, for fp32 runs and head sizes
+ * the tensor-core forms do not take. bf16- and fp16-mixed runs (head sizes up to 128)
+ * take the same scheme on tensor cores (WMMA: cuda_attention_tc.cu), which rounds the
+ * probabilities and score gradients to the format before multiplying them; with the
+ * mma.sync form chosen (cuda_attention_tc.h), head sizes up to 64 take that, rounding
+ * them alike.
  *
  * Head sizes up to 256: HS is padded with zeros to D = 32, 64, 128 or 256 (a
  * template argument, so the per-lane arrays have a fixed size). */
@@ -98,9 +99,9 @@ enum { FORM_FLASH, FORM_WMMA, FORM_MMA };
 
 /* Which form runs. The tensor-core ones where the run's products are of its 16-bit
  * format (set before the first kernel: the same in forward and backward): the
- * mma.sync kernels where chosen and the head size fits (bf16 and fp16;
- * cuda_attention_tc.h; the choice holds for the run), else WMMA (bf16 only, where the
- * GPU grants its shared memory). Else the fp32 kernels here. Each form drops
+ * mma.sync kernels where chosen and the head size fits (cuda_attention_tc.h; the
+ * choice holds for the run), else WMMA (where the GPU grants its shared memory); both
+ * take bf16 and fp16. Else the fp32 kernels here. Each form drops
  * attention's probabilities alike (model.attn_pdrop; dropout_math.h). */
 static int attention_form(int HS, int format)
 {
@@ -108,7 +109,7 @@ static int attention_form(int HS, int format)
         return FORM_FLASH;
     if (tr_cuda_attention_mma_chosen() && tr_cuda_attention_mma_fits(HS))
         return FORM_MMA;
-    if (format == TR_PREC_BF16 && tr_cuda_attention_tc_fits(HS))
+    if (tr_cuda_attention_tc_fits(HS))
         return FORM_WMMA;
     return FORM_FLASH;
 }

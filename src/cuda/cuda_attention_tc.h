@@ -1,7 +1,7 @@
 /* cuda_attention_tc.h: the tensor-core forms of the fused attention kernels, which
- * cuda_attention.cu calls in 16-bit mixed runs: bf16 WMMA (cuda_attention_tc.cu, bf16
- * only) and mma.sync with register-resident softmax (cuda_attention_mma.cu, bf16 and
- * fp16). Same tensors as tr_cuda_attention_forward/backward; lse [B,NH,T] the rows'
+ * cuda_attention.cu calls in 16-bit mixed runs: WMMA (cuda_attention_tc.cu) and
+ * mma.sync with register-resident softmax (cuda_attention_mma.cu), both bf16 and
+ * fp16. Same tensors as tr_cuda_attention_forward/backward; lse [B,NH,T] the rows'
  * log-sum-exps, dvec [B,NH,T] backward's rowsum(dO * O), both computed by the
  * caller's conventions; qkv, dout, out and dqkv stored in `format` (a tr_precision,
  * lowp_math.h: 16 bits a value), out and dqkv rounded to it as they are stored; drop

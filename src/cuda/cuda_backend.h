@@ -72,8 +72,8 @@ void tr_cuda_synchronize(void);
  * gradient in slices, cuda_gemm.cu); 0 restores the whole buffer. */
 void tr_cuda_set_cast_limit(size_t elems);
 /* For the tests and benchmarks: nonzero takes the mma.sync attention kernels where they
- * fit (bf16- and fp16-mixed, head size <= 64), zero the others (WMMA in bf16-mixed, the
- * fp32 kernels in fp16-mixed); without a call, the
+ * fit (bf16- and fp16-mixed, head size <= 64), zero the others (WMMA, head size <= 128,
+ * else the fp32 kernels); without a call, the
  * environment's TRAINER_CUDA_ATTENTION decides (cuda_attention_mma.cu). */
 void tr_cuda_set_attention_kernel(int mma);
 void tr_cuda_gemm_strided_batched(int transA, int transB, int M, int N, int K, float alpha,

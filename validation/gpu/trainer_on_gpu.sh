@@ -6,8 +6,8 @@
 # within 1e-4 relative per step (fp32 on both; cuBLAS and OpenBLAS sum in different
 # orders), and a GPU checkpoint must resume on the CPU. bf16-mixed runs too (its
 # curve within 1e-2 of the CPU's bf16-mixed), with each of the two tensor-core
-# attention forms (TRAINER_CUDA_ATTENTION). A CPU checkpoint's weights start a GPU run
-# (checkpoint.init_from) bit for bit. Dropout at every site draws the CPU's masks on
+# attention forms (TRAINER_CUDA_ATTENTION), and fp16-mixed (within 1e-2). A CPU
+# checkpoint's weights start a GPU run (checkpoint.init_from) bit for bit. Dropout at every site draws the CPU's masks on
 # the GPU (dropout_math.h): the tp 2 pair runs with it (fp32 attention kernels), and so
 # does the mma.sync pair (bf16-mixed). Exits 77 (skipped)
 # where no GPU is usable, which the trainer itself reports.
@@ -43,6 +43,8 @@ MEASURE_PEAK=1 gpu_pair gpt_bf16 1 1e-2 "${G[@]}" train.precision=bf16-mixed
 check "the GPU's peak for MFU is known: $(grep '^mfu:' "$WORK/gpt_bf16.out")" \
   grep -qE "^mfu: against [1-9][0-9.]* GFLOP/s per rank \((.*datasheet, bf16 tensor cores dense|measured: .*bf16 tensor cores)" \
   "$WORK/gpt_bf16.out"
+# fp16-mixed: fp16 attention on WMMA, dynamic loss scaling (the same steps skipped)
+gpu_pair gpt_fp16 1 1e-2 "${G[@]}" train.precision=fp16-mixed
 # the mma.sync attention kernels (opt-in until they have run on a GPU), the same curve,
 # with dropout at every site
 DROP=(model.embd_pdrop=0.1 model.attn_pdrop=0.1 model.resid_pdrop=0.1)

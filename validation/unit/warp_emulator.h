@@ -88,12 +88,19 @@ struct __half {
 struct __nv_bfloat162 {
     __nv_bfloat16 x, y;
 };
+struct __half2 {
+    __half x, y;
+};
 inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{tr_f32_to_bf16(f)}; }
 inline __half __float2half_rn(float f) { return __half{tr_f32_to_f16(f)}; }
 inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi)
 {
     return __nv_bfloat162{__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
+}
+inline __half2 __floats2half2_rn(float lo, float hi)
+{
+    return __half2{__float2half_rn(lo), __float2half_rn(hi)};
 }
 /* the named roundings: C's own float operations, which g++ does not contract here */
 inline float __fmul_rn(float a, float b) { return a * b; }
