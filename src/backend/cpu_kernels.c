@@ -8,6 +8,7 @@
  * No loop here reduces floating point across threads: each output element is
  * written by one thread, in a fixed order, so results are bit-identical run to run. */
 #include "backend/cpu_backend.h"
+#include "backend/cpu_row_scans.h" /* tr_row_argmax */
 #include "backend/cpu_simd.h"
 #include "backend/lowp_math.h"
 #include "backend/transformer_kernels.h"
@@ -408,20 +409,23 @@ void tr_cpu_round_lowp(float *x, size_t n, int format)
 void tr_cpu_rows_argmax(int *idx, float *val, const void *x, size_t rows, int ld, int n,
                         int format, int lfmt)
 {
-#pragma omp parallel for schedule(static) if (rows * (size_t)n > PAR_MIN_ELEMS)
-    for (size_t r = 0; r < rows; r++) {
-        size_t p = r * (size_t)ld;
-        int best = 0;
-        float bv = n ? tr_stored_load_as(x, p, lfmt, format) : -INFINITY;
-        for (int j = 1; j < n; j++) {
-            float v = tr_stored_load_as(x, p + j, lfmt, format);
-            if (v > bv) {
-                best = j;
-                bv = v;
-            }
+    if (n <= 0) {
+        for (size_t r = 0; r < rows; r++) {
+            idx[r] = -1;
+            val[r] = -INFINITY;
         }
-        idx[r] = n ? best : -1;
-        val[r] = bv;
+        return;
+    }
+    int view = tr_is_lowp(format) || tr_is_lowp(lfmt); /* a row of fp32 values first */
+#pragma omp parallel if (rows * (size_t)n > PAR_MIN_ELEMS)
+    {
+        float *buf = view ? tr_alloc((size_t)n * sizeof *buf, "rows_argmax row") : NULL;
+#pragma omp for schedule(static)
+        for (size_t r = 0; r < rows; r++) {
+            const float *row = tr_stored_view_as(buf, x, r * (size_t)ld, (size_t)n, lfmt, format);
+            idx[r] = (int)tr_row_argmax(row, (size_t)n, &val[r]);
+        }
+        tr_free(buf);
     }
 }
 

@@ -12,6 +12,7 @@
  * where a fork/join would cost more than the work. */
 #include "backend/transformer_kernels.h"
 #include "backend/cpu_backend.h" /* tr_cpu_linear_forward, tr_cpu_round_lowp */
+#include "backend/cpu_row_scans.h"
 #include "backend/gelu_math.h"
 #include "backend/lowp_math.h" /* tr_round_lowp_span */
 #include "core/error.h"
@@ -322,19 +323,15 @@ double tr_cpu_xent_padded_forward(float *stats, float *losses, const void *logit
         for (size_t r = 0; r < BT; r++) {
             /* the logits as values of format */
             const float *x = tr_stored_view_as(row, logits, r * Vp, (size_t)V, lfmt, format);
-            float mx = x[0];
-            for (int j = 1; j < V; j++)
-                mx = x[j] > mx ? x[j] : mx;
+            float mx = tr_row_max(x[0], x, (size_t)V);
             /* -log softmax[target] = log(sum) - (x[target] - max), exact even where the
              * probability underflows */
             double xt = (double)x[targets[r]] - mx;
             /* subtracting the max keeps every exp in (0, 1]; tr_expf vectorises (libm's
-             * expf would not), the sum stays a serial double loop: the same every run */
+             * expf would not), the sum in double in a fixed order: the same every run */
             for (int j = 0; j < V; j++)
                 e[j] = tr_expf(x[j] - mx);
-            double sum = 0.0;
-            for (int j = 0; j < V; j++)
-                sum += e[j];
+            double sum = tr_row_sum_double(e, (size_t)V);
             stats[2 * r] = mx;
             stats[2 * r + 1] = (float)(1.0 / sum);
             losses[r] = (float)(log(sum) - xt);

@@ -10,6 +10,7 @@
  * the kernels, talks to other ranks). Determinism as in cpu_transformer.c. */
 #include "backend/transformer_kernels.h"
 #include "backend/cpu_backend.h" /* tr_cpu_linear_backward */
+#include "backend/cpu_row_scans.h"
 #include "backend/lowp_math.h" /* tr_round_lowp_span */
 #include "backend/scalar_math.h"
 #include "core/error.h"
@@ -76,9 +77,7 @@ void tr_cpu_xent_shard_max(float *rowmax, const void *logits, size_t BT, int Vl,
             /* the fp32 logits as they are, their max rounded once */
             const float *x = wide ? (const float *)logits + r * Vl
                                   : tr_stored_view(row, logits, r * Vl, n, lfmt);
-            float mx = -INFINITY;
-            for (int j = 0; j < nreal; j++)
-                mx = x[j] > mx ? x[j] : mx;
+            float mx = tr_row_max(-INFINITY, x, n);
             rowmax[r] = tr_round_lowp(mx, format);
         }
         tr_free(row);
@@ -103,10 +102,7 @@ void tr_cpu_xent_shard_sums(double *sums, const void *logits, const float *rowma
             sums[2 * r + 1] = t >= 0 && t < nreal ? (double)x[t] - mx : 0.0;
             for (int j = 0; j < nreal; j++)
                 e[j] = tr_expf(x[j] - mx);
-            double s = 0.0;
-            for (int j = 0; j < nreal; j++)
-                s += e[j];
-            sums[2 * r] = s;
+            sums[2 * r] = tr_row_sum_double(e, n);
         }
         tr_free(row);
         tr_free(e);
