@@ -18,11 +18,12 @@
 
 /* Written as x sigmoid(2u), which equals 0.5 x (1 + tanh u) exactly: 1 + tanh u =
  * 2 / (1 + e^-2u). This form has no cancellation where tanh u nears -1 (x < -3),
- * and tr_expf keeps it vectorisable. */
+ * and tr_expf keeps it vectorisable; its tr_expf_select form, fast (scalar_math.h
+ * says why the plain one is not, in a quotient). */
 TR_HD static inline float tr_gelu(float x)
 {
     float u = TR_GELU_SQRT_2_OVER_PI * (x + TR_GELU_COEFF * x * x * x);
-    float g = x / (1.0f + tr_expf(-2.0f * u));
+    float g = x / (1.0f + tr_expf_select(-2.0f * u));
     return u < -40.0f ? 0.0f : g; /* the exact value underflows there: 0, as tanh gives */
 }
 

@@ -35,6 +35,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -274,6 +275,17 @@ static void test_gelu(void)
               tr_gelu_grad(-1e4f) == 0.0f && tr_gelu(0.0f) == 0.0f && tr_gelu_grad(0.0f) == 0.5f,
           "gelu at 0 and far tails: %g %g %g %g", tr_gelu(1e4f), tr_gelu(-1e4f),
           tr_gelu_grad(1e4f), tr_gelu_grad(-1e4f));
+    /* tr_gelu's exp, tr_expf_select (its clamps as bit selects, scalar_math.h), gives
+     * tr_expf's bits: every 4099th float pattern (NaNs and infinities among them) */
+    long expf_diff = 0;
+    for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 4099) {
+        uint32_t b32 = (uint32_t)bits;
+        float x, e1, e2;
+        memcpy(&x, &b32, sizeof x);
+        e1 = tr_expf(x), e2 = tr_expf_select(x);
+        expf_diff += memcmp(&e1, &e2, sizeof e1) != 0;
+    }
+    CHECK(expf_diff == 0, "tr_expf_select differs from tr_expf at %ld inputs", expf_diff);
     /* PyTorch: torch.nn.functional.gelu(torch.tensor([1.0]), approximate='tanh') */
     CHECK(fabsf(tr_gelu(1.0f) - 0.841192f) < 1e-6f, "gelu(1) = %.7f, PyTorch 0.8411920",
           tr_gelu(1.0f));
