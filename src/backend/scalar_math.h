@@ -34,9 +34,11 @@ TR_HD static inline float tr_expf_clamped(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int bits = ((int)n + 127) << 23;
+    /* (unsigned: a NaN x makes n's int INT_MIN on x86, which a signed shift may not
+     * take; the result is NaN either way) */
+    unsigned bits = (unsigned)((int)n + 127) << 23;
 #ifdef __CUDA_ARCH__
-    return p * __int_as_float(bits);
+    return p * __int_as_float((int)bits);
 #else
     float scale;
     memcpy(&scale, &bits, sizeof scale);
