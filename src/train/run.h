@@ -87,7 +87,8 @@ void tr_lm_free(run *r);
 /* ---- train_pipeline.c ---- */
 /* Step `step`'s forward and backward of every micro-batch of x/y in the schedule's
  * order (training passes: dropout applies); the last backward starts the dp buckets.
- * The loss sum and correct count are this rank's (non-zero on the last stage only). */
+ * The loss sum and correct count are this rank's (non-zero on the last stage only);
+ * correct NULL: the accuracy is not counted (a pass over the logits saved). */
 void tr_pipeline_step(run *r, long step, const int32_t *x, const int32_t *y, float scale,
                       double *loss_sum, long *correct);
 /* Forward only of B samples (evaluation): the loss sum on the last stage, else 0. */

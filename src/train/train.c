@@ -780,8 +780,10 @@ static void teardown(run *r)
 }
 
 /* One optimizer step: micro-batches accumulate, the last one's backward overlaps
- * the gradient all-reduce. Returns this rank's loss sum and correct count, and 0 when
- * fp16-mixed skipped the update (its gradients overflowed). */
+ * the gradient all-reduce. Returns this rank's loss sum and correct count (counted on
+ * a logged step only: the GPT's is a pass over its logits, and on a GPU a wait for
+ * the device; 0 otherwise), and 0 when fp16-mixed skipped the update (its gradients
+ * overflowed). */
 static int train_step(run *r, long step, int logged, double *loss_sum, long *correct,
                       double *gnorm, float *lr)
 {
@@ -807,14 +809,15 @@ static int train_step(run *r, long step, int logged, double *loss_sum, long *cor
     float scale = (float)(r->scaler.scale / ((double)r->global_batch * (double)tps));
     *loss_sum = 0;
     *correct = 0;
+    long *count = logged ? correct : NULL; /* the accuracy only where it is written */
     if (r->lm) {
-        tr_pipeline_step(r, step, x, y, scale, loss_sum, correct);
+        tr_pipeline_step(r, step, x, y, scale, loss_sum, count);
     } else {
         for (long k = 0; k < r->micro; k++) {
             const void *xk = (const char *)x + (size_t)k * r->micro_batch * in * in_bytes;
             const int32_t *yk = y + (size_t)k * r->micro_batch * tps;
             long ok = 0;
-            *loss_sum += tr_model_forward(m, xk, yk, (int)r->micro_batch, &ok);
+            *loss_sum += tr_model_forward(m, xk, yk, (int)r->micro_batch, count ? &ok : NULL);
             *correct += ok;
             int last = k == r->micro - 1;
             if (last)

@@ -44,7 +44,8 @@ void tr_pipeline_step(run *r, long step, const int32_t *x, const int32_t *y, flo
     size_t n = stream_floats(r, B, T);
     tr_dtype st = stream_type(r);
     *loss_sum = 0;
-    *correct = 0;
+    if (correct)
+        *correct = 0;
     for (int i = 0; i < r->nops; i++) {
         tr_pipe_op op = r->ops[i];
         int s = op.micro % r->slots;
@@ -61,8 +62,9 @@ void tr_pipeline_step(run *r, long step, const int32_t *x, const int32_t *y, flo
             tr_gpt_stage_forward(m, s, xk, B, T);
             if (last) {
                 long ok = 0;
-                *loss_sum += tr_gpt_stage_loss(m, s, yk, B, &ok);
-                *correct += ok;
+                *loss_sum += tr_gpt_stage_loss(m, s, yk, B, correct ? &ok : NULL);
+                if (correct)
+                    *correct += ok;
             } else {
                 tr_isend(tr_gpt_stage_output(m, s), n, st, w->pp_rank + 1, TAG_ACTIVATION,
                          w->pp_group, &r->fwd_req[s]);
