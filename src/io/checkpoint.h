@@ -123,6 +123,32 @@ int tr_ckpt_write(const char *dir, const char *name, const tr_ckpt_meta *meta,
                   const tr_ckpt_tensor *t, int n, tr_group *g, tr_ckpt_stats *stats, char *err,
                   size_t errlen);
 
+/* A checkpoint written in the background ([checkpoint] async): tr_ckpt_async_start
+ * does what tr_ckpt_write does before the tensor data (collective: the checks, the
+ * checksums, the file's structure) and copies this rank's data, so the caller may
+ * change its tensors on return; a thread of this rank writes the copy and syncs it,
+ * with no MPI or HDF5 call; tr_ckpt_async_finish (collective) waits for every rank's
+ * thread and then syncs and renames the file into place as tr_ckpt_write does. Until
+ * then it is DIR/NAME.tmp, which nothing resumes from. The copy (this rank's part of
+ * the file) is kept for the next write. */
+typedef struct tr_ckpt_async tr_ckpt_async;
+tr_ckpt_async *tr_ckpt_async_new(void);
+/* Waits for a thread still writing (its file stays a temporary one) and frees a. */
+void tr_ckpt_async_free(tr_ckpt_async *a);
+/* Returns 0 with the write under way, or tr_ckpt_write's codes (nothing is left). */
+int tr_ckpt_async_start(tr_ckpt_async *a, const char *dir, const char *name,
+                        const tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n, tr_group *g,
+                        char *err, size_t errlen);
+/* 1 while a write is started and not finished (the same on every rank). */
+int tr_ckpt_async_pending(const tr_ckpt_async *a);
+/* 1 once this rank's thread is done (or failed), or nothing is pending. */
+int tr_ckpt_async_written(const tr_ckpt_async *a);
+/* Collective over the start's g; nothing pending: 0. Returns 0 with stats (seconds
+ * from the start to the rename) or TR_EXIT_IOERR with the same err on every rank,
+ * the temporary file removed. */
+int tr_ckpt_async_finish(tr_ckpt_async *a, tr_group *g, tr_ckpt_stats *stats, char *err,
+                         size_t errlen);
+
 /* Collective over g. Checks format, version, model, optimizer (not when
  * meta->optimizer is "": a caller that reads only parameters), every tensor's
  * presence, shape and checksum, and fills each tensor's data range (and nothing

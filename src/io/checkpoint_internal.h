@@ -101,4 +101,26 @@ enum { CRC_OK = 0, CRC_GAP = 1, CRC_MISMATCH = 2 };
 void ckpt_checksums(const catalogue *c, const tr_ckpt_tensor *t, int n, const uint32_t *expect,
                     tr_group *g, uint32_t **crc, int **status);
 
+/* ---- a write in parts (checkpoint_write.c), for checkpoint_async.c ------------- */
+
+/* A checkpoint's file and the temporary name it is written under */
+typedef struct ckpt_names {
+    char path[4096], tmp[4200];
+} ckpt_names;
+/* DIR/NAME, or DIR/step_NNNNNNNN.h5 for step when name is NULL */
+void ckpt_names_of(ckpt_names *nm, const char *dir, const char *name, long step);
+/* Collective: all of a write but the tensor data: the descriptions checked, the
+ * catalogue, the checksums, the directory and its space, the file's structure under
+ * nm->tmp. where[i] gets the file offset of t[i]'s data, *bytes the tensor bytes of
+ * the file. Returns 0 or the agreed code (tr_ckpt_write's) with err. */
+int ckpt_write_begin(const char *dir, const ckpt_names *nm, const tr_ckpt_meta *meta,
+                     const tr_ckpt_tensor *t, int n, tr_group *g, uint64_t *where, double *bytes,
+                     char *err, size_t errlen);
+/* Collective: the end of a write whose data this rank has written (code 0) or failed
+ * to (code, err): where every rank succeeded, rank 0 syncs nm->tmp, renames it to
+ * nm->path and syncs the directory; else the temporary file is removed. Returns the
+ * agreed code with the same err on every rank. */
+int ckpt_write_end(const char *dir, const ckpt_names *nm, int code, tr_group *g, char *err,
+                   size_t errlen);
+
 #endif

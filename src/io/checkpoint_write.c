@@ -295,57 +295,80 @@ static int write_structure(const char *tmp, const tr_ckpt_meta *meta, const cata
     return ckpt_agree(g, bad ? TR_EXIT_IOERR : 0, err, errlen);
 }
 
-int tr_ckpt_write(const char *dir, const char *name, const tr_ckpt_meta *meta,
-                  const tr_ckpt_tensor *t, int n, tr_group *g, tr_ckpt_stats *stats, char *err,
-                  size_t errlen)
+void ckpt_names_of(ckpt_names *nm, const char *dir, const char *name, long step)
 {
-    double t0 = tr_wtime();
-    int rank = tr_group_rank(g), size = tr_group_size(g);
-    char path[4096], tmp[4200];
     if (name)
-        snprintf(path, sizeof path, "%s/%s", dir, name);
+        snprintf(nm->path, sizeof nm->path, "%s/%s", dir, name);
     else
-        tr_ckpt_path(path, sizeof path, dir, meta->step);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        tr_ckpt_path(nm->path, sizeof nm->path, dir, step);
+    snprintf(nm->tmp, sizeof nm->tmp, "%s.tmp", nm->path);
+}
+
+int ckpt_write_begin(const char *dir, const ckpt_names *nm, const tr_ckpt_meta *meta,
+                     const tr_ckpt_tensor *t, int n, tr_group *g, uint64_t *where, double *bytes,
+                     char *err, size_t errlen)
+{
     err[0] = '\0';
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-
     catalogue c = {0};
     uint32_t *crc = NULL;
     int code = prepare_write(dir, meta, t, n, g, &c, &crc, err, errlen);
-    uint64_t *where = tr_alloc((size_t)(n ? n : 1) * sizeof *where, "checkpoint offsets");
-    /* 1. the structure, attributes and checksums, through HDF5 (collective) */
+    /* the structure, attributes and checksums, through HDF5 (collective) */
     if (!code)
-        code = write_structure(tmp, meta, &c, crc, n, where, g, err, errlen);
-    /* 2. the data, each rank its own runs, through MPI-IO (collective open and close) */
-    if (!code) {
-        wctx w = {g, rank, size, meta->collective_io};
-        size_t nruns = 0;
-        run *runs = ckpt_own_runs(t, n, &nruns);
-        code = write_runs(tmp, t, runs, nruns, where, &w, err, errlen) ? TR_EXIT_IOERR : 0;
-        tr_free(runs);
-    }
-    /* durable before visible: sync the data, rename, sync the directory entry */
+        code = write_structure(nm->tmp, meta, &c, crc, n, where, g, err, errlen);
+    *bytes = tensor_bytes(&c);
+    tr_free(crc);
+    ckpt_cat_free(&c);
+    return code;
+}
+
+int ckpt_write_end(const char *dir, const ckpt_names *nm, int code, tr_group *g, char *err,
+                   size_t errlen)
+{
+    int rank = tr_group_rank(g);
+    /* every rank's data first: durable before visible */
+    code = ckpt_agree(g, code, err, errlen);
+    /* sync the file, rename, sync the directory entry */
     if (!code && rank == 0) {
-        int e = ckpt_sync_path(tmp, 0);
-        if (!e && rename(tmp, path))
+        int e = ckpt_sync_path(nm->tmp, 0);
+        if (!e && rename(nm->tmp, nm->path))
             e = errno;
         if (!e)
             e = ckpt_sync_path(dir, 1);
         if (e) {
-            ckpt_fail(err, errlen, "cannot make checkpoint '%s' durable: %s", path, strerror(e));
+            ckpt_fail(err, errlen, "cannot make checkpoint '%s' durable: %s", nm->path,
+                      strerror(e));
             code = TR_EXIT_IOERR;
         }
     }
     code = ckpt_agree(g, code, err, errlen);
     if (code && rank == 0)
-        unlink(tmp);
+        unlink(nm->tmp);
+    return code;
+}
+
+int tr_ckpt_write(const char *dir, const char *name, const tr_ckpt_meta *meta,
+                  const tr_ckpt_tensor *t, int n, tr_group *g, tr_ckpt_stats *stats, char *err,
+                  size_t errlen)
+{
+    double t0 = tr_wtime(), bytes = 0;
+    ckpt_names nm;
+    ckpt_names_of(&nm, dir, name, meta->step);
+    uint64_t *where = tr_alloc((size_t)(n ? n : 1) * sizeof *where, "checkpoint offsets");
+    int code = ckpt_write_begin(dir, &nm, meta, t, n, g, where, &bytes, err, errlen);
+    /* the data, each rank its own runs, through MPI-IO (collective open and close) */
+    if (!code) {
+        wctx w = {g, tr_group_rank(g), tr_group_size(g), meta->collective_io};
+        size_t nruns = 0;
+        run *runs = ckpt_own_runs(t, n, &nruns);
+        code = write_runs(nm.tmp, t, runs, nruns, where, &w, err, errlen) ? TR_EXIT_IOERR : 0;
+        tr_free(runs);
+    }
+    code = ckpt_write_end(dir, &nm, code, g, err, errlen);
     if (!code && stats) {
         stats->seconds = tr_wtime() - t0;
-        stats->bytes = tensor_bytes(&c);
+        stats->bytes = bytes;
     }
     tr_free(where);
-    tr_free(crc);
-    ckpt_cat_free(&c);
     return code;
 }

@@ -891,12 +891,13 @@ static void describe_best(const run *r, int improved, char *buf, size_t len)
 /* Reasons to stop early with a checkpoint and exit 75. */
 enum { STOP_NONE = 0, STOP_SLICE = 1000, STOP_TIME = 1001 }; /* or a signal number */
 
-/* All ranks learn whether any rank must stop, and whether checkpoint.every_minutes
- * calls for a checkpoint (rank 0's clock decides: *due): one tiny all-reduce per
- * step. */
-static int agree_stop(run *r, long steps_this_session, int *due)
+/* All ranks learn whether any rank must stop, whether checkpoint.every_minutes
+ * calls for a checkpoint (rank 0's clock decides: *due) and whether every rank has
+ * written its part of a checkpoint in the background (*written): one tiny all-reduce
+ * per step. */
+static int agree_stop(run *r, long steps_this_session, int *due, int *written)
 {
-    int why[2] = {tr_signal_pending(), 0};
+    int why[3] = {tr_signal_pending(), 0, !tr_train_ckpt_written(&r->ckpt)};
     long slice = tr_deck_int(r->d, "run", "stop_after_steps");
     double minutes = tr_deck_float(r->d, "run", "max_minutes");
     double every = tr_deck_float(r->d, "checkpoint", "every_minutes");
@@ -906,17 +907,22 @@ static int agree_stop(run *r, long steps_this_session, int *due)
     if (!why[0] && minutes > 0 && now - r->rt->start_time >= 60 * minutes)
         why[0] = STOP_TIME;
     why[1] = r->w->rank == 0 && every > 0 && now - r->ckpt.last_write_time >= 60 * every;
-    tr_allreduce(why, why, 2, TR_I32, TR_MAX, r->w->world);
+    tr_allreduce(why, why, 3, TR_I32, TR_MAX, r->w->world);
     *due = why[1];
+    *written = !why[2];
     return why[0];
 }
 
-static int save(run *r, long step, int best)
+/* A checkpoint of the state after `step`: best.h5 (best), one in the background
+ * (background, with checkpoint.async), or the step's file now; or (step < 0) the end
+ * of the one in the background. Collective. */
+static int save(run *r, long step, int best, int background)
 {
-    char msg[4096];
+    char msg[8192];
     double epoch = (double)step / r->steps_per_epoch, t0 = tr_wtime();
-    int rc = best ? tr_train_ckpt_save_best(&r->ckpt, r->w, step, epoch, msg, sizeof msg)
-                  : tr_train_ckpt_save(&r->ckpt, r->w, step, epoch, msg, sizeof msg);
+    int rc = step < 0 ? tr_train_ckpt_finish(&r->ckpt, r->w, msg, sizeof msg)
+             : best   ? tr_train_ckpt_save_best(&r->ckpt, r->w, step, epoch, msg, sizeof msg)
+                    : tr_train_ckpt_save(&r->ckpt, r->w, step, epoch, background, msg, sizeof msg);
     r->t_ckpt += tr_wtime() - t0;
     if (rc && r->w->rank == 0) {
         fprintf(stderr, "error: %s; stopping: training on without durable checkpoints would "
@@ -1014,7 +1020,7 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
     long end_step = stopped_early ? r->start_step : r->total_steps;
     double targets_per_step = (double)r->global_batch * r->model.targets_per_sample;
     if (r->ckpt.at_start && r->start_step == 0) {
-        rc = save(r, 0, 0);
+        rc = save(r, 0, 0, 0);
         if (rc) {
             teardown(r);
             free(r);
@@ -1099,21 +1105,30 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             tr_lm_sample(r, done);
             r->t_sample += tr_wtime() - ts;
         }
-        int timed = 0;
+        int timed = 0, written = 0;
         int sig = done < r->total_steps && !stopped_early
-                      ? agree_stop(r, done - r->start_step, &timed)
+                      ? agree_stop(r, done - r->start_step, &timed, &written)
                       : 0;
+        /* a checkpoint written in the background is made visible at the first step's
+         * end where every rank's part is on disk */
+        if (written && tr_train_ckpt_pending(&r->ckpt)) {
+            tr_progress_break(&prog);
+            rc = save(r, -1, 0, 0);
+            if (rc)
+                break;
+        }
         int periodic = (r->ckpt.every && done % r->ckpt.every == 0) || timed;
         int final = (done == r->total_steps || stopped_early) && r->ckpt.at_end;
         if (periodic || final || sig) {
             tr_progress_break(&prog);
-            rc = save(r, done, 0);
+            /* the last one, or one on the way out: written before the run goes on */
+            rc = save(r, done, 0, !final && !sig && !stopped_early);
             if (rc)
                 break;
         }
         if (improved && r->ckpt.best) {
             tr_progress_break(&prog);
-            rc = save(r, done, 1);
+            rc = save(r, done, 1, 0);
             if (rc)
                 break;
         }
@@ -1152,6 +1167,8 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             break;
         }
     }
+    if (!rc) /* one still in the background (at_end off): made visible, not lost */
+        rc = save(r, -1, 0, 0);
     if (rc) {
         tr_progress_break(&prog);
         teardown(r);

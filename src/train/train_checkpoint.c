@@ -138,6 +138,8 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
     c->every = tr_deck_int(d, "checkpoint", "every");
     c->keep = (int)tr_deck_int(d, "checkpoint", "keep");
     c->at_end = tr_deck_bool(d, "checkpoint", "at_end");
+    c->async = tr_deck_bool(d, "checkpoint", "async");
+    c->aw = c->async ? tr_ckpt_async_new() : NULL;
     c->at_start = tr_deck_bool(d, "checkpoint", "at_start");
     c->best = tr_deck_bool(d, "checkpoint", "best");
     snprintf(c->resume, sizeof c->resume, "%s", tr_deck_str(d, "checkpoint", "resume"));
@@ -190,6 +192,8 @@ void tr_train_ckpt_init(tr_train_ckpt *c, const tr_deck *d, const char *run_dir,
 
 void tr_train_ckpt_free(tr_train_ckpt *c)
 {
+    tr_ckpt_async_free(c->aw); /* a write still running (an error ended the run) is joined */
+    c->aw = NULL;
     tr_free(c->tensors);
     for (int i = 0; i < c->nmirror; i++)
         tr_free(c->mirror[i].host);
@@ -379,10 +383,8 @@ int tr_train_ckpt_init_from(tr_train_ckpt *c, const tr_world *w, char *err, size
     return 0;
 }
 
-/* Writes the run's state after `step` to DIR/NAME (NULL: the step's own name);
- * rank 0 prints it. */
-static int write_state(tr_train_ckpt *c, const tr_world *w, const char *name, long step,
-                       double epoch, char *err, size_t errlen)
+/* The run's state after `step`, for a checkpoint */
+static tr_ckpt_meta state_meta(const tr_train_ckpt *c, long step, double epoch)
 {
     tr_ckpt_meta meta = c->meta;
     meta.step = step;
@@ -396,30 +398,41 @@ static int write_state(tr_train_ckpt *c, const tr_world *w, const char *name, lo
     meta.evals_since_best = c->tracker->evals_since_best;
     for (int i = 0; i < c->nmirror; i++)
         c->dev->download(c->mirror[i].host, c->mirror[i].device, c->mirror[i].bytes);
-    tr_ckpt_stats st = {0};
-    int rc =
-        tr_ckpt_write(c->dir, name, &meta, c->tensors, c->ntensors, w->world, &st, err, errlen);
-    if (rc || w->rank)
-        return rc;
+    return meta;
+}
+
+/* rank 0: "checkpoint PATH: how much in how long", and how it was written */
+static void say_written(const tr_train_ckpt *c, const char *name, long step,
+                        const tr_ckpt_stats *st, const char *how)
+{
     char path[4096];
     if (name)
         snprintf(path, sizeof path, "%s/%s", c->dir, name);
     else
         tr_ckpt_path(path, sizeof path, c->dir, step);
-    printf("checkpoint %s: %.1f MiB in %.2f s (%.0f MiB/s)\n", path, st.bytes / 1048576.0,
-           st.seconds, st.bytes / 1048576.0 / (st.seconds > 0 ? st.seconds : 1e-9));
+    printf("checkpoint %s: %.1f MiB in %.2f s (%.0f MiB/s)%s\n", path, st->bytes / 1048576.0,
+           st->seconds, st->bytes / 1048576.0 / (st->seconds > 0 ? st->seconds : 1e-9), how);
     fflush(stdout);
-    return 0;
 }
 
-int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double epoch, char *err,
-                       size_t errlen)
+/* Writes the run's state after `step` to DIR/NAME (NULL: the step's own name);
+ * rank 0 prints it. */
+static int write_state(tr_train_ckpt *c, const tr_world *w, const char *name, long step,
+                       double epoch, char *err, size_t errlen)
 {
-    int rc = write_state(c, w, NULL, step, epoch, err, errlen);
-    if (rc)
-        return rc;
+    tr_ckpt_meta meta = state_meta(c, step, epoch);
+    tr_ckpt_stats st = {0};
+    int rc =
+        tr_ckpt_write(c->dir, name, &meta, c->tensors, c->ntensors, w->world, &st, err, errlen);
+    if (!rc && w->rank == 0)
+        say_written(c, name, step, &st, "");
+    return rc;
+}
+
+/* After the step file of `step` became durable: the newest, and old ones pruned */
+static void written(tr_train_ckpt *c, const tr_world *w, long step)
+{
     c->last_written = step;
-    c->last_write_time = tr_wtime();
     if (w->rank == 0) {
         tr_ckpt_prune(c->dir, c->keep);
         int e = tr_ckpt_point_last(c->dir, step);
@@ -429,6 +442,55 @@ int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double ep
         if (e)
             c->last_link_failed = 1;
     }
+}
+
+int tr_train_ckpt_pending(const tr_train_ckpt *c) { return tr_ckpt_async_pending(c->aw); }
+
+int tr_train_ckpt_written(const tr_train_ckpt *c) { return tr_ckpt_async_written(c->aw); }
+
+int tr_train_ckpt_finish(tr_train_ckpt *c, const tr_world *w, char *err, size_t errlen)
+{
+    if (!tr_ckpt_async_pending(c->aw))
+        return 0;
+    tr_ckpt_stats st = {0};
+    int rc = tr_ckpt_async_finish(c->aw, w->world, &st, err, errlen);
+    if (rc)
+        return rc;
+    if (w->rank == 0)
+        say_written(c, NULL, c->pending_step, &st, ", written in the background");
+    written(c, w, c->pending_step);
+    return 0;
+}
+
+int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double epoch, int background,
+                       char *err, size_t errlen)
+{
+    int rc = tr_train_ckpt_finish(c, w, err, errlen);
+    if (rc)
+        return rc;
+    if (background && c->aw) {
+        double t0 = tr_wtime();
+        tr_ckpt_meta meta = state_meta(c, step, epoch);
+        rc = tr_ckpt_async_start(c->aw, c->dir, NULL, &meta, c->tensors, c->ntensors, w->world, err,
+                                 errlen);
+        if (rc)
+            return rc;
+        c->pending_step = step;
+        c->last_write_time = tr_wtime();
+        if (w->rank == 0) {
+            char path[4096];
+            tr_ckpt_path(path, sizeof path, c->dir, step);
+            printf("checkpoint %s: started in the background (%.2f s of training time)\n", path,
+                   tr_wtime() - t0);
+            fflush(stdout);
+        }
+        return 0;
+    }
+    rc = write_state(c, w, NULL, step, epoch, err, errlen);
+    if (rc)
+        return rc;
+    c->last_write_time = tr_wtime();
+    written(c, w, step);
     return 0;
 }
 
@@ -436,7 +498,11 @@ int tr_train_ckpt_save_best(tr_train_ckpt *c, const tr_world *w, long step, doub
                             size_t errlen)
 {
     /* this step's checkpoint, just written, holds the same state: a second name for
-     * it costs no I/O (keep may prune its first name later; the file stays) */
+     * it costs no I/O (keep may prune its first name later; the file stays); one in
+     * the background is finished first */
+    int rc = tr_train_ckpt_finish(c, w, err, errlen);
+    if (rc)
+        return rc;
     int linked = 0;
     if (c->last_written == step && w->rank == 0)
         linked = !tr_ckpt_link(c->dir, step, TR_CKPT_BEST);

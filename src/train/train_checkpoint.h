@@ -16,6 +16,9 @@ typedef struct tr_train_ckpt {
     char dir[2048];
     long every;
     int keep, at_start, at_end;
+    int async;         /* checkpoint.async: periodic checkpoints in the background */
+    tr_ckpt_async *aw; /* their writer (NULL when async is off) */
+    long pending_step; /* the step of the one being written */
     int best; /* checkpoint.best: keep the lowest validation loss's model in best.h5 */
     char resume[TR_DECK_VALUE_MAX];
     char init_from[TR_DECK_VALUE_MAX]; /* weights to start from when nothing resumes */
@@ -72,9 +75,22 @@ int tr_train_ckpt_resume(tr_train_ckpt *c, const tr_world *w, long *step, int *r
 int tr_train_ckpt_init_from(tr_train_ckpt *c, const tr_world *w, char *err, size_t errlen);
 
 /* Writes the checkpoint for `step` completed steps; prunes old ones. Collective.
- * Returns 0 or TR_EXIT_IOERR with err. */
-int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double epoch,
+ * background (with checkpoint.async): started, the data written by a thread while
+ * training goes on, and finished by tr_train_ckpt_finish; otherwise written now.
+ * A write still in the background is finished first. Returns 0 or TR_EXIT_IOERR
+ * with err. */
+int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double epoch, int background,
                        char *err, size_t errlen);
+
+/* A checkpoint still being written in the background: 1 while it is (the same on
+ * every rank); written: 1 once this rank's part is on disk. */
+int tr_train_ckpt_pending(const tr_train_ckpt *c);
+int tr_train_ckpt_written(const tr_train_ckpt *c);
+
+/* Collective: waits for the checkpoint being written in the background (if any) on
+ * every rank, then makes it visible (renamed, last.h5, keep). Returns 0 or
+ * TR_EXIT_IOERR with err. */
+int tr_train_ckpt_finish(tr_train_ckpt *c, const tr_world *w, char *err, size_t errlen);
 
 /* checkpoint.best: makes DIR/best.h5 the state after `step`, whose evaluation has
  * just lowered the validation loss: a hard link to this step's checkpoint when the

@@ -3,7 +3,8 @@
 # the run done straight (h5diff of the final checkpoints, metrics.csv rows); a
 # checkpoint resumes at another rank count within the any-layout tolerance; a
 # signal to one rank checkpoints at the next step boundary and exits 75; keep and
-# every_minutes write and keep the checkpoints they say, and last.h5 names the newest.
+# every_minutes write and keep the checkpoints they say, and last.h5 names the newest;
+# checkpoints written in the background (checkpoint.async) resume the same.
 source "$(dirname "$0")/../lib.sh"
 require_data
 RUN_TIMEOUT=300
@@ -103,4 +104,24 @@ check "every_minutes=1e-7: a checkpoint after each of the 4 steps" \
   [ "$(steps_in "$WORK/minutes1e-7")" = "$(for s in 1 2 3 4; do basename "$(ck . $s)"; done | tr '\n' ' ')" ]
 check "every_minutes=10: only the final one" \
   [ "$(steps_in "$WORK/minutes10")" = "$(basename "$(ck . 4)") " ]
+# 7. checkpoint.async: periodic checkpoints written in the background appear whole,
+#    keep and last.h5 as without it, no temporary file left; a stop finishes the one
+#    under way before its own; a resume from one ends bit-identical to the straight run
+A=$((CUT - CUT % 10)) # the last periodic one before the stop at CUT
+run 4 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/async" run.stop_after_steps=$CUT \
+  checkpoint.async=true checkpoint.every=10 checkpoint.keep=2
+check "async: stopped at $CUT, exit 75 (got $RC) $(cat "$WORK/err")" [ "$RC" = 75 ]
+check "async: says it wrote step $A in the background" \
+  grep -q "checkpoint .*$(basename "$(ck . $A)"): .* MiB in .*, written in the background" "$WORK/out"
+check "async: keep=2 keeps the two newest: $(steps_in "$WORK/async")" \
+  [ "$(steps_in "$WORK/async")" = "$(basename "$(ck . $A)") $(basename "$(ck . $CUT)") " ]
+check "async: last.h5 names the newest" \
+  [ "$(readlink "$WORK/async/checkpoints/last.h5")" = "$(basename "$(ck . $CUT)")" ]
+check "async: no temporary file left" bash -c "! ls '$WORK/async'/checkpoints/*.tmp 2>/dev/null"
+run 4 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/async2" \
+  checkpoint.resume="$(ck "$WORK/async" $A)"
+check "async: resumed from step $A: $RC $(cat "$WORK/err")" \
+  grep -q "resumed from .*$(basename "$(ck . $A)"): step $A" "$WORK/out"
+check "async: final state bit-identical to the straight run" \
+  h5_same "$(ck "$WORK/straight" $STEPS)" "$(ck "$WORK/async2" $STEPS)"
 finish

@@ -9,13 +9,21 @@
  *                        (mpi.hang_watchdog).
  *   TR_TEST_SLOW_RANK=R  each cblas_sgemm on rank R first sleeps TR_TEST_SLOW_US
  *                        microseconds (default 2000), as a throttled or shared node
- *                        runs slow (mpi.straggler). */
+ *                        runs slow (mpi.straggler).
+ *   TR_TEST_THREAD_ENOSPC_RANK=R  pwrite from any thread but the main one fails with
+ *                        ENOSPC on rank R, as a disk that fills up while a
+ *                        checkpoint is written in the background (checkpoint.async:
+ *                        only its writer thread writes off the main thread;
+ *                        mpi.checkpoint_errors). */
 #define _GNU_SOURCE
 #include <cblas.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 static int is_rank(const char *var)
@@ -51,4 +59,26 @@ void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta,
     }
     sgemm_fn *real = (sgemm_fn *)dlsym(RTLD_NEXT, "cblas_sgemm");
     real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+typedef ssize_t pwrite_fn(int, const void *, size_t, off_t);
+
+static ssize_t pwrite_or_full(const char *name, int fd, const void *buf, size_t n, off_t at)
+{
+    if (is_rank("TR_TEST_THREAD_ENOSPC_RANK") && syscall(SYS_gettid) != getpid()) {
+        errno = ENOSPC;
+        return -1;
+    }
+    pwrite_fn *real = (pwrite_fn *)dlsym(RTLD_NEXT, name);
+    return real(fd, buf, n, at);
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t at)
+{
+    return pwrite_or_full("pwrite", fd, buf, n, at);
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t at)
+{
+    return pwrite_or_full("pwrite64", fd, buf, n, at);
 }
