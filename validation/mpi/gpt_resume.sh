@@ -8,7 +8,8 @@
 # draws what the straight one did. The straight run also samples text every 7 steps
 # (sample.every), the others never: sampling between steps must leave training as it
 # was, bit for bit. The interrupted run's TensorBoard event files hold its
-# metrics.csv (validation/tb_events.py).
+# metrics.csv (validation/tb_events.py). A checkpoint written in the background
+# (checkpoint.async) resumes to the same final state.
 source "$(dirname "$0")/../lib.sh"
 BYTES=$SRC/data/brown/bytes
 [ -f "$BYTES.train.tok" ] || { echo "skipped: no $BYTES.train.tok (run scripts/prepare_text.sh)"; exit 77; }
@@ -47,6 +48,19 @@ check "metrics.csv rows identical" diff <(cut -d, -f1-7 "$WORK/straight/metrics.
   <(cut -d, -f1-7 "$WORK/cut/metrics.csv")
 check "the interrupted run's TensorBoard files (two sessions) read as its metrics.csv, perplexity too" \
   "$PYTHON" validation/tb_events.py "$WORK/cut" --lm 16
+
+# a checkpoint written in the background (checkpoint.async, at steps 3 and 6 before a
+# stop at 8) resumes the same: from step 6, the straight run's final state
+run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/async" run.stop_after_steps=8 \
+  checkpoint.async=true checkpoint.every=3 checkpoint.keep=0
+check "async: stopped at step 8: exit $RC (75 expected)" [ "$RC" = 75 ]
+check "async: step 6 written in the background" \
+  grep -q "step_00000006.h5: .* MiB in .*, written in the background" "$WORK/out"
+run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/async2" \
+  checkpoint.resume="$WORK/async/checkpoints/step_00000006.h5"
+check "async: resumed from step 6: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
+check "async: final parameters and AdamW state bit-identical (h5diff)" \
+  h5_same "$WORK/straight/checkpoints/step_00000014.h5" "$WORK/async2/checkpoints/step_00000014.h5"
 
 # another layout: written on 2 ranks at step 5, continued on 1
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" run.dir="$WORK/moved" run.stop_after_steps=5
