@@ -1,8 +1,10 @@
 """compare_metrics.py: compare the train-loss curves of metrics.csv files.
 
 usage: compare_metrics.py REFERENCE OTHER... [--rtol R] [--exact] [--min-steps N] [--first N]
+                          [--common]
 Compares the 'loss' column of the rows with phase == 'train', step by step
-(--first N: only the first N of them).
+(--first N: only the first N of them; --common: only the steps the reference and
+the other both have, at least --min-steps of them, e.g. a run resumed midway).
 --exact demands the same text (bit-identical floats, %.9g); otherwise the largest
 relative difference must stay below --rtol. Prints the worst step per file.
 """
@@ -25,6 +27,7 @@ def main():
     ap.add_argument("--exact", action="store_true")
     ap.add_argument("--min-steps", type=int, default=1)
     ap.add_argument("--first", type=int, default=0, help="compare only the first N train rows")
+    ap.add_argument("--common", action="store_true", help="compare only the steps both have")
     a = ap.parse_args()
     cut = a.first if a.first > 0 else None
     ref = train_losses(a.reference)[:cut]
@@ -34,6 +37,16 @@ def main():
         return 1
     for path in a.others:
         other = train_losses(path)[:cut]
+        ref = train_losses(a.reference)[:cut]
+        if a.common:
+            steps = {s for s, _ in other} & {s for s, _ in ref}
+            ref = [r for r in ref if r[0] in steps]
+            other = [r for r in other if r[0] in steps]
+            if len(ref) < a.min_steps:
+                print(f"{path}: only {len(ref)} steps in common with {a.reference}, "
+                      f"need {a.min_steps}")
+                bad += 1
+                continue
         if [s for s, _ in other] != [s for s, _ in ref]:
             print(f"{path}: steps differ from {a.reference}")
             bad += 1

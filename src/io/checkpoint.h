@@ -130,15 +130,17 @@ int tr_ckpt_write(const char *dir, const char *name, const tr_ckpt_meta *meta,
  * with no MPI or HDF5 call; tr_ckpt_async_finish (collective) waits for every rank's
  * thread and then syncs and renames the file into place as tr_ckpt_write does. Until
  * then it is DIR/NAME.tmp, which nothing resumes from. The copy (this rank's part of
- * the file) is kept for the next write. */
+ * the file) is kept for the next write. A caller whose tensors stay unchanged until
+ * the finish (a GPU run's host copies, made for checkpoints only) says so with
+ * `stable`: the thread writes from them, and no copy is made. */
 typedef struct tr_ckpt_async tr_ckpt_async;
 tr_ckpt_async *tr_ckpt_async_new(void);
 /* Waits for a thread still writing (its file stays a temporary one) and frees a. */
 void tr_ckpt_async_free(tr_ckpt_async *a);
 /* Returns 0 with the write under way, or tr_ckpt_write's codes (nothing is left). */
 int tr_ckpt_async_start(tr_ckpt_async *a, const char *dir, const char *name,
-                        const tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n, tr_group *g,
-                        char *err, size_t errlen);
+                        const tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n, int stable,
+                        tr_group *g, char *err, size_t errlen);
 /* 1 while a write is started and not finished (the same on every rank). */
 int tr_ckpt_async_pending(const tr_ckpt_async *a);
 /* 1 once this rank's thread is done (or failed), or nothing is pending. */

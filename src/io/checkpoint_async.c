@@ -27,9 +27,11 @@
 #include <time.h>
 #include <unistd.h>
 
-/* One contiguous piece of this rank's data: file offset and length in bytes */
+/* One contiguous piece of this rank's data: file offset, length in bytes, and where
+ * the thread takes it from (the copy, or the caller's stable tensors) */
 typedef struct piece {
     uint64_t at, len;
+    const char *src;
 } piece;
 
 struct tr_ckpt_async {
@@ -91,8 +93,8 @@ static void *write_copy(void *arg)
     if (fd < 0) {
         thread_fail(a, "cannot reopen", "for its data", errno);
     } else {
-        const char *src = a->copy;
-        for (size_t i = 0; i < a->npieces && !a->code; src += a->pieces[i].len, i++) {
+        for (size_t i = 0; i < a->npieces && !a->code; i++) {
+            const char *src = a->pieces[i].src;
             uint64_t done = 0, len = a->pieces[i].len;
             while (done < len) {
                 size_t chunk =
@@ -139,14 +141,16 @@ static char *alloc_copy(size_t bytes)
     return p;
 }
 
-/* this rank's runs of t copied back to back, with where they go in the file */
-static void take_copy(tr_ckpt_async *a, const tr_ckpt_tensor *t, int n, const uint64_t *where)
+/* this rank's runs of t, with where they go in the file: copied back to back, or,
+ * where t stays unchanged until the write is finished (stable), as they are */
+static void take_copy(tr_ckpt_async *a, const tr_ckpt_tensor *t, int n, const uint64_t *where,
+                      int stable)
 {
     size_t nruns = 0, total = 0;
     run *runs = ckpt_own_runs(t, n, &nruns);
     for (size_t i = 0; i < nruns; i++)
         total += runs[i].len * sizeof(float);
-    if (total > a->copy_cap) {
+    if (!stable && total > a->copy_cap) {
         tr_free(a->copy);
         a->copy = alloc_copy(total);
         a->copy_cap = total;
@@ -159,18 +163,21 @@ static void take_copy(tr_ckpt_async *a, const tr_ckpt_tensor *t, int n, const ui
     char *dst = a->copy;
     for (size_t i = 0; i < nruns; i++) {
         size_t len = runs[i].len * sizeof(float);
-        memcpy(dst, ckpt_run_data(&t[runs[i].t], &runs[i]), len);
-        a->pieces[i].at = where[runs[i].t] + runs[i].off * sizeof(float);
-        a->pieces[i].len = len;
-        dst += len;
+        const char *data = (const char *)ckpt_run_data(&t[runs[i].t], &runs[i]);
+        if (!stable) {
+            memcpy(dst, data, len);
+            data = dst;
+            dst += len;
+        }
+        a->pieces[i] = (piece){where[runs[i].t] + runs[i].off * sizeof(float), len, data};
     }
     a->npieces = nruns;
     tr_free(runs);
 }
 
 int tr_ckpt_async_start(tr_ckpt_async *a, const char *dir, const char *name,
-                        const tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n, tr_group *g,
-                        char *err, size_t errlen)
+                        const tr_ckpt_meta *meta, const tr_ckpt_tensor *t, int n, int stable,
+                        tr_group *g, char *err, size_t errlen)
 {
     if (a->pending)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: a checkpoint started before the last one finished");
@@ -183,7 +190,7 @@ int tr_ckpt_async_start(tr_ckpt_async *a, const char *dir, const char *name,
         tr_free(where);
         return ckpt_write_end(dir, &a->nm, code, g, err, errlen); /* removes the file */
     }
-    take_copy(a, t, n, where);
+    take_copy(a, t, n, where, stable);
     tr_free(where);
     a->code = 0;
     a->err[0] = '\0';

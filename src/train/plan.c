@@ -11,7 +11,7 @@ static const char *B(char *buf, size_t len, double bytes) { return tr_bytes_str(
 /* Bytes a rank sends in a ring all-reduce of `bytes` over n ranks. */
 static double allreduce_sent(double bytes, int n) { return n > 1 ? 2.0 * (n - 1) / n * bytes : 0; }
 
-static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int master,
+static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int master, int async,
                          FILE *out)
 {
     char a[32], b[32];
@@ -42,7 +42,20 @@ static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int
     else
         fprintf(out, "  communication      %12s  (collectives and messages work in place)\n",
                 B(a, sizeof a, 0));
+    if (!p->gpu && p->ckpt_host > 0)
+        fprintf(out, "  %-18s %12s  (%s)\n", p->staged ? "checkpoint copies" : "checkpoint copy",
+                B(a, sizeof a, p->ckpt_host),
+                p->staged ? "host copies of the weights and optimizer state, which host code "
+                            "reads and writes for checkpoints"
+                          : "checkpoint.async: this rank's share of the weights and optimizer "
+                            "state, for the writer thread");
     fprintf(out, "  total              %12s\n", B(a, sizeof a, p->total));
+    if (p->gpu) /* what the GPU's total leaves out, and the host must hold */
+        fprintf(out,
+                "  host memory        %12s  (data buffers %s; checkpoints' host copies of "
+                "the weights and optimizer state%s)\n",
+                B(a, sizeof a, p->data + p->ckpt_host), B(b, sizeof b, p->data),
+                async ? ", which checkpoint.async writes from" : "");
 }
 
 /* Tensor-, pipeline- and embedding-group traffic of the GPT per step. */
@@ -146,7 +159,8 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
         fprintf(out, "stage %d, the largest:\n", worst);
     }
     print_memory(&plans[worst], zero_note, adamw,
-                 strcmp(tr_deck_str(d, "train", "precision"), "fp32") != 0, out);
+                 strcmp(tr_deck_str(d, "train", "precision"), "fp32") != 0,
+                 tr_deck_bool(d, "checkpoint", "async"), out);
     const tr_plan *p = &plans[0];
     /* model FLOPs: per sample of a training step, times this rank's samples */
     double flops = tr_model_train_flops(m) * (double)local_batch;

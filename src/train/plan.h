@@ -15,7 +15,13 @@ typedef struct tr_plan {
     double backend;      /* the device backend's own (CUDA: cuBLAS workspace, scratch) */
     double data;         /* batch buffers bytes */
     double comm;         /* shared-memory windows of the CPU's sums on a node */
-    double total;        /* all of the above */
+    /* host memory of checkpoints beyond the model's buffers: the staging copies of
+     * the weights and optimizer state of a device host code cannot touch (a GPU,
+     * cpu-guarded), or the CPU's checkpoint.async copy of this rank's share */
+    double ckpt_host;
+    int staged;          /* ckpt_host is staging copies (else the async copy) */
+    int gpu;             /* the device's memory is a GPU's, apart from the host's */
+    double total;        /* all of the above (ckpt_host only where not a GPU's) */
     int max_batch;       /* the largest batch activations are sized for */
 } tr_plan;
 

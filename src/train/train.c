@@ -422,6 +422,26 @@ static tr_model_layout model_layout(run *r)
     return lay;
 }
 
+/* Host memory a rank's checkpoints take beyond the model's own buffers
+ * (train_checkpoint.c, checkpoint_async.c), in fp32 values: a device host code
+ * cannot touch (a GPU, cpu-guarded) stages the optimizer state (the rank's slice of
+ * each moment, and of the master weights in mixed precision) and, in fp32, the
+ * weights through host copies kept for the run, which checkpoint.async's thread
+ * writes from; on the CPU,
+ * checkpoint.async copies the rank's share of what a checkpoint holds (the weights
+ * and each state, its dp ranks writing a band each: about 1/dp, tp-replicated
+ * tensors less) for its writer thread. */
+static double ckpt_host_bytes(const run *r, const tr_model *m, double slice, int master)
+{
+    int states = !strcmp(tr_deck_str(r->d, "optim", "name"), "adamw") ? 2 : 1;
+    double n = (double)m->nparams;
+    if (!r->dev->host_memory)
+        return (states + master) * slice * sizeof(float) + (master ? 0 : n * sizeof(float));
+    if (tr_deck_bool(r->d, "checkpoint", "async"))
+        return (1 + states) * ceil(n / r->w->dp) * sizeof(float);
+    return 0;
+}
+
 static tr_plan make_plan(run *r, tr_model *m, int max_batch)
 {
     tr_plan p = {.max_batch = max_batch};
@@ -442,8 +462,13 @@ static tr_plan make_plan(run *r, tr_model *m, int max_batch)
     if (r->dev->host_memory && tr_deck_bool(r->d, "parallel", "shm_allreduce"))
         p.comm = (dp > 1 ? (double)tr_shm_window_bytes(m->nparams) : 0) +
                  (r->w->tp > 1 ? (double)tr_shm_window_bytes(SIZE_MAX) : 0);
+#ifdef TRAINER_HAVE_CUDA
+    p.gpu = r->dev == &tr_gpu_device;
+#endif
+    p.staged = !r->dev->host_memory;
+    p.ckpt_host = ckpt_host_bytes(r, m, slice, master);
     p.total = (double)p.mem.parameters + p.mem.gradients + p.mem.activations + p.mem.scratch +
-              p.optimizer + p.data + p.backend + p.comm;
+              p.optimizer + p.data + p.backend + p.comm + (p.gpu ? 0 : p.ckpt_host);
     return p;
 }
 
@@ -476,33 +501,51 @@ static void print_plan(run *r, int max_batch)
 
 static int check_memory(run *r, int max_batch)
 {
-#ifdef TRAINER_HAVE_CUDA
-    /* The GPU's plan is GPU memory, which the reservation right after checks against
-     * the GPU's own free memory, with the plan's numbers; this rank's host memory
-     * holds only its data buffers and the checkpoint's copies, so the GPU's total
-     * against the host's share would refuse runs that fit (an 80 GiB GPU beside
-     * 32 GiB of host memory per rank). */
-    if (r->dev == &tr_gpu_device)
-        return 0;
-#endif
     tr_plan p = make_plan(r, &r->model, max_batch);
-    tr_model_memory mem = p.mem;
-    double optim = p.optimizer, need = p.total;
     size_t avail = tr_mem_available();
     int ranks = r->w->local_size > 0 ? r->w->local_size : 1;
     double share = (double)avail / ranks;
-    if (avail == 0 || need <= share)
+    int async = tr_deck_bool(r->d, "checkpoint", "async");
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[32], h[32];
+    if (p.gpu) {
+        /* A GPU's plan is GPU memory, which the reservation right after checks against
+         * the GPU's own free memory, with the plan's numbers; judging it against the
+         * host's would refuse runs that fit (an 80 GiB GPU beside 32 GiB of host
+         * memory per rank). The host holds the data buffers and the checkpoints'
+         * copies, which are judged here. */
+        double need = p.data + p.ckpt_host;
+        if (avail == 0 || need <= share)
+            return 0;
+        snprintf(r->err, sizeof r->err,
+                 "out of host memory: each rank of this GPU run needs %s of the host's (host "
+                 "copies of the weights and optimizer state for checkpoints %s, data buffers "
+                 "%s) but has about %s (%s available on the node / %d rank%s); use "
+                 "parallel.zero = 1 (a rank then copies its slice of the optimizer state), tp, "
+                 "pp or fewer ranks per node",
+                 tr_bytes_str(a, sizeof a, need), tr_bytes_str(b, sizeof b, p.ckpt_host),
+                 tr_bytes_str(c, sizeof c, p.data), tr_bytes_str(d, sizeof d, share),
+                 tr_bytes_str(e, sizeof e, (double)avail), ranks, ranks == 1 ? "" : "s");
+        return TR_EXIT_OSERR;
+    }
+    tr_model_memory mem = p.mem;
+    if (avail == 0 || p.total <= share)
         return 0;
-    char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
+    char copy[96] = "";
+    if (p.ckpt_host > 0)
+        snprintf(copy, sizeof copy, ", %s %s",
+                 p.staged ? "checkpoints' host copies" : "checkpoint.async's copy",
+                 tr_bytes_str(h, sizeof h, p.ckpt_host));
     snprintf(r->err, sizeof r->err,
              "out of memory: each rank needs %s (parameters %s, gradients %s, optimizer state "
-             "%s, activations and scratch %s at batch %d) but has about %s (%s available on the "
-             "node / %d ranks); reduce [train] batch_size or the model, raise "
-             "[train] micro_batches, or run fewer ranks per node",
-             tr_bytes_str(a, sizeof a, need), tr_bytes_str(b, sizeof b, (double)mem.parameters),
-             tr_bytes_str(c, sizeof c, (double)mem.gradients), tr_bytes_str(d, sizeof d, optim),
-             tr_bytes_str(e, sizeof e, (double)(mem.activations + mem.scratch)), max_batch,
-             tr_bytes_str(f, sizeof f, share), tr_bytes_str(g, sizeof g, (double)avail), ranks);
+             "%s, activations and scratch %s at batch %d%s) but has about %s (%s available on "
+             "the node / %d rank%s); reduce [train] batch_size or the model, raise "
+             "[train] micro_batches, or run fewer ranks per node%s",
+             tr_bytes_str(a, sizeof a, p.total), tr_bytes_str(b, sizeof b, (double)mem.parameters),
+             tr_bytes_str(c, sizeof c, (double)mem.gradients),
+             tr_bytes_str(d, sizeof d, p.optimizer),
+             tr_bytes_str(e, sizeof e, (double)(mem.activations + mem.scratch)), max_batch, copy,
+             tr_bytes_str(f, sizeof f, share), tr_bytes_str(g, sizeof g, (double)avail), ranks,
+             ranks == 1 ? "" : "s", async && !p.staged ? ", or set checkpoint.async = false" : "");
     return TR_EXIT_OSERR;
 }
 

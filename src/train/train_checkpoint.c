@@ -471,8 +471,11 @@ int tr_train_ckpt_save(tr_train_ckpt *c, const tr_world *w, long step, double ep
     if (background && c->aw) {
         double t0 = tr_wtime();
         tr_ckpt_meta meta = state_meta(c, step, epoch);
-        rc = tr_ckpt_async_start(c->aw, c->dir, NULL, &meta, c->tensors, c->ntensors, w->world, err,
-                                 errlen);
+        /* a GPU's tensors are host copies made for checkpoints, downloaded again only
+         * after this one is finished (state_meta, after tr_train_ckpt_finish): the
+         * thread writes them as they are, and no second copy is made */
+        rc = tr_ckpt_async_start(c->aw, c->dir, NULL, &meta, c->tensors, c->ntensors,
+                                 !c->dev->host_memory, w->world, err, errlen);
         if (rc)
             return rc;
         c->pending_step = step;

@@ -2,8 +2,10 @@
 # plan.sh: trainer --plan prints a layout's per-rank memory, FLOPs and communication
 # without training; its memory total is within 20 % of the peak resident memory that
 # the same run then measures (GPT-2 124M at context 64, batch 4, AdamW: the model's
-# 2 GB dominate the libraries' own); a device too small gets a warning; an
-# impossible layout or a bad option gets the usual error and exit 64.
+# 2 GB dominate the libraries' own), and what checkpoint.async adds within 20 % of
+# what it adds to the peak; a GPU's plan names the host's share; a device too small
+# gets a warning; an impossible layout or a bad option gets the usual error and exit
+# 64.
 source "$(dirname "$0")/../lib.sh"
 args=(inputs/gpt2_124m.in model.seq_len=64 train.batch_size=4 data.format=random_tokens
   train.steps=2 data.val_limit=0 checkpoint.at_end=false sample.length=0
@@ -31,6 +33,16 @@ if "$TRAINER" --version | grep -q "^CUDA"; then
     "$WORK/plan_cuda"
   check "cuda plan does not judge the fit by host memory" grep -q "^fits: not checked" \
     "$WORK/plan_cuda"
+  # what the host holds beside: the checkpoints' host copies of the weights and both
+  # moments (3 x 124 M fp32 values), which checkpoint.async writes from (no copy more)
+  check "cuda plan names the host's memory" \
+    grep -q "^  host memory  *1.4 GiB  (data buffers 2.0 KiB; checkpoints' host copies" \
+    "$WORK/plan_cuda"
+  "$TRAINER" --plan "${args[@]}" system.device=cuda checkpoint.async=true \
+    >"$WORK/plan_cuda_async" 2>"$WORK/err"
+  check "cuda plan with checkpoint.async: the same host memory" \
+    grep -q "^  host memory  *1.4 GiB  .*, which checkpoint.async writes from)" \
+    "$WORK/plan_cuda_async"
   # a GPU keeps bf16-mixed's logits in 16 bits (the head's weight fits a cast buffer)
   "$TRAINER" --plan "${args[@]}" system.device=cuda train.precision=bf16-mixed \
     >"$WORK/plan_cuda16" 2>"$WORK/err"
@@ -50,10 +62,14 @@ def total(f):
 d = total('$WORK/plan_cuda') - total('$WORK/plan')
 sys.exit(0 if abs(d - 290 * 2**20) <= 0.1 * 2**30 else 1)"
 fi
-planned=$("$PYTHON" -c "
+# total_bytes PLAN: the plan's total, in bytes
+total_bytes() {
+  "$PYTHON" -c "
 import re, sys
-m = re.search(r'total +([0-9.]+) (B|KiB|MiB|GiB)', open('$WORK/plan').read())
-print(int(float(m.group(1)) * {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}[m.group(2)]))")
+m = re.search(r'total +([0-9.]+) (B|KiB|MiB|GiB)', open('$1').read())
+print(int(float(m.group(1)) * {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}[m.group(2)]))"
+}
+planned=$(total_bytes "$WORK/plan")
 # (not under AddressSanitizer, whose redzones and quarantine are memory of its own)
 if sanitized; then
   echo "sanitizer build: the resident-memory comparisons are not meaningful, skipped"
@@ -65,6 +81,21 @@ else
   echo "planned $planned bytes, measured peak resident $rss bytes"
   check "planned memory $planned within 20% of the measured peak $rss" "$PYTHON" -c "
 import sys; p, m = $planned, $rss; sys.exit(0 if abs(p - m) <= 0.2 * m else 1)"
+  # checkpoint.async's copy (the weights and both moments, 1.4 GiB): what the plan adds
+  # for it against what the same run's peak adds with one checkpoint in the background
+  async=(checkpoint.async=true checkpoint.every=1 train.steps=1 run.dir="$WORK/run_async")
+  "$TRAINER" --plan "${args[@]}" "${async[@]}" >"$WORK/plan_async" 2>"$WORK/err"
+  check "the plan counts checkpoint.async's copy" \
+    grep -q "^  checkpoint copy  *1.4 GiB  (checkpoint.async" "$WORK/plan_async"
+  /usr/bin/time -f "%M" -o "$WORK/rss_async" "$TRAINER" "${args[@]}" "${async[@]}" \
+    >"$WORK/out" 2>"$WORK/err"
+  check "the async run: a checkpoint in the background $(tail -2 "$WORK/err")" \
+    grep -q "written in the background" "$WORK/out"
+  rss_async=$(($(tail -1 "$WORK/rss_async") * 1024))
+  check "async: planned $(total_bytes "$WORK/plan_async") - $planned within 20% of the measured $rss_async - $rss" \
+    "$PYTHON" -c "
+import sys; p, m = $(total_bytes "$WORK/plan_async") - $planned, $rss_async - $rss
+print('async copy: planned', p, 'measured', m); sys.exit(0 if abs(p - m) <= 0.2 * m else 1)"
 fi
 
 # a tensor x pipeline layout: the largest stage's plan against the largest rank's
@@ -77,10 +108,7 @@ check "tp x pp plan: exit $rc $(cat "$WORK/err")" grep -q "memory per rank by pi
 for what in "tp group (2 ranks)" "pp group (2 stages)" "embedding group" "stage 1 " "stage work: 0: "; do
   check "tp x pp plan shows $what" grep -q "$what" "$WORK/plan_tp_pp"
 done
-planned=$("$PYTHON" -c "
-import re
-m = re.search(r'total +([0-9.]+) (B|KiB|MiB|GiB)', open('$WORK/plan_tp_pp').read())
-print(int(float(m.group(1)) * {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}[m.group(2)]))")
+planned=$(total_bytes "$WORK/plan_tp_pp")
 if ! sanitized; then
   run 4 "$WORK/out" "$WORK/err" "${args[@]}" "${lay[@]}"
   check "the planned tp x pp run: exit $RC $(tail -2 "$WORK/err")" grep -q "^done" "$WORK/out"

@@ -4,13 +4,16 @@
 # GPT at dp 2, tp 2 and ZeRO-1 (2 ranks: on one GPU, where only one is usable, with
 # their collectives staged through host copies, lib.sh's gpu_staged), must give the CPU's loss curve
 # within 1e-4 relative per step (fp32 on both; cuBLAS and OpenBLAS sum in different
-# orders), and a GPU checkpoint must resume on the CPU. bf16-mixed runs too (its
+# orders), and a GPU checkpoint must resume on the CPU (one written in the background,
+# checkpoint.async, into the CPU run's curve). bf16-mixed runs too (its
 # curve within 1e-2 of the CPU's bf16-mixed), with each of the two tensor-core
 # attention forms (TRAINER_CUDA_ATTENTION), and fp16-mixed (within 1e-2). A CPU
 # checkpoint's weights start a GPU run (checkpoint.init_from) bit for bit. Dropout at every site draws the CPU's masks on
 # the GPU (dropout_math.h): the tp 2 pair runs with it (fp32 attention kernels), and so
 # does the mma.sync pair (bf16-mixed). Exits 77 (skipped)
-# where no GPU is usable, which the trainer itself reports.
+# where no GPU is usable, which the trainer itself reports. A run whose checkpoints'
+# host copies do not fit the host, or whose plan does not fit the GPU, stops with
+# exit 71 and the figures.
 # The GPU's memory beyond the plan's one reservation after the first step (the
 # trainer's "device memory:" line, from cudaMemGetInfo) must stay under 24 MiB at
 # 1 rank: cuBLAS's workspace and the backend's scratch are inside the reservation,
@@ -30,7 +33,12 @@ if [ -f "$SRC/data/mnist/train-images-idx3-ubyte" ]; then
   gpu_pair mlp 1 1e-4 inputs/mnist.in train.steps=$((5 * S)) train.log_every=1 run.progress=off
   gpu_pair cnn 1 1e-4 inputs/mnist_cnn.in train.steps=$((5 * S / 2)) train.log_every=1 run.progress=off
 fi
-gpu_pair gpt 1 1e-4 "${G[@]}"
+# (its checkpoint halfway written in the background: a GPU's thread writes from the
+# host copies the checkpoint downloaded, checked by the resume below)
+H=$((S / 2))
+gpu_pair gpt 1 1e-4 "${G[@]}" checkpoint.every=$H checkpoint.async=true
+check "the GPU run's checkpoint at step $H written in the background" \
+  grep -q "step_$(printf %08d "$H").h5: .*, written in the background" "$WORK/gpt.out"
 beyond=$(grep -m1 "^device memory:" "$WORK/gpt.out")
 check "the GPU run reports its memory beyond the plan: '$beyond'" [ -n "$beyond" ]
 check "memory beyond the plan under 24 MiB after the first step: '$beyond'" "$PYTHON" -c "
@@ -58,6 +66,27 @@ gpu_pair gpt_zero1 2 1e-4 "${G[@]}" parallel.zero=1
 run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=$((S + 4)) run.dir="$WORK/gpt"
 check "the GPU run's checkpoint resumes on the CPU: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
 check "... from step $S" grep -q "resumed from .*step_$(printf %08d "$S")" "$WORK/out"
+# the one written in the background resumes on the CPU into the CPU run's curve
+run 1 "$WORK/out" "$WORK/err" "${G[@]}" run.dir="$WORK/gpt_async" \
+  checkpoint.resume="$WORK/gpt/checkpoints/step_$(printf %08d "$H").h5"
+check "the background checkpoint resumes on the CPU: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
+check "... and follows the CPU run within 1e-4" "$PYTHON" validation/compare_metrics.py \
+  "$WORK/gpt.cpu/metrics.csv" "$WORK/gpt_async/metrics.csv" --common --min-steps $((S - H)) \
+  --rtol 1e-4
+# out of memory, before anything is allocated: the host's (the checkpoints' host
+# copies of a 155 G-parameter model, 1.7 TiB) and the GPU's (309 GiB of activations)
+run 1 "$WORK/out" "$WORK/err" "${G[@]}" system.device=cuda model.n_layer=48 \
+  model.n_embd=16384 model.n_head=128 run.dir="$WORK/oom_host"
+check "host memory too small for a GPU run: exit $RC, expected 71" [ "$RC" = 71 ]
+check "... names the host copies and the fix: $(cat "$WORK/err")" grep -q \
+  "^out of host memory: each rank of this GPU run needs .* (host copies of the weights and optimizer state for checkpoints .*); use parallel.zero = 1" \
+  "$WORK/err"
+run 1 "$WORK/out" "$WORK/err" "${G[@]}" system.device=cuda model.n_embd=256 \
+  train.batch_size=131072 train.micro_batches=1 run.dir="$WORK/oom_gpu"
+check "GPU memory too small: exit $RC, expected 71" [ "$RC" = 71 ]
+check "... with the plan's figures and the fix: $(cat "$WORK/err")" grep -q \
+  "^out of cuda memory: .*; the plan (trainer --plan) per rank: parameters .* at batch 131072.*; reduce \[train\] batch_size" \
+  "$WORK/err"
 # a CPU checkpoint's weights start a GPU run (checkpoint.init_from, bf16-mixed: into the
 # master weights through their host copy)
 src_ckpt="$WORK/gpt.cpu/checkpoints/step_$(printf %08d "$S").h5"

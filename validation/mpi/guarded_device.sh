@@ -8,7 +8,8 @@
 # layout GPT at 1 rank (fp32, and bf16-mixed with evaluations), tp 2, pp 2 with
 # ZeRO 1, fp16-mixed and dropout at every site (and, with collectives staged through host copies as when
 # ranks share a GPU, tp 2 x pp 2, dp 2 x pp 2 with ZeRO-2 and dp 2), dp 2 x tp 2 with sampling (bf16-mixed), and a
-# GPT checkpoint written and resumed through the guarded device. In bf16/fp16-mixed the guarded
+# GPT checkpoint written and resumed through the guarded device (also one written in
+# the background, checkpoint.async). In bf16/fp16-mixed the guarded
 # device keeps the logits in 16 bits as a GPU does (device_guarded_logits.c), so these
 # runs take the model's 16-bit-logits code: the whole and the split vocabulary's
 # cross-entropy, the accuracy, the pipeline's last stage and the sampler.
@@ -88,5 +89,18 @@ check "cpu-guarded resumed: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
 run 2 "$WORK/out" "$WORK/err" "${G[@]}" parallel.zero=1 run.dir="$WORK/straight"
 check "resumed through the guarded device: the uninterrupted cpu run's checkpoint" h5_same \
   "$WORK/straight/checkpoints/step_00000008.h5" "$WORK/cut/checkpoints/step_00000008.h5"
+# the same from a checkpoint written in the background (checkpoint.async), which on a
+# device host code cannot touch is written from the host copies themselves
+run 2 "$WORK/out" "$WORK/err" "${G[@]}" parallel.zero=1 system.device=cpu-guarded \
+  run.dir="$WORK/bg" checkpoint.async=true checkpoint.every=3 run.stop_after_steps=4
+check "cpu-guarded, async: stopped at step 4: exit $RC (75 expected) $(tail -2 "$WORK/err")" \
+  [ "$RC" = 75 ]
+check "... step 3 written in the background" \
+  grep -q "step_00000003.h5: .*, written in the background" "$WORK/out"
+run 2 "$WORK/out" "$WORK/err" "${G[@]}" parallel.zero=1 system.device=cpu-guarded \
+  run.dir="$WORK/bg" checkpoint.resume="$WORK/bg/checkpoints/step_00000003.h5"
+check "cpu-guarded resumed from step 3: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
+check "resumed from the background checkpoint: the uninterrupted cpu run's checkpoint" \
+  h5_same "$WORK/straight/checkpoints/step_00000008.h5" "$WORK/bg/checkpoints/step_00000008.h5"
 check "no rank left running" no_leftover_ranks
 finish
