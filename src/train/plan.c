@@ -120,6 +120,30 @@ void tr_plan_print_stage_work(const tr_model *m, int pp, long micro, FILE *out)
             100 * (1 - total / pp / most), 100.0 * (pp - 1) / (double)(micro + pp - 1));
 }
 
+/* A GPU run's host memory (the largest stage's data buffers and checkpoints' host
+ * copies) against this node's share, as every run checks it at start-up. */
+static void print_host_fit(const tr_plan *plans, int nstages, double share, FILE *out)
+{
+    char a[32], b[32];
+    double need = 0;
+    for (int s = 0; s < nstages; s++)
+        if (plans[s].data + plans[s].ckpt_host > need)
+            need = plans[s].data + plans[s].ckpt_host;
+    if (share <= 0)
+        return;
+    if (need > share)
+        fprintf(out,
+                "warning: the host memory does not fit: %s per rank needed, %s per rank (this "
+                "node's available memory / ranks per node); use parallel.zero = 1, tp, pp or "
+                "fewer ranks per node\n",
+                B(a, sizeof a, need), B(b, sizeof b, share));
+    else
+        fprintf(out,
+                "host memory fits: %s of %s per rank (this node's available memory / ranks "
+                "per node), %.0f%%\n",
+                B(a, sizeof a, need), B(b, sizeof b, share), 100.0 * need / share);
+}
+
 void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr_model *m,
                    const tr_world *w, long global_batch, long local_batch, long micro,
                    double device_memory, FILE *out)
@@ -183,6 +207,10 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
     else
         fprintf(out, "  dp group: none (one data-parallel rank)\n");
     print_model_parallel_comm(m, w, d, local_batch, micro, out);
+    size_t avail = tr_mem_available();
+    double host_share = avail ? (double)avail / (w->local_size > 0 ? w->local_size : 1) : 0;
+    if (plans[worst].gpu)
+        print_host_fit(plans, nstages, host_share, out);
     double cap = device_memory;
     const char *what = "--device-memory";
     if (cap <= 0 && !strcmp(tr_deck_str(d, "system", "device"), "cuda")) {
@@ -193,8 +221,7 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
         return;
     }
     if (cap <= 0) {
-        size_t avail = tr_mem_available();
-        cap = avail ? (double)avail / (w->local_size > 0 ? w->local_size : 1) : 0;
+        cap = host_share;
         what = "this node's available memory / ranks per node";
     }
     if (cap <= 0)

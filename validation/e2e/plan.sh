@@ -38,6 +38,15 @@ if "$TRAINER" --version | grep -q "^CUDA"; then
   check "cuda plan names the host's memory" \
     grep -q "^  host memory  *1.4 GiB  (data buffers 2.0 KiB; checkpoints' host copies" \
     "$WORK/plan_cuda"
+  check "cuda plan judges the host's share" \
+    grep -q "^host memory fits: 1.4 GiB of .* per rank (this node's available memory / ranks per node)" \
+    "$WORK/plan_cuda"
+  # a GPU run whose host copies do not fit the host (1.7 TiB for 155 G parameters)
+  "$TRAINER" --plan "${args[@]}" system.device=cuda model.n_layer=48 model.n_embd=16384 \
+    model.n_head=128 >"$WORK/plan_cuda_host" 2>"$WORK/err"
+  check "cuda plan warns of a host too small" \
+    grep -q "^warning: the host memory does not fit: 1.7 TiB per rank needed, .*; use parallel.zero = 1" \
+    "$WORK/plan_cuda_host"
   "$TRAINER" --plan "${args[@]}" system.device=cuda checkpoint.async=true \
     >"$WORK/plan_cuda_async" 2>"$WORK/err"
   check "cuda plan with checkpoint.async: the same host memory" \
