@@ -1,9 +1,136 @@
-/* sysmem.c: available memory from /proc/meminfo and RLIMIT_AS. */
+/* sysmem.c: available memory from /proc/meminfo, the memory cgroup and RLIMIT_AS. */
 #include "sysmem.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+
+/* The first "KEY value" line of a file such as memory.stat; -1 when absent. */
+static long long read_key(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[256], name[128];
+    long long v, found = -1;
+    while (found < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "%127s %lld", name, &v) == 2 && !strcmp(name, key))
+            found = v;
+    fclose(f);
+    return found;
+}
+
+/* A file holding one number ("max", cgroup v2's "no limit", and anything else that
+ * is not a number give -1). */
+static long long read_number(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long long v = -1;
+    if (fscanf(f, "%lld", &v) != 1)
+        v = -1;
+    fclose(f);
+    return v;
+}
+
+/* Where this process's memory cgroup is in the file system: the mount point of the
+ * cgroup2 hierarchy (v2 = 1) or of the v1 hierarchy with the memory controller (v2 =
+ * 0) from /proc/self/mountinfo, joined with the process's path in it from
+ * /proc/self/cgroup (less the mount's own root, as inside a container). 0 if none. */
+static int memory_cgroup(char *dir, size_t len, int *v2)
+{
+    char line[4096], rel[2048] = "", mnt[1024] = "", root[1024] = "";
+    int found = 0;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f)) { /* ID:controllers:path */
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b)
+            continue;
+        *b = '\0';
+        b[1 + strcspn(b + 1, "\n")] = '\0';
+        int is_v2 = !strcmp(line, "0") && a[1] == '\0';
+        int is_mem = 0;
+        for (char *c = strtok(a + 1, ","); c; c = strtok(NULL, ","))
+            is_mem |= !strcmp(c, "memory");
+        if (is_mem || (is_v2 && !found)) { /* v1's memory controller wins */
+            snprintf(rel, sizeof rel, "%s", b + 1);
+            *v2 = !is_mem;
+            found = 1 + is_mem;
+        }
+    }
+    fclose(f);
+    if (!found || !(f = fopen("/proc/self/mountinfo", "r")))
+        return 0;
+    while (fgets(line, sizeof line, f)) {
+        /* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - FSTYPE SOURCE SUPEROPTIONS */
+        char r[1024], m[1024], type[64], super[1024];
+        char *dash = strstr(line, " - ");
+        if (!dash || sscanf(line, "%*s %*s %*s %1023s %1023s", r, m) != 2 ||
+            sscanf(dash + 3, "%63s %*s %1023s", type, super) != 2)
+            continue;
+        int match =
+            *v2 ? !strcmp(type, "cgroup2") : !strcmp(type, "cgroup") && strstr(super, "memory");
+        if (match) {
+            snprintf(mnt, sizeof mnt, "%s", m);
+            snprintf(root, sizeof root, "%s", r);
+            break;
+        }
+    }
+    fclose(f);
+    if (!mnt[0])
+        return 0;
+    const char *p = rel;
+    size_t n = strlen(root);
+    if (strcmp(root, "/") && !strncmp(rel, root, n)) /* a container's view */
+        p = rel + n;
+    snprintf(dir, len, "%s%s", mnt, p);
+    return 1;
+}
+
+/* The least room left under a memory limit of this process's cgroup or of one above
+ * it (what a batch system such as Slurm confines a job to): the limit less what the
+ * cgroup uses, the inactive file cache, which the kernel reclaims first, not counted.
+ * 0 where no limit is set or none can be read. */
+static size_t cgroup_room(void)
+{
+    char dir[4096], path[4200];
+    int v2 = 0;
+    if (!memory_cgroup(dir, sizeof dir, &v2))
+        return 0;
+    size_t room = 0;
+    for (;;) {
+        snprintf(path, sizeof path, "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
+        long long limit = read_number(path);
+        /* v1's "unlimited" is the largest page-aligned long */
+        if (limit > 0 && limit < (1LL << 60)) {
+            snprintf(path, sizeof path, "%s/%s", dir,
+                     v2 ? "memory.current" : "memory.usage_in_bytes");
+            long long used = read_number(path);
+            snprintf(path, sizeof path, "%s/memory.stat", dir);
+            long long cache = read_key(path, v2 ? "inactive_file" : "total_inactive_file");
+            if (used >= 0) {
+                used -= cache > 0 && cache < used ? cache : 0;
+                size_t left = limit > used ? (size_t)(limit - used) : 1;
+                if (room == 0 || left < room)
+                    room = left;
+            }
+        }
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+            break;
+        *slash = '\0';
+        snprintf(path, sizeof path, "%s/%s", dir, v2 ? "cgroup.controllers" : "memory.stat");
+        FILE *f = fopen(path, "r"); /* left the hierarchy: stop */
+        if (!f)
+            break;
+        fclose(f);
+    }
+    return room;
+}
 
 size_t tr_mem_available(void)
 {
@@ -19,13 +146,15 @@ size_t tr_mem_available(void)
             }
         fclose(f);
     }
+    size_t room = cgroup_room();
+    if (room && (avail == 0 || room < avail))
+        avail = room;
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         (avail == 0 || rl.rlim_cur < avail))
         avail = (size_t)rl.rlim_cur;
     return avail;
 }
-
 const char *tr_bytes_str(char *buf, size_t len, double bytes)
 {
     const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -5,7 +5,8 @@
 
 #include <stddef.h>
 
-/* MemAvailable of the node, or the address-space limit of this process if lower;
+/* MemAvailable of the node, or, where lower, the room left under a memory limit of
+ * this process's cgroup (a batch job's: Slurm's --mem) or its address-space limit;
  * 0 when unknown. */
 size_t tr_mem_available(void);
 /* "1.5 GiB", "730.2 MiB": human-readable bytes into buf. */

@@ -133,9 +133,9 @@ static void print_host_fit(const tr_plan *plans, int nstages, double share, FILE
         return;
     if (need > share)
         fprintf(out,
-                "warning: the host memory does not fit: %s per rank needed, %s per rank (this "
-                "node's available memory / ranks per node); use parallel.zero = 1, tp, pp or "
-                "fewer ranks per node\n",
+                "warning: the host memory does not fit on this node: %s per rank needed, %s "
+                "per rank (its available memory / ranks per node; a run checks its own node's); "
+                "use parallel.zero = 1, tp, pp or fewer ranks per node\n",
                 B(a, sizeof a, need), B(b, sizeof b, share));
     else
         fprintf(out,

@@ -519,7 +519,7 @@ static int check_memory(run *r, int max_batch)
         snprintf(r->err, sizeof r->err,
                  "out of host memory: each rank of this GPU run needs %s of the host's (host "
                  "copies of the weights and optimizer state for checkpoints %s, data buffers "
-                 "%s) but has about %s (%s available on the node / %d rank%s); use "
+                 "%s) but has about %s (%s available to the job on this node / %d rank%s); use "
                  "parallel.zero = 1 (a rank then copies its slice of the optimizer state), tp, "
                  "pp or fewer ranks per node",
                  tr_bytes_str(a, sizeof a, need), tr_bytes_str(b, sizeof b, p.ckpt_host),
@@ -537,8 +537,8 @@ static int check_memory(run *r, int max_batch)
                  tr_bytes_str(h, sizeof h, p.ckpt_host));
     snprintf(r->err, sizeof r->err,
              "out of memory: each rank needs %s (parameters %s, gradients %s, optimizer state "
-             "%s, activations and scratch %s at batch %d%s) but has about %s (%s available on "
-             "the node / %d rank%s); reduce [train] batch_size or the model, raise "
+             "%s, activations and scratch %s at batch %d%s) but has about %s (%s available to the "
+             "job on this node / %d rank%s); reduce [train] batch_size or the model, raise "
              "[train] micro_batches, or run fewer ranks per node%s",
              tr_bytes_str(a, sizeof a, p.total), tr_bytes_str(b, sizeof b, (double)mem.parameters),
              tr_bytes_str(c, sizeof c, (double)mem.gradients),

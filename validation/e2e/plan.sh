@@ -45,7 +45,7 @@ if "$TRAINER" --version | grep -q "^CUDA"; then
   "$TRAINER" --plan "${args[@]}" system.device=cuda model.n_layer=48 model.n_embd=16384 \
     model.n_head=128 >"$WORK/plan_cuda_host" 2>"$WORK/err"
   check "cuda plan warns of a host too small" \
-    grep -q "^warning: the host memory does not fit: 1.7 TiB per rank needed, .*; use parallel.zero = 1" \
+    grep -q "^warning: the host memory does not fit on this node: 1.7 TiB per rank needed, .*; use parallel.zero = 1" \
     "$WORK/plan_cuda_host"
   "$TRAINER" --plan "${args[@]}" system.device=cuda checkpoint.async=true \
     >"$WORK/plan_cuda_async" 2>"$WORK/err"

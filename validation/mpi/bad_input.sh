@@ -78,6 +78,36 @@ expect tp-for-mlp 2 64 "model mlp trains data-parallel only" "$deck" parallel.tp
 # (65536-wide layers: about 52 GiB per rank, more than any test machine offers)
 expect out-of-memory 4 71 "out of memory: each rank needs .* \(parameters .*\) but has about" "$deck" model.hidden=65536,65536
 
+# a job confined to 1 GiB by a memory cgroup, as Slurm confines one: the limit, not
+# the node's free memory, is what its ranks share (8192-wide layers: about 0.9 GiB
+# a rank, which the node has). Needs a memory cgroup this test can make (cgroup v1's
+# memory hierarchy, or v2 with the memory controller delegated); else left out.
+cgroup_case() {
+  local own mnt dir limit=memory.limit_in_bytes
+  own=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup)
+  mnt=$(awk '{for (i = 1; i <= NF; i++) if ($i == "-") { t = $(i + 1); o = $(i + 3) }
+    if (t == "cgroup" && o ~ /(^|,)memory(,|$)/) print $5}' /proc/self/mountinfo | head -1)
+  if [ -z "$own" ] || [ -z "$mnt" ]; then
+    own=$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup) limit=memory.max
+    mnt=$(awk '{for (i = 1; i <= NF; i++) if ($i == "-") t = $(i + 1); if (t == "cgroup2") print $5}' \
+      /proc/self/mountinfo | head -1)
+  fi
+  dir=$mnt${own%/}/trainer-test-$$
+  if [ -z "$mnt" ] || ! mkdir "$dir" 2>/dev/null; then
+    echo "note: no memory cgroup to make here; the cgroup case is left out"
+    return
+  fi
+  if echo $((1 << 30)) >"$dir/$limit" 2>/dev/null && echo $$ >"$dir/cgroup.procs" 2>/dev/null; then
+    expect out-of-memory-cgroup 2 71 "out of memory: each rank needs .* but has about [0-9.]+ MiB \(([0-9.]+ MiB|1\.0 GiB) available to the job on this node / 2 ranks\)" \
+      "$deck" model.hidden=8192,8192
+    echo $$ >"$mnt$own/cgroup.procs"
+  else
+    echo "note: cannot set a memory limit in $dir; the cgroup case is left out"
+  fi
+  rmdir "$dir"
+}
+cgroup_case
+
 # the gpt model and its text data (the byte-level Brown files when prepared, else a
 # small token file written here: only headers and sizes matter to these errors)
 gdeck=$WORK/gpt.in
