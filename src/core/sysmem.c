@@ -37,20 +37,22 @@ static long long read_number(const char *path)
 
 /* Where this process's memory cgroup is in the file system: the mount point of the
  * cgroup2 hierarchy (v2 = 1) or of the v1 hierarchy with the memory controller (v2 =
- * 0) from /proc/self/mountinfo, joined with the process's path in it from
- * /proc/self/cgroup (less the mount's own root, as inside a container). 0 if none. */
-static int memory_cgroup(char *dir, size_t len, int *v2)
+ * 0) from mountinfo (/proc/self/mountinfo), joined with the process's path in it from
+ * proc_cgroup (/proc/self/cgroup), less the mount's own root, as inside a container.
+ * 0 if none. */
+static int memory_cgroup(const char *proc_cgroup, const char *mountinfo, char *dir, size_t len,
+                         int *v2)
 {
     char line[4096], rel[2048] = "", mnt[1024] = "", root[1024] = "";
     int found = 0;
-    FILE *f = fopen("/proc/self/cgroup", "r");
+    FILE *f = fopen(proc_cgroup, "r");
     if (!f)
         return 0;
     while (fgets(line, sizeof line, f)) { /* ID:controllers:path */
         char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
         if (!b)
             continue;
-        *b = '\0';
+        *a = *b = '\0'; /* line: the ID, a + 1: the controllers, b + 1: the path */
         b[1 + strcspn(b + 1, "\n")] = '\0';
         int is_v2 = !strcmp(line, "0") && a[1] == '\0';
         int is_mem = 0;
@@ -63,7 +65,7 @@ static int memory_cgroup(char *dir, size_t len, int *v2)
         }
     }
     fclose(f);
-    if (!found || !(f = fopen("/proc/self/mountinfo", "r")))
+    if (!found || !(f = fopen(mountinfo, "r")))
         return 0;
     while (fgets(line, sizeof line, f)) {
         /* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - FSTYPE SOURCE SUPEROPTIONS */
@@ -91,15 +93,11 @@ static int memory_cgroup(char *dir, size_t len, int *v2)
     return 1;
 }
 
-/* The least room left under a memory limit of this process's cgroup or of one above
- * it (what a batch system such as Slurm confines a job to): the limit less what the
- * cgroup uses, the inactive file cache, which the kernel reclaims first, not counted.
- * 0 where no limit is set or none can be read. */
-static size_t cgroup_room(void)
+size_t tr_cgroup_room(const char *proc_cgroup, const char *mountinfo)
 {
     char dir[4096], path[4200];
     int v2 = 0;
-    if (!memory_cgroup(dir, sizeof dir, &v2))
+    if (!memory_cgroup(proc_cgroup, mountinfo, dir, sizeof dir, &v2))
         return 0;
     size_t room = 0;
     for (;;) {
@@ -146,7 +144,7 @@ size_t tr_mem_available(void)
             }
         fclose(f);
     }
-    size_t room = cgroup_room();
+    size_t room = tr_cgroup_room("/proc/self/cgroup", "/proc/self/mountinfo");
     if (room && (avail == 0 || room < avail))
         avail = room;
     struct rlimit rl;

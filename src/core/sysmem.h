@@ -9,6 +9,13 @@
  * this process's cgroup (a batch job's: Slurm's --mem) or its address-space limit;
  * 0 when unknown. */
 size_t tr_mem_available(void);
+/* The least room left under a memory limit of the cgroup that proc_cgroup
+ * (/proc/self/cgroup) names, or of one above it (what a batch system such as Slurm
+ * confines a job to), its file system found through mountinfo
+ * (/proc/self/mountinfo): the limit less what the cgroup uses, the inactive file
+ * cache, which the kernel reclaims first, not counted. cgroup v1's memory hierarchy
+ * or v2. 0 where no limit is set or none can be read. */
+size_t tr_cgroup_room(const char *proc_cgroup, const char *mountinfo);
 /* "1.5 GiB", "730.2 MiB": human-readable bytes into buf. */
 const char *tr_bytes_str(char *buf, size_t len, double bytes);
 
