@@ -228,9 +228,12 @@ int tr_gpt_check_config(const tr_gpt_config *c, char *err, size_t errlen)
                  c->NH);
         return TR_EXIT_USAGE;
     }
-    if (pp > c->L) {
-        snprintf(err, errlen, "[parallel] pp = %d stages is more than the %d blocks ([model] "
-                 "n_layer): every stage needs at least one block; use pp <= %d", pp, c->L, c->L);
+    if (pp > c->L + 1) {
+        snprintf(err, errlen,
+                 "[parallel] pp = %d stages is more than the %d blocks ([model] "
+                 "n_layer) and the head: every stage but the last needs at least one block; "
+                 "use pp <= %d",
+                 pp, c->L, c->L + 1);
         return TR_EXIT_USAGE;
     }
     return 0;
@@ -246,7 +249,10 @@ static double head_cost(const tr_gpt_config *c) { return 6.0 * (double)c->C * c-
 void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, int *count)
 {
     /* the contiguous split minimising the most expensive stage: dynamic programming
-     * over (stages, blocks); L <= 48 and pp <= L keep it tiny */
+     * over (stages, blocks); L <= 48 and pp <= L + 1 keep it tiny. Every stage holds a
+     * block but the last, which may hold the head alone where that lightens the
+     * busiest stage (a vocabulary of 50257 weighs as much as 4.5 of GPT-2 124M's
+     * blocks, so at pp 4 the head and one block would set the pace) */
     int L = c->L;
     double bc = block_cost(c), hc = head_cost(c);
     double best[65][49];
@@ -257,8 +263,10 @@ void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, 
             best[s][n] = INFINITY, cut[s][n] = 0;
     best[0][0] = 0;
     for (int s = 1; s <= pp; s++)
-        for (int n = s; n <= L - (pp - s); n++)
-            for (int k = s - 1; k < n; k++) { /* stage s-1 holds blocks k..n-1 */
+        /* stages s..pp-2 need a block each after these n; the last (s = pp) may take
+         * none (k = n), and is preferred so only when strictly lighter */
+        for (int n = s < pp ? s : L; n <= L - (pp - 1 - s) && n <= L; n++)
+            for (int k = s - 1; k < n + (s == pp); k++) { /* stage s-1: blocks k..n-1 */
                 double cost = (n - k) * bc + (s == pp ? hc : 0);
                 double worst = fmax(best[s - 1][k], cost);
                 if (worst < best[s][n]) {
@@ -271,6 +279,18 @@ void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, 
         hi = cut[s][hi];
     *first = cut[stage + 1][hi];
     *count = hi - *first;
+}
+
+const char *tr_gpt_stage_blocks_text(const tr_gpt_config *c, int pp, int stage, char *buf,
+                                     size_t len)
+{
+    int first, count;
+    tr_gpt_stage_blocks(c, pp, stage, &first, &count);
+    if (count)
+        snprintf(buf, len, "blocks %d-%d", first, first + count - 1);
+    else
+        snprintf(buf, len, "no blocks");
+    return buf;
 }
 
 double tr_gpt_stage_cost(const tr_gpt_config *c, int pp, int stage)

@@ -30,10 +30,14 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
 /* The configuration of a GPT model, NULL for any other model. */
 const tr_gpt_config *tr_gpt_config_of(const tr_model *m);
 
-/* The blocks of stage `stage` of pp: [*first, *first + *count), contiguous, at least one
- * each, balanced by cost (a block's FLOPs; the first stage also pays the embedding,
- * the last the head's logits). Every rank computes the same split. */
+/* The blocks of stage `stage` of pp: [*first, *first + *count), contiguous, balanced by
+ * cost (a block's FLOPs; the first stage also pays the embedding, the last the head's
+ * logits); at least one each but on the last stage, which may hold the head alone.
+ * Every rank computes the same split. */
 void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, int *count);
+/* That split in words for the banner and the plan: "blocks 3-5" or "no blocks". */
+const char *tr_gpt_stage_blocks_text(const tr_gpt_config *c, int pp, int stage, char *buf,
+                                     size_t len);
 /* The cost that split balances, of stage `stage`: model FLOPs per token of a step. */
 double tr_gpt_stage_cost(const tr_gpt_config *c, int pp, int stage);
 

@@ -173,12 +173,11 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
         fprintf(out, "memory per rank by pipeline stage:\n");
         for (int s = 0; s < nstages; s++) {
             const tr_gpt_config *gc = tr_gpt_config_of(m);
-            int first = 0, nl = 0;
+            char blocks[48] = "";
             if (gc)
-                tr_gpt_stage_blocks(gc, w->pp, s, &first, &nl);
-            fprintf(out, "  stage %-3d blocks %3d-%-3d %12s%s%s\n", s, first, first + nl - 1,
-                    B(a, sizeof a, plans[s].total), s == 0 ? "  (+ embeddings)" : "",
-                    s == nstages - 1 ? "  (+ head)" : "");
+                tr_gpt_stage_blocks_text(gc, w->pp, s, blocks, sizeof blocks);
+            fprintf(out, "  stage %-3d %-14s %12s%s%s\n", s, blocks, B(a, sizeof a, plans[s].total),
+                    s == 0 ? "  (+ embeddings)" : "", s == nstages - 1 ? "  (+ head)" : "");
         }
         fprintf(out, "stage %d, the largest:\n", worst);
     }

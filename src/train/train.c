@@ -343,9 +343,9 @@ static void print_layout(const run *r)
         const tr_gpt_config *c = tr_gpt_config_of(&r->model);
         printf("  stages:");
         for (int s = 0; s < w->pp && c; s++) {
-            int first, n;
-            tr_gpt_stage_blocks(c, w->pp, s, &first, &n);
-            printf("%s %d: blocks %d-%d%s%s", s ? "," : "", s, first, first + n - 1,
+            char blocks[48];
+            printf("%s %d: %s%s%s", s ? "," : "", s,
+                   tr_gpt_stage_blocks_text(c, w->pp, s, blocks, sizeof blocks),
                    s == 0 ? " + embeddings" : "", s == w->pp - 1 ? " + head" : "");
         }
         printf("\n");

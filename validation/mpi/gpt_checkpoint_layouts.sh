@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpt_checkpoint_layouts.sh: a GPT checkpoint written at one layout resumes at any
 # other. A 4-block GPT is stopped at step 10 at dp 2 x tp 2 x pp 2 with ZeRO 1, and
-# resumed at 1 rank, at tp 4 and at dp 2 x pp 2 with ZeRO 2; the single-rank run's
+# resumed at 1 rank, at tp 4, at dp 2 x pp 2 with ZeRO 2 and at pp 5 (the last stage
+# the head alone); the single-rank run's
 # step-10 checkpoint is resumed at dp 2 x tp 2 x pp 2 with ZeRO 1. Every resumed run
 # must continue the straight single-rank loss curve within the layout tolerance of
 # gpt_layouts.sh (2e-6 relative: only the fp32 summation order differs, a wrongly
@@ -44,6 +45,9 @@ sanitized && ASAN=1
 [ "$ASAN" = 1 ] || resume 1 at_1 "$ck"
 resume 4 at_tp4 "$ck" parallel.tp=4
 resume 4 at_dp2_pp2_zero2 "$ck" parallel.pp=2 parallel.zero=2
+# pp 5 on 4 blocks: its last stage holds the head alone, reads ln_f and the head
+# from the checkpoint and writes them into its step-20 checkpoint (checked below)
+resume 5 at_pp5 "$ck" parallel.pp=5
 [ "$ASAN" = 1 ] || resume 8 from_1 "$WORK/straight/checkpoints/step_00000010.h5" "${big[@]}"
 check "the resumed runs say the layout they came from" \
   grep -q "written at 8 ranks: dp 2, tp 2, pp 2, zero 1" "$WORK/at_tp4.out"
@@ -56,7 +60,7 @@ def rows(name):
         return {(r["phase"], int(r["step"])): float(r["loss"]) for r in csv.DictReader(f)}
 ref = rows("straight")
 bad = 0
-for name in ("at_1", "at_tp4", "at_dp2_pp2_zero2", "from_1"):
+for name in ("at_1", "at_tp4", "at_dp2_pp2_zero2", "at_pp5", "from_1"):
     if name in ("at_1", "from_1") and not os.path.isdir(os.path.join(work, name)):
         continue  # the sanitizer build does not run them
     got = {k: v for k, v in rows(name).items() if k[1] > 10}
@@ -68,8 +72,8 @@ for name in ("at_1", "at_tp4", "at_dp2_pp2_zero2", "from_1"):
 sys.exit(1 if bad else 0)
 PY
 
-check "step 10 at dp2 tp2 pp2 zero1 holds the single-rank run's tensors" "$PYTHON" - \
-  "$ck" "$WORK/straight/checkpoints/step_00000010.h5" <<'PY'
+same_tensors() { # same_tensors A B: B's tensors, within 1% of each one's largest value
+  "$PYTHON" - "$1" "$2" <<'PY'
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
 names = []
@@ -86,4 +90,10 @@ for n in names:
 print(f"{len(names)} tensors, worst difference {worst:.2e} of the tensor's largest value")
 sys.exit(0 if worst < 1e-2 else 1)
 PY
+}
+check "step 10 at dp2 tp2 pp2 zero1 holds the single-rank run's tensors" \
+  same_tensors "$ck" "$WORK/straight/checkpoints/step_00000010.h5"
+check "step 20 at pp 5 (the head alone on a stage) holds the single-rank run's tensors" \
+  same_tensors "$WORK/at_pp5/checkpoints/step_00000020.h5" \
+  "$WORK/straight/checkpoints/step_00000020.h5"
 finish

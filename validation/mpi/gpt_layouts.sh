@@ -15,10 +15,11 @@
 # at every layout, micro-batching and recomputation; a mask keyed by a rank's local
 # rows, or drawn again differently in a recomputed forward, moves the curve by far
 # more than 2e-6.
-# Three runs also sample 40 bytes greedily after training, past the 32-token window:
-# one rank and dp 2 x tp 2 x pp 2 with the key-value cache (one row through the
-# stages per token until the window slides, then whole windows), and the same
-# layout recomputing, which keeps no cache (a whole window per token): the same text.
+# Four runs also sample 40 bytes greedily after training, past the 32-token window:
+# one rank, dp 2 x tp 2 x pp 2 and pp 5 (its last stage the head alone) with the
+# key-value cache (one row through the stages per token until the window slides,
+# then whole windows), and dp 2 x tp 2 x pp 2 recomputing, which keeps no cache (a
+# whole window per token): the same text.
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
 common=("${LAYOUT_GPT[@]}" checkpoint.at_end=false)
@@ -58,6 +59,8 @@ layout 4 tp4 parallel.tp=4
 also 4 pp4_m4 parallel.pp=4
 layout 4 pp4_m8 parallel.pp=4 train.micro_batches=8
 layout 4 pp4_gpipe parallel.pp=4 parallel.schedule=gpipe
+# pp = n_layer + 1: the last stage holds the head alone (ln_f, the tied head, the loss)
+layout 5 pp5_head_alone parallel.pp=5 "${SAMPLE[@]}"
 layout 2 zero1 parallel.zero=1
 layout 4 zero2_dp4 parallel.zero=2 train.micro_batches=2
 also 2 recompute train.recompute=block
@@ -66,13 +69,16 @@ layout 8 dp2_tp2_pp2_zero1_recompute parallel.tp=2 parallel.pp=2 parallel.zero=1
 also 8 dp2_pp4_zero2 parallel.pp=4 parallel.zero=2
 sample_text() { grep -a -A2 '^sample (greedy, 40 tokens' "$WORK/$1.out" | tail -n +2; }
 check "one rank sampled: $(sample_text single | head -c 60)" [ -n "$(sample_text single)" ]
-for name in dp2_tp2_pp2 dp2_tp2_pp2_zero1_recompute; do
+for name in dp2_tp2_pp2 dp2_tp2_pp2_zero1_recompute pp5_head_alone; do
   check "$name samples one rank's text" diff <(sample_text single) <(sample_text $name)
 done
 grep -q "tp groups: {0,1} {2,3} {4,5} {6,7}" "$WORK/dp2_tp2_pp2.out" ||
   fail "the banner names the tp groups: $(grep -A4 '^layout' "$WORK/dp2_tp2_pp2.out")"
 grep -q "stages: 0: blocks 0-1 + embeddings, 1: blocks 2-3 + head" "$WORK/dp2_tp2_pp2.out" ||
   fail "the banner names the stages: $(grep -A4 '^layout' "$WORK/dp2_tp2_pp2.out")"
+grep -q "stages: 0: blocks 0-0 + embeddings, 1: blocks 1-1, 2: blocks 2-2, 3: blocks 3-3, 4: no blocks + head" \
+  "$WORK/pp5_head_alone.out" ||
+  fail "the banner names a stage of the head alone: $(grep -A4 '^layout' "$WORK/pp5_head_alone.out")"
 # the split's costs, by hand: a block 6 x 12 C^2 + 12 C T = 319488 FLOPs a token (C 64,
 # T 32), the head 6 C V = 98304; stage 0 two blocks (46 %), stage 1 two and the head
 # (54 %): the mean stage 7 % below the busiest; the bubble of 4 micro-batches 1/5
