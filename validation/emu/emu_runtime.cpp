@@ -276,8 +276,10 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
         g.unlock();
         return fail(cudaErrorMemoryAllocation, "cudaMalloc", "out of host memory");
     }
-    /* uninitialised, as a GPU's: NaN bytes (a large block only where the trainer
-     * clears it itself anyway, so its pages are not touched twice) */
+    /* uninitialised, as a GPU's: NaN bytes, but for a large block (the trainer's
+     * reservation: the trainer clears the model's part itself, and the backend's
+     * scratch, some 290 MiB mostly unused by small models, is best left untouched:
+     * its pages then cost no time or memory) */
     if (rounded <= ((size_t)64 << 20))
         memset(q, 0xff, rounded);
 #ifdef __SANITIZE_ADDRESS__
