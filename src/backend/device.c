@@ -11,7 +11,7 @@
 
 /* ---- the CPU: host memory, nothing reserved ------------------------------------ */
 
-static int cpu_reserve(size_t bytes, char *err, size_t errlen) { return 0; }
+static int cpu_reserve(size_t bytes, size_t *room, char *err, size_t errlen) { return 0; }
 /* measured: a short GEMM timing on the rank's own threads */
 static double cpu_peak(char *source, size_t n)
 {
@@ -82,7 +82,7 @@ void tr_guarded_close(void)
         protect(PROT_NONE);
 }
 
-static int guarded_reserve(size_t bytes, char *err, size_t errlen)
+static int guarded_reserve(size_t bytes, size_t *room, char *err, size_t errlen)
 {
     if (g_arena.base)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: the guarded device reserved twice");
@@ -92,6 +92,7 @@ static int guarded_reserve(size_t bytes, char *err, size_t errlen)
         size = page;
     void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
+        *room = 0; /* address space, not memory: no figure */
         snprintf(err, errlen, "mmap of %.1f MiB failed",
                  (double)size / 1048576.0);
         return TR_EXIT_OSERR;

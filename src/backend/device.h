@@ -28,8 +28,10 @@ typedef struct tr_device {
     const tr_kernels *k;
     int host_memory; /* its memory is the host's: host code may use it directly */
     /* Reserves `bytes` of device memory for the allocations to come; 0, or an exit
-     * code with err set (out of memory). The CPU reserves nothing. */
-    int (*reserve)(size_t bytes, char *err, size_t errlen);
+     * code with err set (out of memory) and *room the bytes it could have had (0:
+     * unknown), from which the message works out what would fit. The CPU reserves
+     * nothing. */
+    int (*reserve)(size_t bytes, size_t *room, char *err, size_t errlen);
     /* Bytes the backend itself takes out of the reservation, first, and that the
      * memory plan counts on a line of their own (CUDA: cuBLAS's workspace and the
      * context's scratch); 0 for the CPU devices. */

@@ -19,7 +19,7 @@
 static tr_arena g_arena;
 static size_t g_free_before; /* the GPU's free memory just before the reservation */
 
-static int gpu_reserve(size_t bytes, char *err, size_t errlen)
+static int gpu_reserve(size_t bytes, size_t *room, char *err, size_t errlen)
 {
     if (g_arena.base)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: the GPU's memory reserved twice");
@@ -36,6 +36,7 @@ static int gpu_reserve(size_t bytes, char *err, size_t errlen)
         (void)cudaGetLastError();
         size_t free_b = 0, total_b = 0;
         (void)cudaMemGetInfo(&free_b, &total_b);
+        *room = free_b;
         snprintf(err, errlen, "%.2f GiB of GPU memory asked for, %.2f GiB free of %.2f GiB",
                  (double)bytes / 1073741824.0, (double)free_b / 1073741824.0,
                  (double)total_b / 1073741824.0);

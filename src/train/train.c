@@ -472,6 +472,56 @@ static tr_plan make_plan(run *r, tr_model *m, int max_batch)
     return p;
 }
 
+/* What a device reserves at start-up for the plan p (the host's part aside). */
+static double reserved_bytes(const tr_plan *p)
+{
+    return (double)p->mem.parameters + p->mem.gradients + p->mem.activations + p->mem.scratch +
+           p->optimizer + p->backend;
+}
+
+/* For an out-of-memory message: the fewest [train] micro_batches (a divisor of the
+ * rank's batch, above the deck's) at which a rank would need no more than `room`
+ * bytes of the device's reservation (device) or of the host (else, the whole plan),
+ * or that none does. Only without a pipeline, whose stages keep up to as many
+ * micro-batches' activations as they have slots, which change with the count; and
+ * for models evaluated in larger batches than they train in, the evaluation batch
+ * stays (its own key). Empty where there is nothing to say. */
+static void micro_batches_hint(run *r, double room, int device, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (room <= 0 || r->w->pp > 1)
+        return;
+    char a[32];
+    long n = r->micro, batch = 0;
+    double need = 0;
+    for (long k = r->micro + 1; k <= r->local_batch; k++) {
+        if (r->local_batch % k)
+            continue;
+        n = k;
+        batch = r->local_batch / k;
+        long max_batch = !r->lm && r->eval_local_batch > batch ? r->eval_local_batch : batch;
+        tr_plan p = make_plan(r, &r->model, (int)max_batch);
+        need = device ? reserved_bytes(&p) : p.total;
+        if (need <= room) {
+            snprintf(out, len,
+                     "; at [train] micro_batches = %ld (micro-batches of %ld) a rank "
+                     "would need %s",
+                     n, batch, tr_bytes_str(a, sizeof a, need));
+            return;
+        }
+    }
+    if (n == r->micro) /* one sample a micro-batch already */
+        return;
+    char e[96] = "";
+    if (!r->lm && r->eval_local_batch > batch)
+        snprintf(e, sizeof e, ", evaluated in batches of %ld ([train] eval_batch_size)",
+                 r->eval_local_batch);
+    snprintf(out, len,
+             "; more micro-batches do not make it fit: at [train] micro_batches = %ld "
+             "(micro-batches of %ld%s) a rank would still need %s",
+             n, batch, e, tr_bytes_str(a, sizeof a, need));
+}
+
 /* trainer --plan: every pipeline stage's plan (tp rank 0 of each: the tp ranks hold
  * equal shares), each from the model that stage would build. */
 static void print_plan(run *r, int max_batch)
@@ -530,22 +580,23 @@ static int check_memory(run *r, int max_batch)
     tr_model_memory mem = p.mem;
     if (avail == 0 || p.total <= share)
         return 0;
-    char copy[96] = "";
+    char copy[96] = "", hint[256];
+    micro_batches_hint(r, share, 0, hint, sizeof hint);
     if (p.ckpt_host > 0)
         snprintf(copy, sizeof copy, ", %s %s",
                  p.staged ? "checkpoints' host copies" : "checkpoint.async's copy",
                  tr_bytes_str(h, sizeof h, p.ckpt_host));
-    snprintf(r->err, sizeof r->err,
-             "out of memory: each rank needs %s (parameters %s, gradients %s, optimizer state "
-             "%s, activations and scratch %s at batch %d%s) but has about %s (%s available to the "
-             "job on this node / %d rank%s); reduce [train] batch_size or the model, raise "
-             "[train] micro_batches, or run fewer ranks per node%s",
-             tr_bytes_str(a, sizeof a, p.total), tr_bytes_str(b, sizeof b, (double)mem.parameters),
-             tr_bytes_str(c, sizeof c, (double)mem.gradients),
-             tr_bytes_str(d, sizeof d, p.optimizer),
-             tr_bytes_str(e, sizeof e, (double)(mem.activations + mem.scratch)), max_batch, copy,
-             tr_bytes_str(f, sizeof f, share), tr_bytes_str(g, sizeof g, (double)avail), ranks,
-             ranks == 1 ? "" : "s", async && !p.staged ? ", or set checkpoint.async = false" : "");
+    snprintf(
+        r->err, sizeof r->err,
+        "out of memory: each rank needs %s (parameters %s, gradients %s, optimizer state "
+        "%s, activations and scratch %s at batch %d%s) but has about %s (%s available to the "
+        "job on this node / %d rank%s); reduce [train] batch_size or the model, raise "
+        "[train] micro_batches, or run fewer ranks per node%s%s",
+        tr_bytes_str(a, sizeof a, p.total), tr_bytes_str(b, sizeof b, (double)mem.parameters),
+        tr_bytes_str(c, sizeof c, (double)mem.gradients), tr_bytes_str(d, sizeof d, p.optimizer),
+        tr_bytes_str(e, sizeof e, (double)(mem.activations + mem.scratch)), max_batch, copy,
+        tr_bytes_str(f, sizeof f, share), tr_bytes_str(g, sizeof g, (double)avail), ranks,
+        ranks == 1 ? "" : "s", async && !p.staged ? ", or set checkpoint.async = false" : "", hint);
     return TR_EXIT_OSERR;
 }
 
@@ -706,12 +757,12 @@ static int setup(run *r)
     {
         /* the device's memory, reserved once at the plan's size */
         tr_plan p = make_plan(r, &r->model, (int)max_batch);
-        size_t bytes = (size_t)((double)p.mem.parameters + p.mem.gradients + p.mem.activations +
-                                p.mem.scratch + p.optimizer + p.backend);
+        size_t bytes = (size_t)reserved_bytes(&p), room = 0;
         char why[512] = "";
-        int e = r->dev->reserve(bytes, why, sizeof why);
+        int e = r->dev->reserve(bytes, &room, why, sizeof why);
         if (e) {
-            char a[32], b[32], c[32], d2[32], e2[32], own[96] = "";
+            char a[32], b[32], c[32], d2[32], e2[32], own[96] = "", hint[256];
+            micro_batches_hint(r, (double)room, 1, hint, sizeof hint);
             if (p.backend > 0) /* a fixed size: not one of the things to change */
                 snprintf(own, sizeof own, ", backend workspace %s (cuBLAS's, fixed)",
                          tr_bytes_str(e2, sizeof e2, p.backend));
@@ -720,12 +771,12 @@ static int setup(run *r)
                      "gradients %s, optimizer state %s, activations and scratch %s at batch "
                      "%ld%s; reduce [train] batch_size or the model, raise [train] "
                      "micro_batches, use parallel.zero = 1, tp or more ranks, or "
-                     "train.recompute = block",
+                     "train.recompute = block%s",
                      r->dev->name, why, tr_bytes_str(a, sizeof a, (double)p.mem.parameters),
                      tr_bytes_str(b, sizeof b, (double)p.mem.gradients),
                      tr_bytes_str(c, sizeof c, p.optimizer),
                      tr_bytes_str(d2, sizeof d2, (double)(p.mem.activations + p.mem.scratch)),
-                     max_batch, own);
+                     max_batch, own, hint);
         }
         rc = tr_comm_agree(r->w, e, r->err);
         if (rc)

@@ -87,6 +87,20 @@ check "GPU memory too small: exit $RC, expected 71" [ "$RC" = 71 ]
 check "... with the plan's figures and the fix: $(cat "$WORK/err")" grep -q \
   "^out of cuda memory: .*; the plan (trainer --plan) per rank: parameters .* at batch 131072.*; reduce \[train\] batch_size" \
   "$WORK/err"
+# ... and the fewest micro-batches that fit the GPU's free memory, which the plan of
+# that many confirms (the GPU's memory given as the free memory the message names)
+micro=$(sed -n 's/.*; at \[train\] micro_batches = \([0-9]*\) (micro-batches of [0-9]*) a rank would need .*/\1/p' "$WORK/err")
+free=$(sed -n 's/.* GiB of GPU memory asked for, \([0-9.]*\) GiB free of .*/\1/p' "$WORK/err")
+check "... names the micro-batches that fit: '$micro' of '$free' GiB" [ -n "$micro" ] && [ -n "$free" ]
+"$TRAINER" --plan "${G[@]}" system.device=cuda model.n_embd=256 train.batch_size=131072 \
+  train.micro_batches="$micro" --device-memory "${free}GiB" >"$WORK/out" 2>&1
+check "... which the plan says fit: $(grep -E '^(fits|warning)' "$WORK/out")" \
+  grep -q "^fits: " "$WORK/out"
+[ "$micro" -gt 1 ] && "$TRAINER" --plan "${G[@]}" system.device=cuda model.n_embd=256 \
+  train.batch_size=131072 train.micro_batches=$((micro / 2)) --device-memory "${free}GiB" \
+  >"$WORK/out" 2>&1
+check "... and half as many do not: $(grep -E '^(fits|warning)' "$WORK/out")" \
+  grep -q "^warning: does not fit" "$WORK/out"
 # a CPU checkpoint's weights start a GPU run (checkpoint.init_from, bf16-mixed: into the
 # master weights through their host copy)
 src_ckpt="$WORK/gpt.cpu/checkpoints/step_$(printf %08d "$S").h5"

@@ -82,6 +82,23 @@ expect out-of-memory 4 71 "out of memory: each rank needs .* \(parameters .*\) b
 # the node's free memory, is what its ranks share (8192-wide layers: about 0.9 GiB
 # a rank, which the node has). Needs a memory cgroup this test can make (cgroup v1's
 # memory hierarchy, or v2 with the memory controller delegated); else left out.
+# ... a GPT whose activations do not fit there at one micro-batch: the message names
+# the fewest micro-batches that fit, and at that many it trains in the same 1 GiB
+cgroup_micro_case() {
+  local bytes=$SRC/data/brown/bytes micro
+  [ -f "$bytes.train.tok" ] || { echo "note: no Brown token files: the micro-batch case is left out"; return; }
+  printf '[model]\nname = gpt\n' >"$WORK/gpt_big.in"
+  local g=("$WORK/gpt_big.in" model.n_layer=4 model.n_head=4 model.n_embd=64 model.seq_len=32
+    model.vocab_size=256 data.format=tokens data.tokenizer=bytes data.train_tokens="$bytes.train.tok"
+    data.val_tokens="$bytes.val.tok" data.val_limit=8 train.batch_size=4096 train.steps=2
+    train.eval_every=0 sample.length=0)
+  expect out-of-memory-cgroup-micro 2 71 "out of memory: each rank needs .* at batch 2048.*; at \[train\] micro_batches = [0-9]+ \(micro-batches of [0-9]+\) a rank would need" \
+    "${g[@]}"
+  micro=$(sed -n 's/.*; at \[train\] micro_batches = \([0-9]*\) .*/\1/p' "$WORK/err")
+  run 2 "$WORK/out" "$WORK/err" "${g[@]}" train.micro_batches="$micro" checkpoint.at_end=false \
+    run.dir="$WORK/gpt_big"
+  check "... at micro_batches = $micro it trains within the 1 GiB: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
+}
 cgroup_case() {
   local own mnt dir limit=memory.limit_in_bytes
   own=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup)
@@ -100,6 +117,7 @@ cgroup_case() {
   if echo $((1 << 30)) >"$dir/$limit" 2>/dev/null && echo $$ >"$dir/cgroup.procs" 2>/dev/null; then
     expect out-of-memory-cgroup 2 71 "out of memory: each rank needs .* but has about [0-9.]+ MiB \(([0-9.]+ MiB|1\.0 GiB) available to the job on this node / 2 ranks\)" \
       "$deck" model.hidden=8192,8192
+    cgroup_micro_case
     echo $$ >"$mnt$own/cgroup.procs"
   else
     echo "note: cannot set a memory limit in $dir; the cgroup case is left out"
