@@ -120,6 +120,16 @@ void tr_plan_print_stage_work(const tr_model *m, int pp, long micro, FILE *out)
             100 * (1 - total / pp / most), 100.0 * (pp - 1) / (double)(micro + pp - 1));
 }
 
+double tr_plan_fit_room(const tr_deck *d, const tr_world *w, double device_memory)
+{
+    if (device_memory > 0)
+        return device_memory;
+    if (!strcmp(tr_deck_str(d, "system", "device"), "cuda"))
+        return 0;
+    size_t avail = tr_mem_available();
+    return (double)avail / (w->local_size > 0 ? w->local_size : 1);
+}
+
 /* A GPU run's host memory (the largest stage's data buffers and checkpoints' host
  * copies) against this node's share, as every run checks it at start-up. */
 static void print_host_fit(const tr_plan *plans, int nstages, double share, FILE *out)
@@ -146,7 +156,7 @@ static void print_host_fit(const tr_plan *plans, int nstages, double share, FILE
 
 void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr_model *m,
                    const tr_world *w, long global_batch, long local_batch, long micro,
-                   double device_memory, FILE *out)
+                   double device_memory, const char *fit_hint, FILE *out)
 {
     char a[32], b[32], c[32];
     int adamw = !strcmp(tr_deck_str(d, "optim", "name"), "adamw");
@@ -210,18 +220,15 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
     double host_share = avail ? (double)avail / (w->local_size > 0 ? w->local_size : 1) : 0;
     if (plans[worst].gpu)
         print_host_fit(plans, nstages, host_share, out);
-    double cap = device_memory;
-    const char *what = "--device-memory";
+    double cap = tr_plan_fit_room(d, w, device_memory);
+    const char *what =
+        device_memory > 0 ? "--device-memory" : "this node's available memory / ranks per node";
     if (cap <= 0 && !strcmp(tr_deck_str(d, "system", "device"), "cuda")) {
         /* the plan is the GPU's memory, which the host's says nothing about; the run
          * itself checks the GPU's free memory when it reserves the plan */
         fprintf(out, "fits: not checked: a GPU's plan needs the GPU's memory, e.g. "
                      "--device-memory 80GiB\n");
         return;
-    }
-    if (cap <= 0) {
-        cap = host_share;
-        what = "this node's available memory / ranks per node";
     }
     if (cap <= 0)
         return;
@@ -230,8 +237,8 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
         fprintf(out,
                 "warning: does not fit: %s per rank needed, %s per rank (%s); raise "
                 "[train] micro_batches, lower batch_size, use more ranks, tp or pp, "
-                "parallel.zero = 1, or train.recompute = block\n",
-                B(a, sizeof a, need), B(b, sizeof b, cap), what);
+                "parallel.zero = 1, or train.recompute = block%s\n",
+                B(a, sizeof a, need), B(b, sizeof b, cap), what, fit_hint ? fit_hint : "");
     else
         fprintf(out, "fits: %s of %s per rank (%s), %.0f%%\n", B(a, sizeof a, need),
                 B(c, sizeof c, cap), what, 100.0 * need / cap);

@@ -29,10 +29,14 @@ typedef struct tr_plan {
  * (plans[0 .. w->pp), m being stage 0's model): memory per rank by purpose, model
  * FLOPs per step, communication per step per group, and whether the largest stage
  * fits device_memory bytes per rank (0: the node's available memory / ranks per
- * node). */
+ * node; tr_plan_fit_room gives the figure), with fit_hint after the advice where it
+ * does not. */
 void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr_model *m,
                    const tr_world *w, long global_batch, long local_batch, long micro,
-                   double device_memory, FILE *out);
+                   double device_memory, const char *fit_hint, FILE *out);
+/* The bytes per rank a plan's total is judged against: device_memory where given,
+ * else this node's available memory / ranks per node (0: a GPU's, not judged). */
+double tr_plan_fit_room(const tr_deck *d, const tr_world *w, double device_memory);
 
 /* A pipeline's balance (pp > 1, a GPT m): each stage's share of the model FLOPs,
  * the least a stage waits on average because the busiest sets the pace, and the

@@ -544,8 +544,12 @@ static void print_plan(run *r, int max_batch)
         r->w = saved;
     }
     r->slots = tr_pipeline_slots(r->schedule, pp, 0, (int)r->micro);
+    /* judged as the plan judges it: its total against the room per rank */
+    char hint[256];
+    micro_batches_hint(r, tr_plan_fit_room(r->d, r->w, r->rt->plan_device_memory), 0, hint,
+                       sizeof hint);
     tr_plan_print(plans, pp, r->d, &r->model, r->w, r->global_batch, r->local_batch, r->micro,
-                  r->rt->plan_device_memory, stdout);
+                  r->rt->plan_device_memory, hint, stdout);
     tr_free(plans);
 }
 

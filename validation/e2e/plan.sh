@@ -130,6 +130,15 @@ fi
 "$TRAINER" --plan inputs/gpt_brown.in --ranks 4 --device-memory 200MiB >"$WORK/plan4" 2>&1
 check "4 ranks: dp all-reduce volume" grep -q "dp group (4 ranks): all-reduce of" "$WORK/plan4"
 check "a device too small: warning" grep -q "warning: does not fit" "$WORK/plan4"
+# ... with the fewest micro-batches that fit, by the same plan: 4 fit in 1 GiB, 2 do not
+fit_line() { "$TRAINER" --plan inputs/gpt_brown.in train.batch_size=32 --device-memory 1GiB "$@" 2>&1 |
+  grep -E "^(fits|warning)"; }
+check "too large at batch 32: names micro_batches = 4: $(fit_line)" grep -q \
+  "^warning: does not fit: .*; at \[train\] micro_batches = 4 (micro-batches of 8) a rank would need" \
+  <<<"$(fit_line)"
+check "... which fit: $(fit_line train.micro_batches=4)" grep -q "^fits: " <<<"$(fit_line train.micro_batches=4)"
+check "... and 2 do not: $(fit_line train.micro_batches=2)" grep -q "^warning: does not fit" \
+  <<<"$(fit_line train.micro_batches=2)"
 # the CPU's sums on a node: a shared-memory window of 2 x 269,322 floats per rank for
 # the MLP's gradients (2.1 MiB), none with parallel.shm_allreduce = false
 "$TRAINER" --plan inputs/mnist.in --ranks 4 >"$WORK/plan_shm" 2>&1
