@@ -479,19 +479,46 @@ static double reserved_bytes(const tr_plan *p)
            p->optimizer + p->backend;
 }
 
+/* The plan of a rank of pipeline stage `stage` (of this rank's tp rank: the tp ranks
+ * hold equal shares) at `micro` micro-batches, from the model that stage would
+ * build: its slots, the micro-batches whose activations it keeps, follow the
+ * schedule and the count. This rank's own model where that is the same. */
+static tr_plan stage_plan(run *r, int stage, long micro, int max_batch)
+{
+    if (r->w->pp == 1 || (stage == r->w->pp_rank && micro == r->micro))
+        return make_plan(r, &r->model, max_batch);
+    tr_world w = *r->w, *saved_w = r->w;
+    long saved_micro = r->micro;
+    int saved_slots = r->slots;
+    w.pp_rank = stage;
+    r->w = &w;
+    r->micro = micro;
+    tr_model_layout lay = model_layout(r);
+    tr_model m;
+    char msg[1024];
+    if (tr_model_build(&m, r->model.name, r->d, (tr_shape){1, 1, 1}, &lay, msg, sizeof msg))
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: stage %d of a checked layout: %s", stage, msg);
+    tr_plan p = make_plan(r, &m, max_batch);
+    tr_model_free(&m);
+    r->w = saved_w;
+    r->micro = saved_micro;
+    r->slots = saved_slots;
+    return p;
+}
+
 /* For an out-of-memory message: the fewest [train] micro_batches (a divisor of the
- * rank's batch, above the deck's) at which a rank would need no more than `room`
- * bytes of the device's reservation (device) or of the host (else, the whole plan),
- * or that none does. Only without a pipeline, whose stages keep up to as many
- * micro-batches' activations as they have slots, which change with the count; and
- * for models evaluated in larger batches than they train in, the evaluation batch
- * stays (its own key). Empty where there is nothing to say. */
+ * rank's batch, above the deck's) at which every rank (the largest stage's, in a
+ * pipeline) would need no more than `room` bytes of the device's reservation
+ * (device) or of the host (else, the whole plan), or that none does (GPipe keeps
+ * every micro-batch's activations; a classifier's evaluation batch, its own key,
+ * stays). Every rank works out the same answer. Empty where there is nothing to say. */
 static void micro_batches_hint(run *r, double room, int device, char *out, size_t len)
 {
     out[0] = '\0';
-    if (room <= 0 || r->w->pp > 1)
+    if (room <= 0)
         return;
     char a[32];
+    const char *who = r->w->pp > 1 ? "the largest stage's ranks" : "a rank";
     long n = r->micro, batch = 0;
     double need = 0;
     for (long k = r->micro + 1; k <= r->local_batch; k++) {
@@ -500,13 +527,16 @@ static void micro_batches_hint(run *r, double room, int device, char *out, size_
         n = k;
         batch = r->local_batch / k;
         long max_batch = !r->lm && r->eval_local_batch > batch ? r->eval_local_batch : batch;
-        tr_plan p = make_plan(r, &r->model, (int)max_batch);
-        need = device ? reserved_bytes(&p) : p.total;
+        need = 0;
+        for (int s = 0; s < r->w->pp; s++) {
+            tr_plan p = stage_plan(r, s, k, (int)max_batch);
+            double x = device ? reserved_bytes(&p) : p.total;
+            need = x > need ? x : need;
+        }
         if (need <= room) {
             snprintf(out, len,
-                     "; at [train] micro_batches = %ld (micro-batches of %ld) a rank "
-                     "would need %s",
-                     n, batch, tr_bytes_str(a, sizeof a, need));
+                     "; at [train] micro_batches = %ld (micro-batches of %ld) %s would need %s", n,
+                     batch, who, tr_bytes_str(a, sizeof a, need));
             return;
         }
     }
@@ -518,8 +548,8 @@ static void micro_batches_hint(run *r, double room, int device, char *out, size_
                  r->eval_local_batch);
     snprintf(out, len,
              "; more micro-batches do not make it fit: at [train] micro_batches = %ld "
-             "(micro-batches of %ld%s) a rank would still need %s",
-             n, batch, e, tr_bytes_str(a, sizeof a, need));
+             "(micro-batches of %ld%s) %s would still need %s",
+             n, batch, e, who, tr_bytes_str(a, sizeof a, need));
 }
 
 /* trainer --plan: every pipeline stage's plan (tp rank 0 of each: the tp ranks hold
@@ -528,22 +558,8 @@ static void print_plan(run *r, int max_batch)
 {
     int pp = r->w->pp;
     tr_plan *plans = tr_alloc((size_t)pp * sizeof *plans, "plan");
-    plans[0] = make_plan(r, &r->model, max_batch);
-    for (int s = 1; s < pp; s++) {
-        tr_world w = *r->w;
-        tr_world *saved = r->w;
-        w.pp_rank = s;
-        r->w = &w;
-        tr_model_layout lay = model_layout(r);
-        tr_model m;
-        char msg[1024];
-        if (tr_model_build(&m, r->model.name, r->d, (tr_shape){1, 1, 1}, &lay, msg, sizeof msg))
-            tr_fatal(TR_EXIT_SOFTWARE, "bug: stage %d of a checked layout: %s", s, msg);
-        plans[s] = make_plan(r, &m, max_batch);
-        tr_model_free(&m);
-        r->w = saved;
-    }
-    r->slots = tr_pipeline_slots(r->schedule, pp, 0, (int)r->micro);
+    for (int s = 0; s < pp; s++) /* the plan stands for rank 0: stage 0 */
+        plans[s] = stage_plan(r, s, r->micro, max_batch);
     /* judged as the plan judges it: its total against the room per rank */
     char hint[256];
     micro_batches_hint(r, tr_plan_fit_room(r->d, r->w, r->rt->plan_device_memory), 0, hint,

@@ -139,6 +139,19 @@ check "too large at batch 32: names micro_batches = 4: $(fit_line)" grep -q \
 check "... which fit: $(fit_line train.micro_batches=4)" grep -q "^fits: " <<<"$(fit_line train.micro_batches=4)"
 check "... and 2 do not: $(fit_line train.micro_batches=2)" grep -q "^warning: does not fit" \
   <<<"$(fit_line train.micro_batches=2)"
+# a pipeline: every stage's model rebuilt at each count (1F1B keeps up to pp - stage
+# micro-batches), the largest stage's need named; GPipe keeps them all: none fits
+pp2=(--ranks 2 parallel.pp=2)
+check "pp 2: names micro_batches = 4: $(fit_line "${pp2[@]}")" grep -q \
+  "^warning: does not fit: .*; at \[train\] micro_batches = 4 (micro-batches of 8) the largest stage's ranks would need" \
+  <<<"$(fit_line "${pp2[@]}")"
+check "... which fit: $(fit_line "${pp2[@]}" train.micro_batches=4)" grep -q "^fits: " \
+  <<<"$(fit_line "${pp2[@]}" train.micro_batches=4)"
+check "... and 2 do not: $(fit_line "${pp2[@]}" train.micro_batches=2)" \
+  grep -q "^warning: does not fit" <<<"$(fit_line "${pp2[@]}" train.micro_batches=2)"
+check "pp 2 with GPipe: no count fits: $(fit_line "${pp2[@]}" parallel.schedule=gpipe)" grep -q \
+  "; more micro-batches do not make it fit: at \[train\] micro_batches = 32 (micro-batches of 1) the largest stage's ranks would still need" \
+  <<<"$(fit_line "${pp2[@]}" parallel.schedule=gpipe)"
 # the CPU's sums on a node: a shared-memory window of 2 x 269,322 floats per rank for
 # the MLP's gradients (2.1 MiB), none with parallel.shm_allreduce = false
 "$TRAINER" --plan inputs/mnist.in --ranks 4 >"$WORK/plan_shm" 2>&1
