@@ -37,9 +37,12 @@ static void usage(FILE *out)
             "  --help-deck     every deck key with its type, default and meaning\n"
             "  --list-models   the compiled-in models\n"
             "  --version       version and build\n"
-            "  --plan DECK [--ranks N] [--ranks-per-node N] [--device-memory 80GiB] [overrides]\n"
+            "  --plan DECK [--ranks N] [--ranks-per-node N] [--device-memory 80GiB]\n"
+            "         [--layouts] [overrides]\n"
             "                  per-rank memory, FLOPs and communication of a layout, without\n"
-            "                  training (N ranks: 1 unless given; one process, no mpirun)\n"
+            "                  training (N ranks: 1 unless given; one process, no mpirun);\n"
+            "                  --layouts: every dp x tp x pp of N ranks (a GPT's), each one's\n"
+            "                  memory, fit, pipeline use and traffic, the best first\n"
             "\n"
             "Exit codes: 0 done; 64 bad command line, deck or layout; 65 malformed data;\n"
             "66 missing data or deck; 70 internal error; 71 out of memory, a failed\n"
@@ -97,6 +100,8 @@ static int plan_args(int *argc, char **argv, tr_runtime *rt)
                                 "80GiB, 512MiB or 1e9\n", argv[i]);
                 return TR_EXIT_USAGE;
             }
+        } else if (!strcmp(a, "--layouts")) {
+            rt->plan_layouts = 1;
         } else if (a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "trainer --plan: unknown option '%s' (or it lacks its value)\n", a);
             return TR_EXIT_USAGE;

@@ -58,6 +58,63 @@ static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int
                 async ? ", which checkpoint.async writes from" : "");
 }
 
+/* One micro-batch of the residual stream [B, T, C] in fp32: what a tp all-reduce or a
+ * pipeline gradient carries. */
+static double stream_bytes(const tr_gpt_config *c, long local_batch, long micro)
+{
+    return (double)(local_batch / micro) * c->T * c->C * sizeof(float);
+}
+
+/* tp all-reduces per micro-batch of stage `stage`: per block two forward (after each
+ * row-parallel layer), two backward (before each column-parallel layer's input
+ * gradient leaves), two more when the block is recomputed; the embedding (first
+ * stage) and the head (last) one each. */
+static double tp_allreduces(const tr_gpt_config *c, int pp, int stage, int recompute)
+{
+    int first, nl;
+    tr_gpt_stage_blocks(c, pp, stage, &first, &nl);
+    return (double)nl * (4 + 2 * recompute) + (stage == 0) + (stage == pp - 1);
+}
+
+/* a pipeline's activations travel in the precision's width (gpt.h), gradients fp32 */
+static double pp_activation_bytes(const tr_model *m, double stream)
+{
+    return stream / sizeof(float) * (double)tr_stored_bytes(m->precision);
+}
+
+static double tied_wte_bytes(const tr_gpt_config *c, int tp)
+{
+    return (double)c->Vp / tp * c->C * sizeof(float);
+}
+
+static double dp_sent(const tr_plan *p, int dp, int zero)
+{
+    double grad = (double)p->mem.gradients, par = (double)p->mem.parameters;
+    return zero && dp > 1 ? (dp - 1.0) / dp * (grad + par) : allreduce_sent(grad, dp);
+}
+
+double tr_plan_stage_sent(const tr_plan *p, const tr_model *m, const tr_world *w, const tr_deck *d,
+                          long local_batch, long micro, int stage)
+{
+    double sent = dp_sent(p, w->dp, (int)tr_deck_int(d, "parallel", "zero"));
+    const tr_gpt_config *c = tr_gpt_config_of(m);
+    if (!c)
+        return sent;
+    int recompute = !strcmp(tr_deck_str(d, "train", "recompute"), "block");
+    double stream = stream_bytes(c, local_batch, micro);
+    if (w->tp > 1)
+        sent += allreduce_sent(tp_allreduces(c, w->pp, stage, recompute) * micro * stream, w->tp);
+    if (w->pp > 1) {
+        if (stage < w->pp - 1) /* activations forward */
+            sent += micro * pp_activation_bytes(m, stream);
+        if (stage > 0) /* gradients back */
+            sent += micro * stream;
+        if (stage == 0 || stage == w->pp - 1)
+            sent += allreduce_sent(tied_wte_bytes(c, w->tp), 2);
+    }
+    return sent;
+}
+
 /* Tensor-, pipeline- and embedding-group traffic of the GPT per step. */
 static void print_model_parallel_comm(const tr_model *m, const tr_world *w, const tr_deck *d,
                                       long local_batch, long micro, FILE *out)
@@ -66,16 +123,10 @@ static void print_model_parallel_comm(const tr_model *m, const tr_world *w, cons
     if (!c)
         return;
     char a[32], b[32], e[32];
-    long mb = local_batch / micro;
-    double stream = (double)mb * c->T * c->C * sizeof(float); /* one micro-batch [B,T,C] */
+    double stream = stream_bytes(c, local_batch, micro);
     int recompute = !strcmp(tr_deck_str(d, "train", "recompute"), "block");
     if (w->tp > 1) {
-        /* per block: two all-reduces forward (after each row-parallel layer), two
-         * backward (before each column-parallel layer's input gradient leaves), two
-         * more when the block is recomputed; the embedding and the head one each */
-        int first, nl;
-        tr_gpt_stage_blocks(c, w->pp, 0, &first, &nl);
-        double per_micro = (double)nl * (4 + 2 * recompute) + 1 + (w->pp == 1);
+        double per_micro = tp_allreduces(c, w->pp, 0, recompute);
         double bytes = per_micro * micro * stream;
         fprintf(out, "  tp group (%d ranks): %.0f all-reduces of %s per micro-batch (stage 0), "
                 "%s per step, each rank sending about %s\n",
@@ -83,18 +134,35 @@ static void print_model_parallel_comm(const tr_model *m, const tr_world *w, cons
                 B(e, sizeof e, allreduce_sent(bytes, w->tp)));
     }
     if (w->pp > 1) {
-        /* the activations travel in the precision's width (gpt.h), the gradients fp32 */
-        double act = stream / sizeof(float) * (double)tr_stored_bytes(m->precision);
-        fprintf(out, "  pp group (%d stages): per micro-batch %s of activations forward and %s "
+        double act = pp_activation_bytes(m, stream);
+        fprintf(out,
+                "  pp group (%d stages): per micro-batch %s of activations forward and %s "
                 "of gradients back across each stage boundary; %s sent per step by a middle "
                 "stage\n",
                 w->pp, B(a, sizeof a, act), B(b, sizeof b, stream),
                 B(e, sizeof e, micro * (act + stream)));
-        double tied = (double)c->Vp / w->tp * c->C * sizeof(float);
-        fprintf(out, "  embedding group (first and last stage): all-reduce of the tied wte's "
-                "gradient, %s per step\n", B(a, sizeof a, tied));
+        fprintf(out,
+                "  embedding group (first and last stage): all-reduce of the tied wte's "
+                "gradient, %s per step\n",
+                B(a, sizeof a, tied_wte_bytes(c, w->tp)));
         tr_plan_print_stage_work(m, w->pp, micro, out);
     }
+}
+
+double tr_plan_pipeline_busy(const tr_model *m, int pp, long micro)
+{
+    const tr_gpt_config *c = tr_gpt_config_of(m);
+    if (!c || pp < 2)
+        return 1;
+    double total = 0, most = 0;
+    for (int s = 0; s < pp; s++) {
+        double cost = tr_gpt_stage_cost(c, pp, s);
+        total += cost;
+        most = cost > most ? cost : most;
+    }
+    /* a step lasts about micro + pp - 1 slots of the busiest stage's time, in which
+     * stage s works micro of its own */
+    return total / pp / most * (double)micro / (double)(micro + pp - 1);
 }
 
 void tr_plan_print_stage_work(const tr_model *m, int pp, long micro, FILE *out)
@@ -201,18 +269,17 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
     fprintf(out, "compute per step: %.3g GFLOP per rank, %.3g GFLOP in all (model FLOPs)\n",
             flops / mp / 1e9, flops * w->dp / 1e9);
     fprintf(out, "communication per step:\n");
-    double grad = (double)p->mem.gradients, par = (double)p->mem.parameters;
+    double grad = (double)p->mem.gradients;
     if (w->dp > 1 && zero)
         fprintf(out,
                 "  dp group (%d ranks): gradients (%s) reduced to the rank owning each slice, "
                 "then parameters all-gathered; each rank sending about %s\n",
-                w->dp, B(a, sizeof a, grad),
-                B(b, sizeof b, (w->dp - 1.0) / w->dp * (grad + par)));
+                w->dp, B(a, sizeof a, grad), B(b, sizeof b, dp_sent(p, w->dp, zero)));
     else if (w->dp > 1)
         fprintf(out,
                 "  dp group (%d ranks): all-reduce of %s of gradients, each rank sending about "
                 "%s\n",
-                w->dp, B(a, sizeof a, grad), B(b, sizeof b, allreduce_sent(grad, w->dp)));
+                w->dp, B(a, sizeof a, grad), B(b, sizeof b, dp_sent(p, w->dp, zero)));
     else
         fprintf(out, "  dp group: none (one data-parallel rank)\n");
     print_model_parallel_comm(m, w, d, local_batch, micro, out);

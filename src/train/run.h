@@ -9,6 +9,7 @@
 #include "data/token_data.h"
 #include "loss_scale.h"
 #include "models/model.h"
+#include "models/sampling.h"
 #include "optim.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
@@ -67,6 +68,25 @@ int tr_run_key_error(run *r, const char *section, const char *name, const char *
 /* The global batch's loss sum and correct count from every rank's part (only the
  * pipelines' last stages hold losses). Collective over the world. */
 void tr_run_sum_loss(const run *r, double sums[2]);
+
+/* ---- train_memory.c ---- */
+/* This rank's share of the model and how its stage keeps activations (the
+ * pipeline's slots follow [parallel] schedule and r->micro). */
+tr_model_layout tr_run_model_layout(run *r);
+/* Before anything is allocated, each with the plan's numbers and the fewest
+ * micro-batches that would fit in r->err: 0, or TR_EXIT_OSERR where this rank's
+ * share of the node's memory cannot hold the plan; then the device's reservation
+ * at the plan's size (its failure's code). Activations for batches up to
+ * max_batch. */
+int tr_run_check_memory(run *r, int max_batch);
+int tr_run_reserve(run *r, int max_batch);
+/* trainer --plan: every pipeline stage's plan of the layout set up. */
+void tr_run_print_plan(run *r, int max_batch);
+/* trainer --plan --layouts: each dp x tp x pp of the run's ranks a GPT allows, with
+ * its largest stage's memory, whether it fits, the pipeline's least busy share and
+ * the most a rank sends per step, the best first; another model's one layout is
+ * said to be the plan that follows. */
+void tr_run_print_layouts(run *r);
 
 /* ---- train_lm.c ---- */
 /* Opens the token data for the built model and checks the layout against it. */

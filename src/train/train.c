@@ -401,225 +401,6 @@ static void print_banner(run *r)
     fflush(stdout);
 }
 
-/* Refuses, with numbers, a run whose buffers cannot fit in this rank's share of the
- * node's memory, before anything is allocated. */
-/* This rank's share of the model and how its stage keeps activations. */
-static tr_model_layout model_layout(run *r)
-{
-    const tr_world *w = r->w;
-    r->schedule = strcmp(tr_deck_str(r->d, "parallel", "schedule"), "gpipe") ? TR_SCHED_1F1B
-                                                                             : TR_SCHED_GPIPE;
-    r->slots = tr_pipeline_slots(r->schedule, w->pp, w->pp_rank, (int)r->micro);
-    tr_model_layout lay = {
-        .tp = w->tp,
-        .tp_rank = w->tp_rank,
-        .pp = w->pp,
-        .pp_rank = w->pp_rank,
-        .tp_group = w->tp_group,
-        .slots = r->slots,
-        .recompute = !strcmp(tr_deck_str(r->d, "train", "recompute"), "block"),
-    };
-    return lay;
-}
-
-/* Host memory a rank's checkpoints take beyond the model's own buffers
- * (train_checkpoint.c, checkpoint_async.c), in fp32 values: a device host code
- * cannot touch (a GPU, cpu-guarded) stages the optimizer state (the rank's slice of
- * each moment, and of the master weights in mixed precision) and, in fp32, the
- * weights through host copies kept for the run, which checkpoint.async's thread
- * writes from; on the CPU,
- * checkpoint.async copies the rank's share of what a checkpoint holds (the weights
- * and each state, its dp ranks writing a band each: about 1/dp, tp-replicated
- * tensors less) for its writer thread. */
-static double ckpt_host_bytes(const run *r, const tr_model *m, double slice, int master)
-{
-    int states = !strcmp(tr_deck_str(r->d, "optim", "name"), "adamw") ? 2 : 1;
-    double n = (double)m->nparams;
-    if (!r->dev->host_memory)
-        return (states + master) * slice * sizeof(float) + (master ? 0 : n * sizeof(float));
-    if (tr_deck_bool(r->d, "checkpoint", "async"))
-        return (1 + states) * ceil(n / r->w->dp) * sizeof(float);
-    return 0;
-}
-
-static tr_plan make_plan(run *r, tr_model *m, int max_batch)
-{
-    tr_plan p = {.max_batch = max_batch};
-    p.mem = tr_model_plan(m, r->dev, max_batch);
-    int adamw = !strcmp(tr_deck_str(r->d, "optim", "name"), "adamw");
-    /* ZeRO: the state of this rank's slice only */
-    int zero = (int)tr_deck_int(r->d, "parallel", "zero"), dp = r->w->dp;
-    double slice = zero && dp > 1 ? (double)((m->nparams + (size_t)dp - 1) / (size_t)dp)
-                                  : (double)m->nparams;
-    int master = strcmp(tr_deck_str(r->d, "train", "precision"), "fp32") != 0;
-    (void)adamw;
-    p.optimizer = (double)tr_optim_device_bytes(r->d, (size_t)slice, master); /* + fp32 master */
-    p.data = r->lm ? 2.0 * (double)r->local_batch * m->targets_per_sample * sizeof(int32_t)
-                   : 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h *
-                         r->train.w * sizeof(float);
-    p.backend = (double)r->dev->backend_bytes;
-    /* at most: the windows exist only where a group's ranks share a node (setup) */
-    if (r->dev->host_memory && tr_deck_bool(r->d, "parallel", "shm_allreduce"))
-        p.comm = (dp > 1 ? (double)tr_shm_window_bytes(m->nparams) : 0) +
-                 (r->w->tp > 1 ? (double)tr_shm_window_bytes(SIZE_MAX) : 0);
-#ifdef TRAINER_HAVE_CUDA
-    p.gpu = r->dev == &tr_gpu_device;
-#endif
-    p.staged = !r->dev->host_memory;
-    p.ckpt_host = ckpt_host_bytes(r, m, slice, master);
-    p.total = (double)p.mem.parameters + p.mem.gradients + p.mem.activations + p.mem.scratch +
-              p.optimizer + p.data + p.backend + p.comm + (p.gpu ? 0 : p.ckpt_host);
-    return p;
-}
-
-/* What a device reserves at start-up for the plan p (the host's part aside). */
-static double reserved_bytes(const tr_plan *p)
-{
-    return (double)p->mem.parameters + p->mem.gradients + p->mem.activations + p->mem.scratch +
-           p->optimizer + p->backend;
-}
-
-/* The plan of a rank of pipeline stage `stage` (of this rank's tp rank: the tp ranks
- * hold equal shares) at `micro` micro-batches, from the model that stage would
- * build: its slots, the micro-batches whose activations it keeps, follow the
- * schedule and the count. This rank's own model where that is the same. */
-static tr_plan stage_plan(run *r, int stage, long micro, int max_batch)
-{
-    if (r->w->pp == 1 || (stage == r->w->pp_rank && micro == r->micro))
-        return make_plan(r, &r->model, max_batch);
-    tr_world w = *r->w, *saved_w = r->w;
-    long saved_micro = r->micro;
-    int saved_slots = r->slots;
-    w.pp_rank = stage;
-    r->w = &w;
-    r->micro = micro;
-    tr_model_layout lay = model_layout(r);
-    tr_model m;
-    char msg[1024];
-    if (tr_model_build(&m, r->model.name, r->d, (tr_shape){1, 1, 1}, &lay, msg, sizeof msg))
-        tr_fatal(TR_EXIT_SOFTWARE, "bug: stage %d of a checked layout: %s", stage, msg);
-    tr_plan p = make_plan(r, &m, max_batch);
-    tr_model_free(&m);
-    r->w = saved_w;
-    r->micro = saved_micro;
-    r->slots = saved_slots;
-    return p;
-}
-
-/* For an out-of-memory message: the fewest [train] micro_batches (a divisor of the
- * rank's batch, above the deck's) at which every rank (the largest stage's, in a
- * pipeline) would need no more than `room` bytes of the device's reservation
- * (device) or of the host (else, the whole plan), or that none does (GPipe keeps
- * every micro-batch's activations; a classifier's evaluation batch, its own key,
- * stays). Every rank works out the same answer. Empty where there is nothing to say. */
-static void micro_batches_hint(run *r, double room, int device, char *out, size_t len)
-{
-    out[0] = '\0';
-    if (room <= 0)
-        return;
-    char a[32];
-    const char *who = r->w->pp > 1 ? "the largest stage's ranks" : "a rank";
-    long n = r->micro, batch = 0;
-    double need = 0;
-    for (long k = r->micro + 1; k <= r->local_batch; k++) {
-        if (r->local_batch % k)
-            continue;
-        n = k;
-        batch = r->local_batch / k;
-        long max_batch = !r->lm && r->eval_local_batch > batch ? r->eval_local_batch : batch;
-        need = 0;
-        for (int s = 0; s < r->w->pp; s++) {
-            tr_plan p = stage_plan(r, s, k, (int)max_batch);
-            double x = device ? reserved_bytes(&p) : p.total;
-            need = x > need ? x : need;
-        }
-        if (need <= room) {
-            snprintf(out, len,
-                     "; at [train] micro_batches = %ld (micro-batches of %ld) %s would need %s", n,
-                     batch, who, tr_bytes_str(a, sizeof a, need));
-            return;
-        }
-    }
-    if (n == r->micro) /* one sample a micro-batch already */
-        return;
-    char e[96] = "";
-    if (!r->lm && r->eval_local_batch > batch)
-        snprintf(e, sizeof e, ", evaluated in batches of %ld ([train] eval_batch_size)",
-                 r->eval_local_batch);
-    snprintf(out, len,
-             "; more micro-batches do not make it fit: at [train] micro_batches = %ld "
-             "(micro-batches of %ld%s) %s would still need %s",
-             n, batch, e, who, tr_bytes_str(a, sizeof a, need));
-}
-
-/* trainer --plan: every pipeline stage's plan (tp rank 0 of each: the tp ranks hold
- * equal shares), each from the model that stage would build. */
-static void print_plan(run *r, int max_batch)
-{
-    int pp = r->w->pp;
-    tr_plan *plans = tr_alloc((size_t)pp * sizeof *plans, "plan");
-    for (int s = 0; s < pp; s++) /* the plan stands for rank 0: stage 0 */
-        plans[s] = stage_plan(r, s, r->micro, max_batch);
-    /* judged as the plan judges it: its total against the room per rank */
-    char hint[256];
-    micro_batches_hint(r, tr_plan_fit_room(r->d, r->w, r->rt->plan_device_memory), 0, hint,
-                       sizeof hint);
-    tr_plan_print(plans, pp, r->d, &r->model, r->w, r->global_batch, r->local_batch, r->micro,
-                  r->rt->plan_device_memory, hint, stdout);
-    tr_free(plans);
-}
-
-static int check_memory(run *r, int max_batch)
-{
-    tr_plan p = make_plan(r, &r->model, max_batch);
-    size_t avail = tr_mem_available();
-    int ranks = r->w->local_size > 0 ? r->w->local_size : 1;
-    double share = (double)avail / ranks;
-    int async = tr_deck_bool(r->d, "checkpoint", "async");
-    char a[32], b[32], c[32], d[32], e[32], f[32], g[32], h[32];
-    if (p.gpu) {
-        /* A GPU's plan is GPU memory, which the reservation right after checks against
-         * the GPU's own free memory, with the plan's numbers; judging it against the
-         * host's would refuse runs that fit (an 80 GiB GPU beside 32 GiB of host
-         * memory per rank). The host holds the data buffers and the checkpoints'
-         * copies, which are judged here. */
-        double need = p.data + p.ckpt_host;
-        if (avail == 0 || need <= share)
-            return 0;
-        snprintf(r->err, sizeof r->err,
-                 "out of host memory: each rank of this GPU run needs %s of the host's (host "
-                 "copies of the weights and optimizer state for checkpoints %s, data buffers "
-                 "%s) but has about %s (%s available to the job on this node / %d rank%s); use "
-                 "parallel.zero = 1 (a rank then copies its slice of the optimizer state), tp, "
-                 "pp or fewer ranks per node",
-                 tr_bytes_str(a, sizeof a, need), tr_bytes_str(b, sizeof b, p.ckpt_host),
-                 tr_bytes_str(c, sizeof c, p.data), tr_bytes_str(d, sizeof d, share),
-                 tr_bytes_str(e, sizeof e, (double)avail), ranks, ranks == 1 ? "" : "s");
-        return TR_EXIT_OSERR;
-    }
-    tr_model_memory mem = p.mem;
-    if (avail == 0 || p.total <= share)
-        return 0;
-    char copy[96] = "", hint[256];
-    micro_batches_hint(r, share, 0, hint, sizeof hint);
-    if (p.ckpt_host > 0)
-        snprintf(copy, sizeof copy, ", %s %s",
-                 p.staged ? "checkpoints' host copies" : "checkpoint.async's copy",
-                 tr_bytes_str(h, sizeof h, p.ckpt_host));
-    snprintf(
-        r->err, sizeof r->err,
-        "out of memory: each rank needs %s (parameters %s, gradients %s, optimizer state "
-        "%s, activations and scratch %s at batch %d%s) but has about %s (%s available to the "
-        "job on this node / %d rank%s); reduce [train] batch_size or the model, raise "
-        "[train] micro_batches, or run fewer ranks per node%s%s",
-        tr_bytes_str(a, sizeof a, p.total), tr_bytes_str(b, sizeof b, (double)mem.parameters),
-        tr_bytes_str(c, sizeof c, (double)mem.gradients), tr_bytes_str(d, sizeof d, p.optimizer),
-        tr_bytes_str(e, sizeof e, (double)(mem.activations + mem.scratch)), max_batch, copy,
-        tr_bytes_str(f, sizeof f, share), tr_bytes_str(g, sizeof g, (double)avail), ranks,
-        ranks == 1 ? "" : "s", async && !p.staged ? ", or set checkpoint.async = false" : "", hint);
-    return TR_EXIT_OSERR;
-}
-
 /* After the session's first step, on a device that can tell (CUDA): how much
  * memory the largest rank's GPU holds beyond the plan's reservation, which is what
  * the libraries and the driver took on their own (kernel code loaded on first use,
@@ -701,7 +482,7 @@ static int setup(run *r)
                               r->lm ? "tokens (or random_tokens for a benchmark)" : "idx");
     } else if (r->lm) {
         char msg[1024];
-        tr_model_layout lay = model_layout(r);
+        tr_model_layout lay = tr_run_model_layout(r);
         if (tr_model_build(&r->model, model, r->d, (tr_shape){1, 1, 1}, &lay, msg, sizeof msg))
             rc = tr_run_key_error(r, strstr(msg, "[parallel]") ? "parallel" : "model",
                                   strstr(msg, "[parallel] tp") ? "tp"
@@ -768,40 +549,18 @@ static int setup(run *r)
         r->eval_local_batch = r->micro_batch; /* sequences are large: eval as trained */
     long max_batch = r->micro_batch > r->eval_local_batch ? r->micro_batch : r->eval_local_batch;
     if (r->rt->plan_ranks) {
-        print_plan(r, (int)max_batch);
+        if (r->rt->plan_layouts)
+            tr_run_print_layouts(r);
+        if (!r->rt->plan_layouts || !r->lm)
+            tr_run_print_plan(r, (int)max_batch);
         return PLAN_DONE;
     }
-    rc = tr_comm_agree(r->w, check_memory(r, (int)max_batch), r->err);
+    rc = tr_comm_agree(r->w, tr_run_check_memory(r, (int)max_batch), r->err);
     if (rc)
         return rc;
-    {
-        /* the device's memory, reserved once at the plan's size */
-        tr_plan p = make_plan(r, &r->model, (int)max_batch);
-        size_t bytes = (size_t)reserved_bytes(&p), room = 0;
-        char why[512] = "";
-        int e = r->dev->reserve(bytes, &room, why, sizeof why);
-        if (e) {
-            char a[32], b[32], c[32], d2[32], e2[32], own[96] = "", hint[256];
-            micro_batches_hint(r, (double)room, 1, hint, sizeof hint);
-            if (p.backend > 0) /* a fixed size: not one of the things to change */
-                snprintf(own, sizeof own, ", backend workspace %s (cuBLAS's, fixed)",
-                         tr_bytes_str(e2, sizeof e2, p.backend));
-            snprintf(r->err, sizeof r->err,
-                     "out of %s memory: %s; the plan (trainer --plan) per rank: parameters %s, "
-                     "gradients %s, optimizer state %s, activations and scratch %s at batch "
-                     "%ld%s; reduce [train] batch_size or the model, raise [train] "
-                     "micro_batches, use parallel.zero = 1, tp or more ranks, or "
-                     "train.recompute = block%s",
-                     r->dev->name, why, tr_bytes_str(a, sizeof a, (double)p.mem.parameters),
-                     tr_bytes_str(b, sizeof b, (double)p.mem.gradients),
-                     tr_bytes_str(c, sizeof c, p.optimizer),
-                     tr_bytes_str(d2, sizeof d2, (double)(p.mem.activations + p.mem.scratch)),
-                     max_batch, own, hint);
-        }
-        rc = tr_comm_agree(r->w, e, r->err);
-        if (rc)
-            return rc;
-    }
+    rc = tr_comm_agree(r->w, tr_run_reserve(r, (int)max_batch), r->err);
+    if (rc)
+        return rc;
     tr_model_allocate(&r->model, r->dev, (int)max_batch);
     if (!r->lm)
         r->eval_x = tr_alloc((size_t)r->eval_local_batch * tr_shape_numel(r->model.input) *

@@ -12,6 +12,7 @@ typedef struct tr_runtime {
     /* trainer --plan: the layout to plan for, instead of training (plan_ranks > 0) */
     int plan_ranks, plan_ranks_per_node;
     double plan_device_memory; /* bytes; 0 = not given */
+    int plan_layouts;          /* --layouts: every dp x tp x pp of plan_ranks (a GPT's) */
 } tr_runtime;
 
 /* Runs the deck on the world; collective. Returns the exit code every rank shares.

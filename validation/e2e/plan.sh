@@ -5,7 +5,7 @@
 # 2 GB dominate the libraries' own), and what checkpoint.async adds within 20 % of
 # what it adds to the peak; a GPU's plan names the host's share; a device too small
 # gets a warning; an impossible layout or a bad option gets the usual error and exit
-# 64.
+# 64; --layouts lists every layout of N ranks as --plan of each would plan it.
 source "$(dirname "$0")/../lib.sh"
 args=(inputs/gpt2_124m.in model.seq_len=64 train.batch_size=4 data.format=random_tokens
   train.steps=2 data.val_limit=0 checkpoint.at_end=false sample.length=0
@@ -159,6 +159,26 @@ check "4 CPU ranks: the shared-memory window in the plan" \
   grep -q "communication *2.1 MiB  (shared-memory windows" "$WORK/plan_shm"
 "$TRAINER" --plan inputs/mnist.in --ranks 4 parallel.shm_allreduce=false >"$WORK/plan_mpi" 2>&1
 check "4 CPU ranks through MPI: no window" grep -q "communication *0 B" "$WORK/plan_mpi"
+# --layouts: every dp x tp x pp of N ranks, each row what --plan of that layout says
+# (memory, fit, micro-batches raised to the fewest that fit, pipeline use, bytes sent),
+# in order, tp groups wider than a node marked; the layouts left out with why
+for case in "8 2 inputs/gpt2_124m.in --device-memory 8GiB" \
+  "4 4 inputs/gpt_brown.in train.batch_size=32 --device-memory 1GiB"; do
+  # shellcheck disable=SC2086 # (the case's words are the arguments)
+  check "--layouts $case" "$PYTHON" validation/e2e/plan_layouts.py "$TRAINER" $case
+done
+"$TRAINER" --plan inputs/gpt_brown.in --ranks 8 --layouts train.batch_size=8 model.n_layer=2 \
+  >"$WORK/layouts" 2>&1
+check "--layouts: tp that does not divide n_head left out" \
+  grep -q "^left out: tp 8 (tp must divide \[model\] n_head = 4)" "$WORK/layouts"
+check "--layouts: more stages than blocks and the head left out" \
+  grep -q "^left out: pp 4 and 8 (more stages than the 2 blocks and the head)" "$WORK/layouts"
+"$TRAINER" --plan inputs/mnist.in --ranks 4 --layouts >"$WORK/layouts_mlp" 2>&1
+check "--layouts of the MLP: data-parallel only, then its plan" \
+  grep -q "^layouts: model mlp trains data-parallel only, so the one layout of 4 ranks is dp 4" \
+  "$WORK/layouts_mlp"
+check "... its plan follows" grep -q "^plan: model mlp, 269322 parameters; 4 ranks = dp 4" \
+  "$WORK/layouts_mlp"
 "$TRAINER" --plan inputs/gpt_brown.in --ranks 3 >"$WORK/out" 2>"$WORK/err"
 check "impossible layout: exit 64" [ $? = 64 ]
 check "impossible layout: message" grep -q "not divisible by the 3 data-parallel ranks" "$WORK/err"

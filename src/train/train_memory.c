@@ -1,0 +1,506 @@
+/* train_memory.c: a run's memory plan (plan.h) from its model and layout: the check
+ * every run makes before it allocates, the device's one reservation, the fewest
+ * micro-batches that would fit when neither can, and trainer --plan's report. */
+#include "core/error.h"
+#include "core/sysmem.h"
+#include "models/gpt.h"
+#include "plan.h"
+#include "run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* This rank's share of the model and how its stage keeps activations. */
+tr_model_layout tr_run_model_layout(run *r)
+{
+    const tr_world *w = r->w;
+    r->schedule =
+        strcmp(tr_deck_str(r->d, "parallel", "schedule"), "gpipe") ? TR_SCHED_1F1B : TR_SCHED_GPIPE;
+    r->slots = tr_pipeline_slots(r->schedule, w->pp, w->pp_rank, (int)r->micro);
+    tr_model_layout lay = {
+        .tp = w->tp,
+        .tp_rank = w->tp_rank,
+        .pp = w->pp,
+        .pp_rank = w->pp_rank,
+        .tp_group = w->tp_group,
+        .slots = r->slots,
+        .recompute = !strcmp(tr_deck_str(r->d, "train", "recompute"), "block"),
+    };
+    return lay;
+}
+
+/* Host memory a rank's checkpoints take beyond the model's own buffers
+ * (train_checkpoint.c, checkpoint_async.c), in fp32 values: a device host code
+ * cannot touch (a GPU, cpu-guarded) stages the optimizer state (the rank's slice of
+ * each moment, and of the master weights in mixed precision) and, in fp32, the
+ * weights through host copies kept for the run, which checkpoint.async's thread
+ * writes from; on the CPU,
+ * checkpoint.async copies the rank's share of what a checkpoint holds (the weights
+ * and each state, its dp ranks writing a band each: about 1/dp, tp-replicated
+ * tensors less) for its writer thread. */
+static double ckpt_host_bytes(const run *r, const tr_model *m, double slice, int master)
+{
+    int states = !strcmp(tr_deck_str(r->d, "optim", "name"), "adamw") ? 2 : 1;
+    double n = (double)m->nparams;
+    if (!r->dev->host_memory)
+        return (states + master) * slice * sizeof(float) + (master ? 0 : n * sizeof(float));
+    if (tr_deck_bool(r->d, "checkpoint", "async"))
+        return (1 + states) * ceil(n / r->w->dp) * sizeof(float);
+    return 0;
+}
+
+static tr_plan make_plan(run *r, tr_model *m, int max_batch)
+{
+    tr_plan p = {.max_batch = max_batch};
+    p.mem = tr_model_plan(m, r->dev, max_batch);
+    int adamw = !strcmp(tr_deck_str(r->d, "optim", "name"), "adamw");
+    /* ZeRO: the state of this rank's slice only */
+    int zero = (int)tr_deck_int(r->d, "parallel", "zero"), dp = r->w->dp;
+    double slice =
+        zero && dp > 1 ? (double)((m->nparams + (size_t)dp - 1) / (size_t)dp) : (double)m->nparams;
+    int master = strcmp(tr_deck_str(r->d, "train", "precision"), "fp32") != 0;
+    (void)adamw;
+    p.optimizer = (double)tr_optim_device_bytes(r->d, (size_t)slice, master); /* + fp32 master */
+    p.data = r->lm ? 2.0 * (double)r->local_batch * m->targets_per_sample * sizeof(int32_t)
+                   : 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h * r->train.w *
+                         sizeof(float);
+    p.backend = (double)r->dev->backend_bytes;
+    /* at most: the windows exist only where a group's ranks share a node (setup) */
+    if (r->dev->host_memory && tr_deck_bool(r->d, "parallel", "shm_allreduce"))
+        p.comm = (dp > 1 ? (double)tr_shm_window_bytes(m->nparams) : 0) +
+                 (r->w->tp > 1 ? (double)tr_shm_window_bytes(SIZE_MAX) : 0);
+#ifdef TRAINER_HAVE_CUDA
+    p.gpu = r->dev == &tr_gpu_device;
+#endif
+    p.staged = !r->dev->host_memory;
+    p.ckpt_host = ckpt_host_bytes(r, m, slice, master);
+    p.total = (double)p.mem.parameters + p.mem.gradients + p.mem.activations + p.mem.scratch +
+              p.optimizer + p.data + p.backend + p.comm + (p.gpu ? 0 : p.ckpt_host);
+    return p;
+}
+
+/* What a device reserves at start-up for the plan p (the host's part aside). */
+static double reserved_bytes(const tr_plan *p)
+{
+    return (double)p->mem.parameters + p->mem.gradients + p->mem.activations + p->mem.scratch +
+           p->optimizer + p->backend;
+}
+
+/* The plan of a rank of pipeline stage `stage` (of this rank's tp rank: the tp ranks
+ * hold equal shares) at `micro` micro-batches, from the model that stage would
+ * build: its slots, the micro-batches whose activations it keeps, follow the
+ * schedule and the count. This rank's own model where that is the same. */
+static tr_plan stage_plan(run *r, int stage, long micro, int max_batch)
+{
+    if (r->w->pp == 1 || (stage == r->w->pp_rank && micro == r->micro))
+        return make_plan(r, &r->model, max_batch);
+    tr_world w = *r->w, *saved_w = r->w;
+    long saved_micro = r->micro;
+    int saved_slots = r->slots;
+    w.pp_rank = stage;
+    r->w = &w;
+    r->micro = micro;
+    tr_model_layout lay = tr_run_model_layout(r);
+    tr_model m;
+    char msg[1024];
+    if (tr_model_build(&m, r->model.name, r->d, (tr_shape){1, 1, 1}, &lay, msg, sizeof msg))
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: stage %d of a checked layout: %s", stage, msg);
+    tr_plan p = make_plan(r, &m, max_batch);
+    tr_model_free(&m);
+    r->w = saved_w;
+    r->micro = saved_micro;
+    r->slots = saved_slots;
+    return p;
+}
+
+/* The most any stage's ranks need at `micro` micro-batches: of the device's
+ * reservation (device) or of the host (else, the whole plan). */
+static double largest_stage_need(run *r, long micro, int max_batch, int device)
+{
+    double need = 0;
+    for (int s = 0; s < r->w->pp; s++) {
+        tr_plan p = stage_plan(r, s, micro, max_batch);
+        double x = device ? reserved_bytes(&p) : p.total;
+        need = x > need ? x : need;
+    }
+    return need;
+}
+
+/* The batch activations are sized for at micro-batches of `batch`: a classifier's
+ * evaluation batch, its own key, where larger. */
+static long max_batch_at(const run *r, long batch)
+{
+    return !r->lm && r->eval_local_batch > batch ? r->eval_local_batch : batch;
+}
+
+/* The fewest [train] micro_batches (a divisor of the rank's batch, above the deck's)
+ * at which every rank (the largest stage's, in a pipeline) would need no more than
+ * `room` bytes (largest_stage_need), with that need in *need; else 0, with *need
+ * and *most what the most micro-batches would still need (GPipe keeps every
+ * micro-batch's activations; a classifier's evaluation batch stays). Every rank
+ * works out the same answer. */
+static long fewest_micro_that_fit(run *r, double room, int device, double *need, long *most)
+{
+    *most = r->micro;
+    *need = 0;
+    for (long k = r->micro + 1; k <= r->local_batch; k++) {
+        if (r->local_batch % k)
+            continue;
+        *most = k;
+        *need = largest_stage_need(r, k, (int)max_batch_at(r, r->local_batch / k), device);
+        if (*need <= room)
+            return k;
+    }
+    return 0;
+}
+
+/* For an out-of-memory message: fewest_micro_that_fit in words, or that none does.
+ * Empty where there is nothing to say. */
+static void micro_batches_hint(run *r, double room, int device, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (room <= 0)
+        return;
+    char a[32];
+    const char *who = r->w->pp > 1 ? "the largest stage's ranks" : "a rank";
+    double need;
+    long n, k = fewest_micro_that_fit(r, room, device, &need, &n);
+    if (k) {
+        snprintf(out, len,
+                 "; at [train] micro_batches = %ld (micro-batches of %ld) %s would need %s", k,
+                 r->local_batch / k, who, tr_bytes_str(a, sizeof a, need));
+        return;
+    }
+    if (n == r->micro) /* one sample a micro-batch already */
+        return;
+    long batch = r->local_batch / n;
+    char e[96] = "";
+    if (!r->lm && r->eval_local_batch > batch)
+        snprintf(e, sizeof e, ", evaluated in batches of %ld ([train] eval_batch_size)",
+                 r->eval_local_batch);
+    snprintf(out, len,
+             "; more micro-batches do not make it fit: at [train] micro_batches = %ld "
+             "(micro-batches of %ld%s) %s would still need %s",
+             n, batch, e, who, tr_bytes_str(a, sizeof a, need));
+}
+
+/* trainer --plan: every pipeline stage's plan (tp rank 0 of each: the tp ranks hold
+ * equal shares), each from the model that stage would build. */
+void tr_run_print_plan(run *r, int max_batch)
+{
+    int pp = r->w->pp;
+    tr_plan *plans = tr_alloc((size_t)pp * sizeof *plans, "plan");
+    for (int s = 0; s < pp; s++) /* the plan stands for rank 0: stage 0 */
+        plans[s] = stage_plan(r, s, r->micro, max_batch);
+    /* judged as the plan judges it: its total against the room per rank */
+    char hint[256];
+    micro_batches_hint(r, tr_plan_fit_room(r->d, r->w, r->rt->plan_device_memory), 0, hint,
+                       sizeof hint);
+    tr_plan_print(plans, pp, r->d, &r->model, r->w, r->global_batch, r->local_batch, r->micro,
+                  r->rt->plan_device_memory, hint, stdout);
+    tr_free(plans);
+}
+
+/* Refuses, with numbers, a run whose buffers cannot fit in this rank's share of the
+ * node's memory, before anything is allocated. */
+int tr_run_check_memory(run *r, int max_batch)
+{
+    tr_plan p = make_plan(r, &r->model, max_batch);
+    size_t avail = tr_mem_available();
+    int ranks = r->w->local_size > 0 ? r->w->local_size : 1;
+    double share = (double)avail / ranks;
+    int async = tr_deck_bool(r->d, "checkpoint", "async");
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[32], h[32];
+    if (p.gpu) {
+        /* A GPU's plan is GPU memory, which the reservation right after checks against
+         * the GPU's own free memory, with the plan's numbers; judging it against the
+         * host's would refuse runs that fit (an 80 GiB GPU beside 32 GiB of host
+         * memory per rank). The host holds the data buffers and the checkpoints'
+         * copies, which are judged here. */
+        double need = p.data + p.ckpt_host;
+        if (avail == 0 || need <= share)
+            return 0;
+        snprintf(r->err, sizeof r->err,
+                 "out of host memory: each rank of this GPU run needs %s of the host's (host "
+                 "copies of the weights and optimizer state for checkpoints %s, data buffers "
+                 "%s) but has about %s (%s available to the job on this node / %d rank%s); use "
+                 "parallel.zero = 1 (a rank then copies its slice of the optimizer state), tp, "
+                 "pp or fewer ranks per node",
+                 tr_bytes_str(a, sizeof a, need), tr_bytes_str(b, sizeof b, p.ckpt_host),
+                 tr_bytes_str(c, sizeof c, p.data), tr_bytes_str(d, sizeof d, share),
+                 tr_bytes_str(e, sizeof e, (double)avail), ranks, ranks == 1 ? "" : "s");
+        return TR_EXIT_OSERR;
+    }
+    tr_model_memory mem = p.mem;
+    if (avail == 0 || p.total <= share)
+        return 0;
+    char copy[96] = "", hint[256];
+    micro_batches_hint(r, share, 0, hint, sizeof hint);
+    if (p.ckpt_host > 0)
+        snprintf(copy, sizeof copy, ", %s %s",
+                 p.staged ? "checkpoints' host copies" : "checkpoint.async's copy",
+                 tr_bytes_str(h, sizeof h, p.ckpt_host));
+    snprintf(
+        r->err, sizeof r->err,
+        "out of memory: each rank needs %s (parameters %s, gradients %s, optimizer state "
+        "%s, activations and scratch %s at batch %d%s) but has about %s (%s available to the "
+        "job on this node / %d rank%s); reduce [train] batch_size or the model, raise "
+        "[train] micro_batches, or run fewer ranks per node%s%s",
+        tr_bytes_str(a, sizeof a, p.total), tr_bytes_str(b, sizeof b, (double)mem.parameters),
+        tr_bytes_str(c, sizeof c, (double)mem.gradients), tr_bytes_str(d, sizeof d, p.optimizer),
+        tr_bytes_str(e, sizeof e, (double)(mem.activations + mem.scratch)), max_batch, copy,
+        tr_bytes_str(f, sizeof f, share), tr_bytes_str(g, sizeof g, (double)avail), ranks,
+        ranks == 1 ? "" : "s", async && !p.staged ? ", or set checkpoint.async = false" : "", hint);
+    return TR_EXIT_OSERR;
+}
+
+/* The device's memory, reserved once at the plan's size; an error names the plan's
+ * numbers and what to change. */
+int tr_run_reserve(run *r, int max_batch)
+{
+    tr_plan p = make_plan(r, &r->model, max_batch);
+    size_t bytes = (size_t)reserved_bytes(&p), room = 0;
+    char why[512] = "";
+    int e = r->dev->reserve(bytes, &room, why, sizeof why);
+    if (e) {
+        char a[32], b[32], c[32], d2[32], e2[32], own[96] = "", hint[256];
+        micro_batches_hint(r, (double)room, 1, hint, sizeof hint);
+        if (p.backend > 0) /* a fixed size: not one of the things to change */
+            snprintf(own, sizeof own, ", backend workspace %s (cuBLAS's, fixed)",
+                     tr_bytes_str(e2, sizeof e2, p.backend));
+        snprintf(r->err, sizeof r->err,
+                 "out of %s memory: %s; the plan (trainer --plan) per rank: parameters %s, "
+                 "gradients %s, optimizer state %s, activations and scratch %s at batch "
+                 "%d%s; reduce [train] batch_size or the model, raise [train] "
+                 "micro_batches, use parallel.zero = 1, tp or more ranks, or "
+                 "train.recompute = block%s",
+                 r->dev->name, why, tr_bytes_str(a, sizeof a, (double)p.mem.parameters),
+                 tr_bytes_str(b, sizeof b, (double)p.mem.gradients),
+                 tr_bytes_str(c, sizeof c, p.optimizer),
+                 tr_bytes_str(d2, sizeof d2, (double)(p.mem.activations + p.mem.scratch)),
+                 max_batch, own, hint);
+    }
+    return e;
+}
+
+/* ---- trainer --plan --layouts ---- */
+
+typedef struct layout_row {
+    int dp, tp, pp;
+    long micro;   /* micro-batches of the deck's size, or the fewest that fit */
+    int raised;   /* micro is more than the deck's size gives, to fit */
+    double need;  /* the largest stage's plan total */
+    int fits;     /* 1, 0, or -1 where there is nothing to judge by */
+    double busy;  /* tr_plan_pipeline_busy */
+    double sent;  /* the most a rank sends per step */
+    int tp_spans; /* the tp group spans nodes */
+    int deck;     /* the deck's own layout */
+} layout_row;
+
+/* fit first, tp on a node's links, then the least pipeline idle, then the fewest
+ * model-parallel ranks (larger matrix products; tp's all-reduces wait in the step,
+ * where dp's overlap backward), then the fewest bytes */
+static int row_order(const void *pa, const void *pb)
+{
+    const layout_row *a = pa, *b = pb;
+    if (a->fits != b->fits)
+        return b->fits - a->fits;
+    if (a->tp_spans != b->tp_spans)
+        return a->tp_spans - b->tp_spans;
+    if (fabs(a->busy - b->busy) > 1e-9)
+        return a->busy > b->busy ? -1 : 1;
+    if (a->tp * a->pp != b->tp * b->pp)
+        return a->tp * a->pp - b->tp * b->pp;
+    if (a->sent != b->sent)
+        return a->sent < b->sent ? -1 : 1;
+    return a->tp - b->tp;
+}
+
+/* row's memory, traffic and pipeline use at r->micro micro-batches (r standing for
+ * the layout's rank 0) */
+static void measure_layout(run *r, layout_row *row)
+{
+    row->need = row->sent = 0;
+    for (int s = 0; s < r->w->pp; s++) {
+        tr_plan p = stage_plan(r, s, r->micro, (int)(r->local_batch / r->micro));
+        double sent = tr_plan_stage_sent(&p, &r->model, r->w, r->d, r->local_batch, r->micro, s);
+        row->need = p.total > row->need ? p.total : row->need;
+        row->sent = sent > row->sent ? sent : row->sent;
+    }
+    row->busy = tr_plan_pipeline_busy(&r->model, r->w->pp, r->micro);
+    row->micro = r->micro;
+}
+
+/* The layout dp x tp x pp of the run's ranks at micro-batches of the deck's size (or
+ * the largest that divides the rank's batch), or where those do not fit `room`, at
+ * the fewest micro-batches that do: r's world, batch and model stand for that
+ * layout's rank 0 while it is worked out. */
+static layout_row plan_layout(run *r, int dp, int tp, int pp, double room)
+{
+    tr_world w = *r->w, *saved_w = r->w;
+    long saved[4] = {r->local_batch, r->micro, r->micro_batch, r->eval_local_batch};
+    int saved_slots = r->slots;
+    tr_model saved_model = r->model;
+    w.dp = dp, w.tp = tp, w.pp = pp, w.dp_rank = w.tp_rank = w.pp_rank = 0;
+    r->w = &w;
+    r->local_batch = r->global_batch / dp;
+    long mbs = saved[2] < r->local_batch ? saved[2] : r->local_batch;
+    while (r->local_batch % mbs)
+        mbs--;
+    r->micro_batch = mbs;
+    r->micro = r->local_batch / mbs;
+    r->eval_local_batch = mbs; /* a language model evaluates as it trains */
+    tr_model_layout lay = tr_run_model_layout(r);
+    char msg[1024];
+    if (tr_model_build(&r->model, saved_model.name, r->d, (tr_shape){1, 1, 1}, &lay, msg,
+                       sizeof msg))
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: layout dp %d x tp %d x pp %d: %s", dp, tp, pp, msg);
+    layout_row row = {.dp = dp, .tp = tp, .pp = pp, .fits = -1};
+    row.tp_spans = w.local_size > 0 && tp > w.local_size;
+    measure_layout(r, &row);
+    if (room > 0) {
+        row.fits = row.need <= room;
+        double need;
+        long most, k = row.fits ? 0 : fewest_micro_that_fit(r, room, 0, &need, &most);
+        if (k) { /* the stage-0 model of r->micro serves any count: plans rebuild stages */
+            r->micro = k;
+            measure_layout(r, &row);
+            row.fits = row.raised = 1;
+        }
+    }
+    tr_model_free(&r->model);
+    r->model = saved_model;
+    r->w = saved_w;
+    r->local_batch = saved[0], r->micro = saved[1], r->micro_batch = saved[2];
+    r->eval_local_batch = saved[3];
+    r->slots = saved_slots;
+    return row;
+}
+
+/* x appended to v[0 .. *n) unless there already */
+static void add_once(int *v, int *n, int x)
+{
+    for (int i = 0; i < *n; i++)
+        if (v[i] == x)
+            return;
+    v[(*n)++] = x;
+}
+
+/* "2, 4 and 8" of n values */
+static void list_values(const int *v, int n, char *out, size_t len)
+{
+    size_t k = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n && k < len; i++)
+        k += (size_t)snprintf(out + k, len - k, "%s%d",
+                              i == 0       ? ""
+                              : i == n - 1 ? " and "
+                                           : ", ",
+                              v[i]);
+}
+
+void tr_run_print_layouts(run *r)
+{
+    const tr_gpt_config *c = tr_gpt_config_of(&r->model);
+    int n = r->w->size, per_node = r->w->local_size;
+    if (!c) {
+        printf("layouts: model %s trains data-parallel only, so the one layout of %d rank%s is "
+               "dp %d; its plan:\n",
+               r->model.name, n, n == 1 ? "" : "s", n);
+        return;
+    }
+    double room = tr_plan_fit_room(r->d, r->w, r->rt->plan_device_memory);
+    int divisors = 0; /* at most divisors^2 (tp, pp) pairs */
+    for (int k = 1; k <= n; k++)
+        divisors += n % k == 0;
+    layout_row *rows = tr_alloc((size_t)divisors * (size_t)divisors * sizeof *rows, "layouts");
+    /* the values left out, each once: at most one per divisor of n */
+    int *bad = tr_alloc(3 * (size_t)divisors * sizeof *bad, "layouts");
+    int *bad_tp = bad, *bad_pp = bad + divisors, *bad_dp = bad + 2 * divisors;
+    int nrows = 0, nbad_tp = 0, nbad_pp = 0, nbad_dp = 0;
+    for (int tp = 1; tp <= n; tp++) {
+        if (n % tp)
+            continue;
+        if (c->NH % tp) {
+            add_once(bad_tp, &nbad_tp, tp);
+            continue;
+        }
+        for (int pp = 1; pp <= n / tp; pp++) {
+            if ((n / tp) % pp)
+                continue;
+            int dp = n / (tp * pp);
+            if (pp > c->L + 1) {
+                add_once(bad_pp, &nbad_pp, pp);
+                continue;
+            }
+            if (r->global_batch % dp) {
+                add_once(bad_dp, &nbad_dp, dp);
+                continue;
+            }
+            layout_row row = plan_layout(r, dp, tp, pp, room);
+            row.deck = dp == r->w->dp && tp == r->w->tp && pp == r->w->pp;
+            rows[nrows++] = row;
+        }
+    }
+    qsort(rows, (size_t)nrows, sizeof *rows, row_order);
+    char a[32], b[32];
+    printf("layouts of %d rank%s, %d per node: model %s, %zu parameters; global batch %ld in "
+           "micro-batches of %ld (the deck's size, or the largest that divides a rank's "
+           "batch); zero %ld, recompute %s, schedule %s, %s, as the deck sets them\n",
+           n, n == 1 ? "" : "s", per_node, r->model.name, r->model.nparams_logical, r->global_batch,
+           r->micro_batch, (long)tr_deck_int(r->d, "parallel", "zero"),
+           tr_deck_str(r->d, "train", "recompute"), tr_deck_str(r->d, "parallel", "schedule"),
+           tr_deck_str(r->d, "train", "precision"));
+    printf("      dp    tp    pp   micro  memory/rank  fits   busy  sent/rank/step\n");
+    for (int i = 0; i < nrows; i++) {
+        const layout_row *w = &rows[i];
+        char fit[32];
+        if (w->fits < 0)
+            snprintf(fit, sizeof fit, "?");
+        else if (w->fits)
+            snprintf(fit, sizeof fit, "%.0f %%", 100 * w->need / room);
+        else
+            snprintf(fit, sizeof fit, "no");
+        printf("  %s %5d %5d %5d %6ld%s %12s  %5s  %3.0f %% %15s%s\n", w->deck ? "*" : " ", w->dp,
+               w->tp, w->pp, w->micro, w->raised ? "+" : " ", tr_bytes_str(a, sizeof a, w->need),
+               fit, 100 * w->busy, tr_bytes_str(b, sizeof b, w->sent),
+               w->tp_spans ? "  tp spans nodes" : "");
+    }
+    char list[256];
+    if (nbad_tp) {
+        list_values(bad_tp, nbad_tp, list, sizeof list);
+        printf("left out: tp %s (tp must divide [model] n_head = %d)\n", list, c->NH);
+    }
+    if (nbad_pp) {
+        list_values(bad_pp, nbad_pp, list, sizeof list);
+        printf("left out: pp %s (more stages than the %d blocks and the head)\n", list, c->L);
+    }
+    if (nbad_dp) {
+        list_values(bad_dp, nbad_dp, list, sizeof list);
+        printf("left out: dp %s ([train] batch_size = %ld is not divisible by it)\n", list,
+               r->global_batch);
+    }
+    if (room > 0)
+        printf("fits: the largest stage's memory (trainer --plan's total) against %s per rank "
+               "(%s); micro+: more micro-batches than the deck's size gives, the fewest that "
+               "fit\n",
+               tr_bytes_str(a, sizeof a, room),
+               r->rt->plan_device_memory > 0 ? "--device-memory"
+                                             : "this node's available memory / ranks per node");
+    else
+        printf("fits: not judged: a GPU's plan needs the GPU's memory, e.g. --device-memory "
+               "80GiB\n");
+    printf("busy: the least share of a step a rank computes, by the stages' balance of model "
+           "FLOPs and the pipeline's bubble (pp - 1 of micro + pp - 1 slots); sent: the most "
+           "bytes a rank sends per step (dp, tp, pp and embedding groups, ring collectives)\n"
+           "order: layouts that fit, tp groups within a node (tp sends per block: it wants "
+           "the node's links), the busiest, the fewest model-parallel ranks (tp x pp: larger "
+           "matrix products, and tp's all-reduces wait in the step where dp's overlap "
+           "backward), the fewest bytes; * the deck's layout; one "
+           "layout's whole plan: trainer --plan DECK --ranks %d parallel.tp=T parallel.pp=P\n",
+           n);
+    tr_free(bad);
+    tr_free(rows);
+}
