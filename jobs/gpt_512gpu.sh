@@ -65,11 +65,15 @@ DEVICE=${DEVICE:-cuda}
 #  - tp = 1: tensor parallelism splits the attention heads, and GPT-2 1558M has 25:
 #    8 does not divide them, 5 would straddle nodes. Nor is it needed: the model with
 #    fp32 AdamW state (about 25 GB) fits one 80 GB GPU.
-#  - pp = 8 inside the node: pure data parallelism would all-reduce 3.1 GB of bf16
-#    gradients per GPU per step across the network, about 150 ms at 50 GB/s per GPU
-#    against about 50 ms of compute for a 1M-token step; 8 stages of 6 blocks cut that
-#    to an eighth, each GPU on its own network rail, while the activations between
-#    stages (3 MB per sequence) stay on NVLink.
+#  - pp = 8 inside the node: pure data parallelism would all-reduce the 6.2 GB of fp32
+#    gradients (they accumulate in fp32) per GPU per step across the network, each GPU
+#    sending 11.6 GiB, about 0.5 s at 25 GB/s per GPU against about 50 ms of compute
+#    for a 1M-token step; 8 stages of 6 blocks cut that to an eighth, each GPU on its
+#    own network rail, while the activations between stages (3 MB per sequence) stay
+#    on NVLink. `trainer --plan inputs/gpt2_1558m.in --ranks 512 --ranks-per-node 8
+#    --device-memory 80GiB --layouts --tflops 400 --node-gbps 150 --network-gbps 25`
+#    with this script's overrides compares every layout (README, "Which layout to
+#    choose"): this one first, an estimated 170 ms a step against 530 ms for dp 512.
 #  - batch: 1024 sequences (1M tokens a step, GPT-3 XL's batch) = 64 replicas x 16
 #    micro-batches of one sequence; the 1F1B pipeline bubble is (pp - 1) /
 #    (micro_batches + pp - 1) = 30%: raise micro_batches with the batch to shrink it.

@@ -41,8 +41,11 @@ static void usage(FILE *out)
             "         [--layouts] [overrides]\n"
             "                  per-rank memory, FLOPs and communication of a layout, without\n"
             "                  training (N ranks: 1 unless given; one process, no mpirun);\n"
+            "         [--tflops T --node-gbps B --network-gbps B]\n"
             "                  --layouts: every dp x tp x pp of N ranks (a GPT's), each one's\n"
-            "                  memory, fit, pipeline use and traffic, the best first\n"
+            "                  memory, fit, pipeline use and traffic, the best first; with a\n"
+            "                  rank's model TFLOP/s and GB/s within and across nodes, each\n"
+            "                  one's estimated step\n"
             "\n"
             "Exit codes: 0 done; 64 bad command line, deck or layout; 65 malformed data;\n"
             "66 missing data or deck; 70 internal error; 71 out of memory, a failed\n"
@@ -102,6 +105,18 @@ static int plan_args(int *argc, char **argv, tr_runtime *rt)
             }
         } else if (!strcmp(a, "--layouts")) {
             rt->plan_layouts = 1;
+        } else if ((!strcmp(a, "--tflops") || !strcmp(a, "--node-gbps") ||
+                    !strcmp(a, "--network-gbps")) &&
+                   more) {
+            double *to = !strcmp(a, "--tflops")      ? &rt->plan_tflops
+                         : !strcmp(a, "--node-gbps") ? &rt->plan_node_gbps
+                                                     : &rt->plan_network_gbps;
+            char *end;
+            *to = strtod(argv[++i], &end);
+            if (end == argv[i] || *end || !isfinite(*to) || *to <= 0) {
+                fprintf(stderr, "trainer --plan: %s '%s' is not a positive number\n", a, argv[i]);
+                return TR_EXIT_USAGE;
+            }
         } else if (a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "trainer --plan: unknown option '%s' (or it lacks its value)\n", a);
             return TR_EXIT_USAGE;
@@ -113,6 +128,19 @@ static int plan_args(int *argc, char **argv, tr_runtime *rt)
         fprintf(stderr, "trainer --plan: needs a deck and --ranks N >= 1; see trainer --help\n");
         return TR_EXIT_USAGE;
     }
+    /* the estimate needs the network's speed only where some group may cross nodes */
+    int g = rt->plan_ranks_per_node ? rt->plan_ranks_per_node : rt->plan_ranks;
+    int one_node = rt->plan_ranks <= g && g % rt->plan_ranks == 0;
+    int speeds = (rt->plan_tflops > 0) + (rt->plan_node_gbps > 0) + (rt->plan_network_gbps > 0);
+    if (speeds && (!rt->plan_layouts || rt->plan_tflops <= 0 || rt->plan_node_gbps <= 0 ||
+                   (!one_node && rt->plan_network_gbps <= 0))) {
+        fprintf(stderr, "trainer --plan: --tflops, --node-gbps and --network-gbps estimate "
+                        "--layouts' steps together (--network-gbps may be left out where every "
+                        "rank is on one node); see trainer --help\n");
+        return TR_EXIT_USAGE;
+    }
+    if (one_node && rt->plan_network_gbps <= 0)
+        rt->plan_network_gbps = rt->plan_node_gbps; /* no group crosses a node */
     argv[n] = NULL;
     *argc = n;
     return 0;

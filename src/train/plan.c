@@ -93,26 +93,26 @@ static double dp_sent(const tr_plan *p, int dp, int zero)
     return zero && dp > 1 ? (dp - 1.0) / dp * (grad + par) : allreduce_sent(grad, dp);
 }
 
-double tr_plan_stage_sent(const tr_plan *p, const tr_model *m, const tr_world *w, const tr_deck *d,
-                          long local_batch, long micro, int stage)
+tr_plan_traffic tr_plan_stage_traffic(const tr_plan *p, const tr_model *m, const tr_world *w,
+                                      const tr_deck *d, long local_batch, long micro, int stage)
 {
-    double sent = dp_sent(p, w->dp, (int)tr_deck_int(d, "parallel", "zero"));
+    tr_plan_traffic t = {.dp = dp_sent(p, w->dp, (int)tr_deck_int(d, "parallel", "zero"))};
     const tr_gpt_config *c = tr_gpt_config_of(m);
     if (!c)
-        return sent;
+        return t;
     int recompute = !strcmp(tr_deck_str(d, "train", "recompute"), "block");
     double stream = stream_bytes(c, local_batch, micro);
     if (w->tp > 1)
-        sent += allreduce_sent(tp_allreduces(c, w->pp, stage, recompute) * micro * stream, w->tp);
+        t.tp = allreduce_sent(tp_allreduces(c, w->pp, stage, recompute) * micro * stream, w->tp);
     if (w->pp > 1) {
         if (stage < w->pp - 1) /* activations forward */
-            sent += micro * pp_activation_bytes(m, stream);
+            t.pp += micro * pp_activation_bytes(m, stream);
         if (stage > 0) /* gradients back */
-            sent += micro * stream;
+            t.pp += micro * stream;
         if (stage == 0 || stage == w->pp - 1)
-            sent += allreduce_sent(tied_wte_bytes(c, w->tp), 2);
+            t.emb = allreduce_sent(tied_wte_bytes(c, w->tp), 2);
     }
-    return sent;
+    return t;
 }
 
 /* Tensor-, pipeline- and embedding-group traffic of the GPT per step. */

@@ -45,11 +45,14 @@ double tr_plan_fit_room(const tr_deck *d, const tr_world *w, double device_memor
 void tr_plan_print_stage_work(const tr_model *m, int pp, long micro, FILE *out);
 
 /* Bytes a rank of pipeline stage `stage` sends per step, p being that stage's plan
- * and m a model of the layout w: its dp group's gradient reduction (ZeRO's reduce
- * and all-gather), and a GPT's tp all-reduces, pipeline messages and the tied
+ * and m a model of the layout w, by group: its dp group's gradient reduction (ZeRO's
+ * reduce and all-gather), and a GPT's tp all-reduces, pipeline messages and the tied
  * embedding's all-reduce; ring collectives. */
-double tr_plan_stage_sent(const tr_plan *p, const tr_model *m, const tr_world *w, const tr_deck *d,
-                          long local_batch, long micro, int stage);
+typedef struct tr_plan_traffic {
+    double dp, tp, pp, emb;
+} tr_plan_traffic;
+tr_plan_traffic tr_plan_stage_traffic(const tr_plan *p, const tr_model *m, const tr_world *w,
+                                      const tr_deck *d, long local_batch, long micro, int stage);
 /* The least share of a step a pipeline's stage computes on average (1 where pp = 1):
  * the stages' balance of model FLOPs times micro / (micro + pp - 1). */
 double tr_plan_pipeline_busy(const tr_model *m, int pp, long micro);

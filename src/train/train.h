@@ -13,6 +13,9 @@ typedef struct tr_runtime {
     int plan_ranks, plan_ranks_per_node;
     double plan_device_memory; /* bytes; 0 = not given */
     int plan_layouts;          /* --layouts: every dp x tp x pp of plan_ranks (a GPT's) */
+    /* --layouts' step estimate (0: none): model TFLOP/s a rank sustains, GB/s a rank
+     * sends to ranks of its node and across nodes */
+    double plan_tflops, plan_node_gbps, plan_network_gbps;
 } tr_runtime;
 
 /* Runs the deck on the world; collective. Returns the exit code every rank shares.

@@ -160,10 +160,15 @@ check "4 CPU ranks: the shared-memory window in the plan" \
 "$TRAINER" --plan inputs/mnist.in --ranks 4 parallel.shm_allreduce=false >"$WORK/plan_mpi" 2>&1
 check "4 CPU ranks through MPI: no window" grep -q "communication *0 B" "$WORK/plan_mpi"
 # --layouts: every dp x tp x pp of N ranks, each row what --plan of that layout says
-# (memory, fit, micro-batches raised to the fewest that fit, pipeline use, bytes sent),
-# in order, tp groups wider than a node marked; the layouts left out with why
+# (memory, fit, micro-batches raised to the fewest that fit (a pipeline's first stage
+# then keeps more of them), pipeline use, bytes sent in and across nodes), in order,
+# tp groups wider than a node marked; the layouts left out with why
+# with the ranks' speeds, an estimated step of each (recomputed here without a
+# pipeline), ordered by it; ZeRO and recomputation as the overrides set them
 for case in "8 2 inputs/gpt2_124m.in --device-memory 8GiB" \
-  "4 4 inputs/gpt_brown.in train.batch_size=32 --device-memory 1GiB"; do
+  "4 4 inputs/gpt2_124m.in train.batch_size=16 parallel.dp=2 parallel.pp=2 --device-memory 6GiB" \
+  "8 2 inputs/gpt2_124m.in --device-memory 8GiB --tflops 100 --node-gbps 150 --network-gbps 25" \
+  "4 4 inputs/gpt_brown.in train.batch_size=32 --tflops 0.08 --node-gbps 5 parallel.zero=1 train.recompute=block"; do
   # shellcheck disable=SC2086 # (the case's words are the arguments)
   check "--layouts $case" "$PYTHON" validation/e2e/plan_layouts.py "$TRAINER" $case
 done
@@ -173,6 +178,15 @@ check "--layouts: tp that does not divide n_head left out" \
   grep -q "^left out: tp 8 (tp must divide \[model\] n_head = 4)" "$WORK/layouts"
 check "--layouts: more stages than blocks and the head left out" \
   grep -q "^left out: pp 4 and 8 (more stages than the 2 blocks and the head)" "$WORK/layouts"
+"$TRAINER" --plan inputs/gpt_brown.in --ranks 4 --ranks-per-node 2 --layouts --tflops 1 \
+  --node-gbps 10 >"$WORK/out" 2>"$WORK/err"
+check "--layouts across nodes without --network-gbps: exit 64" [ $? = 64 ]
+check "... and why" grep -q "network-gbps may be left out where every rank is on one node" "$WORK/err"
+"$TRAINER" --plan inputs/gpt_brown.in --ranks 4 --tflops 1 --node-gbps 10 >"$WORK/out" 2>"$WORK/err"
+check "speeds without --layouts: exit 64" [ $? = 64 ]
+"$TRAINER" --plan inputs/gpt_brown.in --ranks 4 --layouts --tflops fast >"$WORK/out" 2>"$WORK/err"
+check "--tflops fast: exit 64" [ $? = 64 ]
+check "--tflops fast: message" grep -q "tflops 'fast' is not a positive number" "$WORK/err"
 "$TRAINER" --plan inputs/mnist.in --ranks 4 --layouts >"$WORK/layouts_mlp" 2>&1
 check "--layouts of the MLP: data-parallel only, then its plan" \
   grep -q "^layouts: model mlp trains data-parallel only, so the one layout of 4 ranks is dp 4" \

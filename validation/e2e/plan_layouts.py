@@ -3,19 +3,24 @@
 against `trainer --plan` of each layout it lists, and its own rules.
 
 Every row's memory must be the total that --plan prints for that layout (dp x tp x pp
-at the row's micro-batches), its "fits" the fit --plan judges, at micro-batches of the deck's size or, marked
-"+", at the fewest that fit (--plan at the next fewer that divide the rank's batch
-does not fit),
-its "busy" (1 - the least wait) x (1 - the bubble) of --plan's stage work line, its
-"sent" the most bytes a rank sends by the ring formulas from --plan's own numbers
-(stage 0's); rows in order (fit, tp within a node, busiest, fewest model-parallel
-ranks, fewest bytes); the deck's layout marked. Prints what it checked; exits 1 on
-the first difference."""
+at the row's micro-batches); its "fits" the fit --plan judges, at micro-batches of
+the deck's size or, marked "+", at the fewest that fit (--plan at the next fewer that
+divide the rank's batch does not fit); its "busy" (1 - the least wait) x (1 - the
+bubble) of --plan's stage work line; its bytes sent at least what --plan's figures
+give stage 0 by the ring formulas (and exactly that without a pipeline), split into
+the node's and the network's by where each group's ranks lie (tp innermost, then pp,
+then dp, PER_NODE consecutive ranks a node). With --tflops (in args), the estimated
+step of a layout without a pipeline is recomputed here from --plan's FLOPs and bytes,
+a pipeline's is at least its compute over its busy share, and the rows that fit come
+in the order of their steps; without, in the order of fit, tp within a node and busy.
+The deck's layout is marked once. Prints what it checked; exits 1 on the first
+difference."""
 import re
 import subprocess
 import sys
 
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+SIZE = r"([0-9.]+ [KMGT]?i?B)"
 
 
 def size(text):
@@ -43,36 +48,58 @@ def run(trainer, args):
 
 
 ROW = re.compile(
-    r"^  ([* ]) +(\d+) +(\d+) +(\d+) +(\d+)([+ ]) +([0-9.]+ [KMGT]?i?B) +(\d+ %|no|\?)"
-    r" +(\d+) % +([0-9.]+ [KMGT]?i?B)(  tp spans nodes)?$"
+    r"^  ([* ]) +(\d+) +(\d+) +(\d+) +(\d+)([+ ]) +" + SIZE + r" +(\d+ %|no|\?) +(\d+) % +"
+    + SIZE + " +" + SIZE + r"(?: +([0-9.]+) (ms|s) +([0-9.]+)( [kM])?)?(  tp spans nodes)?$"
 )
+
+
+def crosses(span, per_node):
+    return span > per_node or per_node % span != 0
+
+
+def option(args, name):
+    return float(args[args.index(name) + 1]) if name in args else None
 
 
 def main():
     trainer, ranks, per_node, *args = sys.argv[1:]
     ranks, per_node = int(ranks), int(per_node)
+    tflops = option(args, "--tflops")
+    bw_node = option(args, "--node-gbps")
+    bw_net = option(args, "--network-gbps") or bw_node
     common = ["--ranks", str(ranks), "--ranks-per-node", str(per_node), *args]
+    # --plan of one layout takes no speeds
+    plain = list(common)
+    for name in ("--tflops", "--node-gbps", "--network-gbps"):
+        if name in plain:
+            del plain[plain.index(name):plain.index(name) + 2]
     out = run(trainer, [*common, "--layouts"])
     rows = []
     for line in out.splitlines():
         m = ROW.match(line)
         if m:
+            step = None
+            if m[12]:
+                step = float(m[12]) * (1e-3 if m[13] == "ms" else 1)
             rows.append(
                 dict(deck=m[1] == "*", dp=int(m[2]), tp=int(m[3]), pp=int(m[4]),
                      micro=int(m[5]), raised=m[6] == "+", mem=m[7], fit=m[8], busy=int(m[9]),
-                     sent=size(m[10]), sent_text=m[10], spans=bool(m[11]), line=line))
+                     node=m[10], net=m[11], step=step, spans=bool(m[16]), line=line))
     if not rows:
         fail("no layout rows in:\n" + out)
+    if (tflops is not None) != all(r["step"] is not None for r in rows):
+        fail("estimated steps printed without --tflops, or missing with it")
     head = re.search(r"global batch (\d+) in micro-batches of (\d+)", out)
     batch, mbs = int(head[1]), int(head[2])
+    recompute = "train.recompute=block" in args
     if sum(r["deck"] for r in rows) != 1:
         fail("the deck's layout is not marked once")
     for r in rows:
         if r["dp"] * r["tp"] * r["pp"] != ranks:
             fail(f"{r['line']}: not {ranks} ranks")
         lay = [f"parallel.dp={r['dp']}", f"parallel.tp={r['tp']}", f"parallel.pp={r['pp']}"]
-        plan = run(trainer, [*common, *lay, f"train.micro_batches={r['micro']}"])
-        total = re.search(r"^  total +([0-9.]+ [KMGT]?i?B)$", plan, re.M)[1]
+        plan = run(trainer, [*plain, *lay, f"train.micro_batches={r['micro']}"])
+        total = re.search(r"^  total +" + SIZE + "$", plan, re.M)[1]
         if total != r["mem"]:
             fail(f"{r['line']}: memory {r['mem']}, --plan's total {total}")
         fits = re.search(r"^(fits: |warning: does not fit)", plan, re.M)
@@ -86,7 +113,7 @@ def main():
             fail(f"{r['line']}: the deck's micro-batches of {size0} make {local // size0}")
         if r["raised"]:
             fewer = max(k for k in range(local // size0, r["micro"]) if local % k == 0)
-            at = run(trainer, [*common, *lay, f"train.micro_batches={fewer}"])
+            at = run(trainer, [*plain, *lay, f"train.micro_batches={fewer}"])
             if not re.search(r"^warning: does not fit", at, re.M):
                 fail(f"{r['line']}: --plan at micro_batches {fewer} fits too")
         # busy: from --plan's stage work line (percentages rounded: within 1.5 %)
@@ -94,30 +121,62 @@ def main():
         want = 100.0 if r["pp"] == 1 else 100 * (1 - int(work[1]) / 100) * (1 - int(work[2]) / 100)
         if abs(want - r["busy"]) > 1.5:
             fail(f"{r['line']}: busy {r['busy']} %, --plan's stage work gives {want:.1f} %")
-        # sent by stage 0: dp's, tp's and, in a pipeline, the activations forward and
-        # the tied embedding's all-reduce of 2 ranks (--plan prints stage 0's figures)
-        # (each figure as printed, with its rounding: tol)
-        parts = [(1, re.search(p, plan)) for p in (
-            r"dp group .*each rank sending about ([0-9.]+ [KMGT]?i?B)",
-            r"tp group .*each rank sending about ([0-9.]+ [KMGT]?i?B)")]
-        if r["pp"] > 1:
-            parts += [(r["micro"], re.search(r"per micro-batch ([0-9.]+ [KMGT]?i?B) of activations",
-                                             plan)),
-                      (1, re.search(r"tied wte's gradient, ([0-9.]+ [KMGT]?i?B) per step", plan))]
-        stage0 = sum(k * size(m[1]) for k, m in parts if m)
-        tol = sum(k * slack(m[1]) for k, m in parts if m) + slack(r["sent_text"])
-        # the row is the most of any stage: at least stage 0's
-        if r["sent"] < stage0 - tol:
-            fail(f"{r['line']}: sent {r['sent']:.4g} B, stage 0 alone sends {stage0:.4g} B")
-        if r["pp"] == 1 and abs(r["sent"] - stage0) > tol:
-            fail(f"{r['line']}: sent {r['sent']:.4g} B, --plan's {stage0:.4g} B")
-        if r["spans"] != (r["tp"] > per_node):
+        # bytes sent by stage 0: dp's, tp's and, in a pipeline, the activations forward
+        # and the tied embedding's all-reduce of 2 ranks (--plan prints stage 0's), each
+        # as printed, with its rounding (tol), on the network where its group crosses
+        # nodes (dp: all ranks; tp: tp consecutive ranks; pp and embedding: tp x pp)
+        found = {g: re.search(p, plan) for g, p in (
+            ("dp", r"dp group .*each rank sending about " + SIZE),
+            ("tp", r"tp group .*each rank sending about " + SIZE),
+            ("pp", r"per micro-batch " + SIZE + " of activations"),
+            ("emb", r"tied wte's gradient, " + SIZE + " per step"))}
+        times = {"dp": 1, "tp": 1, "pp": r["micro"], "emb": 1}
+        span = {"dp": ranks, "tp": r["tp"], "pp": r["tp"] * r["pp"], "emb": r["tp"] * r["pp"]}
+        got = {g: (times[g] * size(m[1]), times[g] * slack(m[1])) for g, m in found.items() if m}
+        net = sum(v for g, (v, _) in got.items() if crosses(span[g], per_node))
+        node = sum(v for g, (v, _) in got.items() if not crosses(span[g], per_node))
+        tol = sum(t for _, t in got.values())
+        if r["pp"] == 1:  # one stage: exactly stage 0's
+            for what, mine, theirs in (("in node", r["node"], node), ("across", r["net"], net)):
+                if abs(size(mine) - theirs) > tol + slack(mine):
+                    fail(f"{r['line']}: sent {what} {mine}, --plan's figures give {theirs:.4g} B")
+        elif size(r["node"]) + size(r["net"]) < node + net - tol - slack(r["node"]) - slack(r["net"]):
+            fail(f"{r['line']}: sends less than stage 0 alone ({node + net:.4g} B)")
+        if r["spans"] != crosses(r["tp"], per_node):
             fail(f"{r['line']}: 'tp spans nodes' where tp {r['tp']} and {per_node} per node")
-    key = [((not r["fit"].endswith("%")) and r["fit"] != "?", r["spans"], -r["busy"]) for r in rows]
-    for a, b, ra in zip(key, key[1:], rows):
-        # busy is printed rounded: order within a point of it
-        if (a[0], a[1]) > (b[0], b[1]) or ((a[0], a[1]) == (b[0], b[1]) and a[2] > b[2] + 1):
-            fail(f"out of order after {ra['line']}")
+        if tflops is None:
+            continue
+        # the estimate: compute (model FLOPs / rank / speed, 4/3 with recomputation),
+        # tp's all-reduces inside the step, what the last micro-batch's backward (2/3 of
+        # its compute) leaves of the dp reduction
+        flops = float(re.search(r"GFLOP per rank, ([0-9.e+]+) GFLOP in all", plan)[1]) * 1e9
+        compute = flops / ranks / (tflops * 1e12) * (4 / 3 if recompute else 1)
+        bw = {g: 1e9 * (bw_net if crosses(span[g], per_node) else bw_node) for g in span}
+        if r["pp"] == 1:
+            tp_t = got["tp"][0] / bw["tp"] if "tp" in got else 0
+            dp_t = got["dp"][0] / bw["dp"] if "dp" in got else 0
+            want = compute + tp_t + max(0, dp_t - 2 / 3 * compute / r["micro"])
+            if abs(r["step"] - want) > 0.02 * want:
+                fail(f"{r['line']}: estimated step {r['step']:.4g} s, here {want:.4g} s")
+        elif r["step"] < 0.98 * compute / (r["busy"] / 100):
+            fail(f"{r['line']}: estimated step {r['step']:.4g} s is less than its compute "
+                 f"{compute:.4g} s over its busy share")
+    # the order: fit first; then the estimated step (printed to 2-3 digits), or else tp
+    # within a node and then the busiest (printed rounded: within a point)
+    for a, b in zip(rows, rows[1:]):
+        fa, fb = not a["fit"].endswith("%") and a["fit"] != "?", not b["fit"].endswith("%") and b["fit"] != "?"
+        if fa != fb:
+            if fa > fb:
+                fail(f"out of order: {b['line']} after {a['line']}")
+            continue
+        if tflops is not None:
+            if a["step"] > b["step"] * 1.01:
+                fail(f"out of order: {b['line']} after {a['line']}")
+        elif a["spans"] != b["spans"]:
+            if a["spans"]:
+                fail(f"out of order: {b['line']} after {a['line']}")
+        elif a["busy"] < b["busy"] - 1:
+            fail(f"out of order: {b['line']} after {a['line']}")
     print(f"{len(rows)} layouts of {ranks} ranks agree with --plan of each")
 
 
