@@ -300,12 +300,14 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
     if (cap <= 0)
         return;
     double need = plans[worst].total;
-    if (need > cap)
+    if (need > cap) /* (tp, pp and recomputation are the GPT's) */
         fprintf(out,
                 "warning: does not fit: %s per rank needed, %s per rank (%s); raise "
-                "[train] micro_batches, lower batch_size, use more ranks, tp or pp, "
-                "parallel.zero = 1, or train.recompute = block%s\n",
-                B(a, sizeof a, need), B(b, sizeof b, cap), what, fit_hint ? fit_hint : "");
+                "[train] micro_batches, lower batch_size, use more ranks%s%s\n",
+                B(a, sizeof a, need), B(b, sizeof b, cap), what,
+                tr_gpt_config_of(m) ? ", tp or pp, parallel.zero = 1, or train.recompute = block"
+                                    : " or parallel.zero = 1",
+                fit_hint ? fit_hint : "");
     else
         fprintf(out, "fits: %s of %s per rank (%s), %.0f%%\n", B(a, sizeof a, need),
                 B(c, sizeof c, cap), what, 100.0 * need / cap);

@@ -156,8 +156,9 @@ static long fewest_micro_that_fit(run *r, double room, int device, double *need,
     return 0;
 }
 
-/* For an out-of-memory message: fewest_micro_that_fit in words, or that none does.
- * Empty where there is nothing to say. */
+/* For an out-of-memory message: fewest_micro_that_fit in words, or that none does,
+ * then (a GPT's) how to compare every layout of these ranks. Empty where there is
+ * nothing to say. */
 static void micro_batches_hint(run *r, double room, int device, char *out, size_t len)
 {
     out[0] = '\0';
@@ -167,23 +168,33 @@ static void micro_batches_hint(run *r, double room, int device, char *out, size_
     const char *who = r->w->pp > 1 ? "the largest stage's ranks" : "a rank";
     double need;
     long n, k = fewest_micro_that_fit(r, room, device, &need, &n);
+    size_t used = 0;
     if (k) {
-        snprintf(out, len,
-                 "; at [train] micro_batches = %ld (micro-batches of %ld) %s would need %s", k,
-                 r->local_batch / k, who, tr_bytes_str(a, sizeof a, need));
-        return;
+        used = (size_t)snprintf(out, len,
+                                "; at [train] micro_batches = %ld (micro-batches of %ld) %s "
+                                "would need %s",
+                                k, r->local_batch / k, who, tr_bytes_str(a, sizeof a, need));
+    } else if (n != r->micro) { /* (else one sample a micro-batch already) */
+        long batch = r->local_batch / n;
+        char e[96] = "";
+        if (!r->lm && r->eval_local_batch > batch)
+            snprintf(e, sizeof e, ", evaluated in batches of %ld ([train] eval_batch_size)",
+                     r->eval_local_batch);
+        used = (size_t)snprintf(out, len,
+                                "; more micro-batches do not make it fit: at [train] "
+                                "micro_batches = %ld (micro-batches of %ld%s) %s would still "
+                                "need %s",
+                                n, batch, e, who, tr_bytes_str(a, sizeof a, need));
     }
-    if (n == r->micro) /* one sample a micro-batch already */
+    if (!r->lm || used >= len) /* a classifier has one layout: data-parallel */
         return;
-    long batch = r->local_batch / n;
-    char e[96] = "";
-    if (!r->lm && r->eval_local_batch > batch)
-        snprintf(e, sizeof e, ", evaluated in batches of %ld ([train] eval_batch_size)",
-                 r->eval_local_batch);
-    snprintf(out, len,
-             "; more micro-batches do not make it fit: at [train] micro_batches = %ld "
-             "(micro-batches of %ld%s) %s would still need %s",
-             n, batch, e, who, tr_bytes_str(a, sizeof a, need));
+    if (r->rt->plan_ranks)
+        snprintf(out + used, len - used, "; --layouts compares every dp x tp x pp of these ranks");
+    else
+        snprintf(out + used, len - used,
+                 "; trainer --plan %s --ranks %d --ranks-per-node %d --layouts (and this run's "
+                 "overrides) compares every dp x tp x pp of these ranks",
+                 r->d->path, r->w->size, r->w->local_size);
 }
 
 /* trainer --plan: every pipeline stage's plan (tp rank 0 of each: the tp ranks hold
@@ -195,7 +206,7 @@ void tr_run_print_plan(run *r, int max_batch)
     for (int s = 0; s < pp; s++) /* the plan stands for rank 0: stage 0 */
         plans[s] = stage_plan(r, s, r->micro, max_batch);
     /* judged as the plan judges it: its total against the room per rank */
-    char hint[256];
+    char hint[1536];
     micro_batches_hint(r, tr_plan_fit_room(r->d, r->w, r->rt->plan_device_memory), 0, hint,
                        sizeof hint);
     tr_plan_print(plans, pp, r->d, &r->model, r->w, r->global_batch, r->local_batch, r->micro,
@@ -236,7 +247,7 @@ int tr_run_check_memory(run *r, int max_batch)
     tr_model_memory mem = p.mem;
     if (avail == 0 || p.total <= share)
         return 0;
-    char copy[96] = "", hint[256];
+    char copy[96] = "", hint[1536];
     micro_batches_hint(r, share, 0, hint, sizeof hint);
     if (p.ckpt_host > 0)
         snprintf(copy, sizeof copy, ", %s %s",
@@ -265,7 +276,7 @@ int tr_run_reserve(run *r, int max_batch)
     char why[512] = "";
     int e = r->dev->reserve(bytes, &room, why, sizeof why);
     if (e) {
-        char a[32], b[32], c[32], d2[32], e2[32], own[96] = "", hint[256];
+        char a[32], b[32], c[32], d2[32], e2[32], own[96] = "", hint[1536];
         micro_batches_hint(r, (double)room, 1, hint, sizeof hint);
         if (p.backend > 0) /* a fixed size: not one of the things to change */
             snprintf(own, sizeof own, ", backend workspace %s (cuBLAS's, fixed)",
@@ -274,13 +285,13 @@ int tr_run_reserve(run *r, int max_batch)
                  "out of %s memory: %s; the plan (trainer --plan) per rank: parameters %s, "
                  "gradients %s, optimizer state %s, activations and scratch %s at batch "
                  "%d%s; reduce [train] batch_size or the model, raise [train] "
-                 "micro_batches, use parallel.zero = 1, tp or more ranks, or "
-                 "train.recompute = block%s",
+                 "micro_batches, use parallel.zero = 1%s%s",
                  r->dev->name, why, tr_bytes_str(a, sizeof a, (double)p.mem.parameters),
                  tr_bytes_str(b, sizeof b, (double)p.mem.gradients),
                  tr_bytes_str(c, sizeof c, p.optimizer),
                  tr_bytes_str(d2, sizeof d2, (double)(p.mem.activations + p.mem.scratch)),
-                 max_batch, own, hint);
+                 max_batch, own,
+                 r->lm ? ", tp or more ranks, or train.recompute = block" : " or more ranks", hint);
     }
     return e;
 }

@@ -136,6 +136,8 @@ fit_line() { "$TRAINER" --plan inputs/gpt_brown.in train.batch_size=32 --device-
 check "too large at batch 32: names micro_batches = 4: $(fit_line)" grep -q \
   "^warning: does not fit: .*; at \[train\] micro_batches = 4 (micro-batches of 8) a rank would need" \
   <<<"$(fit_line)"
+check "... and that --layouts compares every layout" grep -q \
+  "; --layouts compares every dp x tp x pp of these ranks$" <<<"$(fit_line)"
 check "... which fit: $(fit_line train.micro_batches=4)" grep -q "^fits: " <<<"$(fit_line train.micro_batches=4)"
 check "... and 2 do not: $(fit_line train.micro_batches=2)" grep -q "^warning: does not fit" \
   <<<"$(fit_line train.micro_batches=2)"

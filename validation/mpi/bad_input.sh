@@ -94,6 +94,9 @@ cgroup_micro_case() {
     train.eval_every=0 sample.length=0)
   expect out-of-memory-cgroup-micro 2 71 "out of memory: each rank needs .* at batch 2048.*; at \[train\] micro_batches = [0-9]+ \(micro-batches of [0-9]+\) a rank would need" \
     "${g[@]}"
+  check "... and how to compare every layout: $(cat "$WORK/err")" grep -q \
+    "; trainer --plan $WORK/gpt_big.in --ranks 2 --ranks-per-node 2 --layouts (and this run's overrides) compares every dp x tp x pp of these ranks" \
+    "$WORK/err"
   micro=$(sed -n 's/.*; at \[train\] micro_batches = \([0-9]*\) .*/\1/p' "$WORK/err")
   run 2 "$WORK/out" "$WORK/err" "${g[@]}" train.micro_batches="$micro" checkpoint.at_end=false \
     run.dir="$WORK/gpt_big"
