@@ -446,6 +446,14 @@ static int setup(run *r)
     r->precision = tr_precision_parse(prec);
     r->dev->k->set_gemm_precision(r->precision);
     rc = check_layout(r);
+    if (rc && r->rt->plan_layouts) { /* --layouts plans the others from this one */
+        size_t n = strlen(r->err);
+        snprintf(r->err + n, sizeof r->err - n,
+                 " (--layouts starts from the deck's layout, which must be possible at %d "
+                 "ranks: add parallel.dp=0 parallel.tp=1 parallel.pp=1, and a batch_size "
+                 "and micro_batches they divide)",
+                 r->w->size);
+    }
     rc = tr_comm_agree(r->w, rc, r->err);
     if (rc)
         return rc;

@@ -189,6 +189,11 @@ check "speeds without --layouts: exit 64" [ $? = 64 ]
 "$TRAINER" --plan inputs/gpt_brown.in --ranks 4 --layouts --tflops fast >"$WORK/out" 2>"$WORK/err"
 check "--tflops fast: exit 64" [ $? = 64 ]
 check "--tflops fast: message" grep -q "tflops 'fast' is not a positive number" "$WORK/err"
+"$TRAINER" --plan inputs/gpt_brown.in --ranks 3 --layouts parallel.pp=2 >"$WORK/out" 2>"$WORK/err"
+check "--layouts from an impossible deck layout: exit 64" [ $? = 64 ]
+check "... says how to start from one that is possible" \
+  grep -q "(--layouts starts from the deck's layout, which must be possible at 3 ranks: add parallel.dp=0 parallel.tp=1 parallel.pp=1" \
+  "$WORK/err"
 "$TRAINER" --plan inputs/mnist.in --ranks 4 --layouts >"$WORK/layouts_mlp" 2>&1
 check "--layouts of the MLP: data-parallel only, then its plan" \
   grep -q "^layouts: model mlp trains data-parallel only, so the one layout of 4 ranks is dp 4" \
