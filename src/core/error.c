@@ -1,4 +1,4 @@
-/* error.c: fatal errors with rank, file and line; allocation with a purpose. */
+/* error.c: fatal errors with rank, file and line. */
 #include "error.h"
 
 #include <pthread.h>
@@ -44,20 +44,3 @@ noreturn void tr_fatal_at(const char *file, int line, int code, const char *fmt,
         g_abort(code);
     exit(code);
 }
-
-void *tr_alloc_at(const char *file, int line, size_t bytes, const char *what)
-{
-    if (bytes == 0)
-        bytes = 64;
-    size_t rounded = (bytes + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, rounded);
-    if (!p)
-        tr_fatal_at(file, line, TR_EXIT_OSERR,
-                    "out of memory allocating %.1f MiB for %s; reduce batch_size or model size, "
-                    "or use more ranks",
-                    (double)bytes / (1024.0 * 1024.0), what);
-    memset(p, 0, rounded);
-    return p;
-}
-
-void tr_free(void *p) { free(p); }

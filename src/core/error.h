@@ -44,7 +44,9 @@ TR_NORETURN void tr_fatal_at(const char *file, int line, int code, const char *f
 #define tr_fatal(code, ...) tr_fatal_at(__FILE__, __LINE__, (code), __VA_ARGS__)
 
 /* Allocation that cannot fail silently: on failure it reports the size and the
- * purpose and ends the job with TR_EXIT_OSERR. Memory is zeroed and 64-byte aligned. */
+ * purpose and ends the job with TR_EXIT_OSERR. Memory is zeroed and 64-byte aligned;
+ * blocks of 32 MiB and more are mapped as transparent huge pages (alloc.c). Free with
+ * tr_free only. */
 void *tr_alloc_at(const char *file, int line, size_t bytes, const char *what);
 #define tr_alloc(bytes, what) tr_alloc_at(__FILE__, __LINE__, (bytes), (what))
 void tr_free(void *p);
