@@ -30,8 +30,9 @@ typedef struct tr_dp {
     size_t count;
     /* ZeRO (parallel.zero): 0 all-reduce; 1 reduce each bucket to the rank owning it
      * (its optimizer state lives there), parameters all-gathered after the update;
-     * 2 as 1, once per micro-batch, each rank then keeping only its own slice's
-     * accumulated gradients (the rest of the buffer is zeroed: backward's workspace) */
+     * 2 as 1, each rank then keeping only its own slice's gradients (the rest of the
+     * buffer is zeroed after the step's reduction: backward's workspace, so on the
+     * CPU 2 saves no memory over 1) */
     int zero;
     size_t lo, hi; /* this rank's slice (all of it without ZeRO) */
     size_t *part_counts, *part_displs; /* ZeRO: every rank's slice (else NULL) */
