@@ -6,20 +6,26 @@
  * Backward, from dO:
  *   dA = dO V^T;  dV = A^T dO;  dS = A * (dA - rowsum(A * dA)) / sqrt(HS) (0 beyond t);
  *   dQ = dS K;  dK = dS^T Q.
- * The products are single-threaded cblas_sgemm calls inside an OpenMP loop over the
- * B*NH heads (the project's BLAS policy, see cpu_gemm.c). The full T x T products are
- * formed and the future half masked: it costs up to 2x in the score GEMMs but keeps
- * every product one BLAS call. Masked probabilities are stored as exact zeros, so
- * future rows of V (and K, Q) contribute 0 * v = +0 to past outputs and cannot
- * change them. Each head writes only its own slices of out, att and dqkv, so no two
- * threads write the same element and results are bit-identical run to run.
+ * In blocks of BQ query rows, as flash attention does: a block's scores reach only
+ * the keys up to its last row (the causal half, about half the T x T products) and
+ * live in a BQ x T buffer of the thread's own. Each block holds whole rows, so its
+ * softmax is exact without flash attention's running rescale. Forward saves no
+ * probabilities, only each row's max and 1 / sum (2 floats a row where the T x T
+ * probabilities took T: 36 GiB for GPT-2 124M at 64 x 1024); backward forms the
+ * probabilities again from them with the same float operations, the same bits, and
+ * sums dK and dV over the blocks. The products are single-threaded cblas_sgemm calls
+ * inside an OpenMP loop over the B*NH heads (the project's BLAS policy, see
+ * cpu_gemm.c). Masked probabilities within a block are exact zeros, so later rows of
+ * V (and K, Q) contribute 0 * v = +0 to earlier outputs and cannot change them. Each
+ * head writes only its own slices of out, att and dqkv, so no two threads write the
+ * same element and results are bit-identical run to run.
  * In bf16/fp16-mixed, qkv, out and dqkv are stored as 16-bit values and dO is read as
  * values of the format: each thread widens (or rounds) its head's slices into copies
  * of its own (T x HS each) before the BLAS reads them, and stores its out, dq, dk and
  * dv from such copies.
- * Dropout (transformer_kernels.h): each thread forms its head's dropped probabilities
- * A * M in a T x T buffer of its own, drawing M element by element (dropout_math.h),
- * in forward for O and again in backward for dV and dA. */
+ * Dropout (transformer_kernels.h): each thread forms a block's dropped probabilities
+ * A * M in a buffer of its own, drawing M element by element (dropout_math.h), in
+ * forward for O and again in backward for dV and dA. */
 #include "backend/transformer_kernels.h"
 #include "backend/lowp_math.h" /* tr_round_lowp */
 #include "backend/scalar_math.h"
@@ -38,35 +44,55 @@ static int head_size(int C, int NH, const char *what)
     return C / NH;
 }
 
-/* Row-wise causal softmax of the T x T scores in place: row t over columns 0..t. */
-static void causal_softmax(float *A, int T)
-{
-    for (int t = 0; t < T; t++) {
-        float *a = A + (size_t)t * T;
-        float mx = a[0];
-        for (int j = 1; j <= t; j++)
-            mx = a[j] > mx ? a[j] : mx;
-        for (int j = 0; j <= t; j++) /* vectorises; the sum below stays in order */
-            a[j] = tr_expf(a[j] - mx);
-        float sum = 0.0f;
-        for (int j = 0; j <= t; j++)
-            sum += a[j];
-        float inv = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
-        for (int j = 0; j <= t; j++)
-            a[j] *= inv;
-        for (int j = t + 1; j < T; j++)
-            a[j] = 0.0f;
-    }
-}
+/* Query rows per block: a block's scores and their gradients (BQ x T floats each, 512
+ * KiB at T = 1024) stay in a core's cache, and its keys end at the block's last row. */
+#define BQ 64
+
+/* The state forward saves for backward: each row's max score and 1 / (sum of the
+ * exponentials), from which backward forms the same probabilities with the same float
+ * operations (row_probs), bit for bit. */
+enum { STATE_PER_ROW = 2 };
 
 size_t tr_cpu_attention_state_floats(int B, int T, int NH)
 {
-    return (size_t)B * NH * T * T;
+    return (size_t)B * NH * T * STATE_PER_ROW;
+}
+
+/* p[j] = exp(s[j] - mx) * inv for j <= t (the causal part of a row), 0 beyond up to n,
+ * in place: backward's probabilities, as row_softmax formed them. */
+static void row_probs(float *p, int t, int n, float mx, float inv)
+{
+    for (int j = 0; j <= t; j++) /* vectorises */
+        p[j] = tr_expf(p[j] - mx) * inv;
+    for (int j = t + 1; j < n; j++)
+        p[j] = 0.0f;
+}
+
+/* Softmax of row t's causal part in place (n columns, zeros after t); its max and
+ * 1 / sum go to st[0], st[1]. Each probability is exp(s - max) times 1 / sum, the
+ * operations row_probs repeats. */
+static void row_softmax(float *a, int t, int n, float *st)
+{
+    float mx = a[0];
+    for (int j = 1; j <= t; j++)
+        mx = a[j] > mx ? a[j] : mx;
+    for (int j = 0; j <= t; j++) /* vectorises; the sum below stays in order */
+        a[j] = tr_expf(a[j] - mx);
+    float sum = 0.0f;
+    for (int j = 0; j <= t; j++)
+        sum += a[j];
+    float inv = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
+    for (int j = 0; j <= t; j++)
+        a[j] *= inv;
+    for (int j = t + 1; j < n; j++)
+        a[j] = 0.0f;
+    st[0] = mx;
+    st[1] = inv;
 }
 
 /* f[j] = M's factor of (t, j) for j <= t of head (b, h): one Philox call for j and
  * j + 8 (dropout_math.h's groups), half of the row's other calls are row t ^ 8's */
-static void row_factors(float *f, int t, int T, const tr_dropout *d, int b, int h)
+static void row_factors(float *f, int t, const tr_dropout *d, int b, int h, int T)
 {
     for (int j = 0; j <= t; j++) {
         if (j & 8)
@@ -79,22 +105,23 @@ static void row_factors(float *f, int t, int T, const tr_dropout *d, int b, int 
     }
 }
 
-/* Ad = A * M for head (b, h) of the call: the causal part of each row, zeros beyond;
- * and where dA is not NULL, dA *= M over the causal part (the gradient of A from that
- * of A * M), from the same draws */
-static void dropped_probs(float *Ad, float *dA, const float *A, int T, const tr_dropout *d, int b,
-                          int h)
+/* Rows i0 .. i0 + nq - 1 of head (b, h), n columns each (ld n): Pd = P * M (zeros after
+ * each row's t) and, where dP is not NULL, dP *= M over the causal part (the gradient of
+ * P from that of P * M), from the same draws. */
+static void dropped_rows(float *Pd, float *dP, const float *P, int i0, int nq, int n,
+                         const tr_dropout *d, int b, int h, int T)
 {
-    for (int t = 0; t < T; t++) {
-        const float *a = A + (size_t)t * T;
-        float *o = Ad + (size_t)t * T;
-        row_factors(o, t, T, d, b, h);
-        if (dA)
+    for (int r = 0; r < nq; r++) {
+        int t = i0 + r;
+        const float *p = P + (size_t)r * n;
+        float *o = Pd + (size_t)r * n;
+        row_factors(o, t, d, b, h, T);
+        if (dP)
             for (int j = 0; j <= t; j++)
-                dA[(size_t)t * T + j] *= o[j];
+                dP[(size_t)r * n + j] *= o[j];
         for (int j = 0; j <= t; j++)
-            o[j] *= a[j];
-        for (int j = t + 1; j < T; j++)
+            o[j] *= p[j];
+        for (int j = t + 1; j < n; j++)
             o[j] = 0.0f;
     }
 }
@@ -121,6 +148,13 @@ static float *views_alloc(int n, int T, int HS, int format)
                               : NULL;
 }
 
+/* Per-thread room for n blocks of scores (BQ rows of T) */
+static float *blocks_alloc(int n, int T)
+{
+    int rows = T < BQ ? T : BQ;
+    return tr_alloc((size_t)n * rows * T * sizeof(float), "attention blocks");
+}
+
 /* One head's T rows of HS floats (src, packed) stored in format at element off of
  * dst, rows ld apart: rounded as they are stored (serially: the caller runs inside its
  * parallel loop over heads). */
@@ -138,12 +172,13 @@ void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int
     int HS = head_size(C, NH, "attention_forward");
     int nbh = B * NH, dropping = tr_dropout_on(drop);
     float scale = 1.0f / sqrtf((float)HS);
-#pragma omp parallel if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
+    /* the causal half: the blocks skip the keys after their last row */
+#pragma omp parallel if ((double)nbh * T * T * HS / 2 > ATT_PAR_MIN_MACS && nbh > 1)
     {
         /* q, k, v, and the head's output before it is stored in the format */
         float *views = views_alloc(4, T, HS, format);
-        float *Ad = dropping ? tr_alloc((size_t)T * T * sizeof(float), "attention dropout")
-                             : NULL;
+        float *P = blocks_alloc(dropping ? 2 : 1, T); /* and the dropped ones after it */
+        float *Pd = dropping ? P + (size_t)(T < BQ ? T : BQ) * T : NULL;
         size_t vs = (size_t)T * HS;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < nbh; bh++) {
@@ -154,25 +189,27 @@ void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int
             const float *k = stored_head_view(views + vs, qkv, q0 + C, &ldk, T, HS, format);
             const float *v = stored_head_view(views + 2 * vs, qkv, q0 + 2 * C, &ldv, T, HS,
                                               format);
-            float *A = att + (size_t)bh * T * T;
+            float *st = att + (size_t)bh * T * STATE_PER_ROW;
             size_t o0 = (size_t)b * T * C + (size_t)h * HS; /* the head's first element */
             int lowp = tr_is_lowp(format), ldo = lowp ? HS : C;
             float *o = lowp ? views + 3 * vs : (float *)out + o0;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, ldq, k, ldk,
-                        0.0f, A, T);
-            causal_softmax(A, T);
-            if (dropping)
-                dropped_probs(Ad, NULL, A, T, drop, b, h);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f,
-                        dropping ? Ad : A, T, v, ldv, 0.0f, o, ldo);
-            /* out (stored in the format: rounded as it is stored) and the probabilities
-             * stored for backward, as the model stores activations; serial spans, not
+            for (int i0 = 0; i0 < T; i0 += BQ) {
+                int nq = T - i0 < BQ ? T - i0 : BQ, n = i0 + nq; /* keys 0 .. n-1 */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, n, HS, scale,
+                            q + (size_t)i0 * ldq, ldq, k, ldk, 0.0f, P, n);
+                for (int r = 0; r < nq; r++)
+                    row_softmax(P + (size_t)r * n, i0 + r, n, st + (size_t)(i0 + r) * 2);
+                if (dropping)
+                    dropped_rows(Pd, NULL, P, i0, nq, n, drop, b, h, T);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, n, 1.0f,
+                            dropping ? Pd : P, n, v, ldv, 0.0f, o + (size_t)i0 * ldo, ldo);
+            }
+            /* out stored in the format: rounded as it is stored; serial spans, not
              * tr_cpu_round_lowp, whose own parallel region would nest in this one */
             if (lowp)
                 store_head_rows(out, o0, C, o, T, HS, format);
-            tr_round_lowp_span(A, (size_t)T * T, format);
         }
-        tr_free(Ad);
+        tr_free(P);
         tr_free(views);
     }
 }
@@ -181,16 +218,19 @@ void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const 
                                const void *qkv, const float *att, int B, int T, int C, int NH,
                                int format, const tr_dropout *drop)
 {
-    (void)out; /* the saved probabilities already hold what the GPU recomputes from it */
+    (void)out;  /* the probabilities, formed again, give rowsum(P dP) themselves */
+    (void)datt; /* a block's scratch is the thread's own */
     int HS = head_size(C, NH, "attention_backward");
     int ld = 3 * C, nbh = B * NH, dropping = tr_dropout_on(drop);
     float scale = 1.0f / sqrtf((float)HS);
-#pragma omp parallel if ((double)nbh * T * T * HS > ATT_PAR_MIN_MACS && nbh > 1)
+#pragma omp parallel if ((double)nbh * T * T * HS / 2 > ATT_PAR_MIN_MACS && nbh > 1)
     {
         /* q, k, v, dO, and dq, dk, dv before they are stored in the format */
         float *views = views_alloc(7, T, HS, format);
-        float *Ad = dropping ? tr_alloc((size_t)T * T * sizeof(float), "attention dropout")
-                             : NULL;
+        /* a block's probabilities, their gradient (then the scores'), the dropped ones */
+        size_t bs = (size_t)(T < BQ ? T : BQ) * T;
+        float *P = blocks_alloc(dropping ? 3 : 2, T), *dP = P + bs;
+        float *Pd = dropping ? P + 2 * bs : NULL;
         size_t vs = (size_t)T * HS;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < nbh; bh++) {
@@ -204,42 +244,55 @@ void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const 
                                               format);
             float *dq = lowp ? views + 4 * vs : (float *)dqkv + off;
             float *dk = lowp ? views + 5 * vs : dq + C, *dv = lowp ? views + 6 * vs : dq + 2 * C;
-            const float *A = att + (size_t)bh * T * T;
-            float *dA = datt + (size_t)bh * T * T;
+            const float *st = att + (size_t)bh * T * STATE_PER_ROW;
             const float *dO = stored_head_view(views + 3 * vs, dout,
                                                (size_t)b * T * C + (size_t)h * HS, &ldo, T, HS,
                                                format);
-
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, ldo, v, ldv,
-                        0.0f, dA, T);
-            if (dropping) { /* dV = (A * M)^T dO; dA = M * (dO V^T) */
-                dropped_probs(Ad, dA, A, T, drop, b, h);
+            /* dK and dV sum over the blocks of query rows */
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < HS; d++)
+                    dk[(size_t)t * ldg + d] = dv[(size_t)t * ldg + d] = 0.0f;
+            for (int i0 = 0; i0 < T; i0 += BQ) {
+                int nq = T - i0 < BQ ? T - i0 : BQ, n = i0 + nq; /* keys 0 .. n-1 */
+                const float *qb = q + (size_t)i0 * ldq, *dOb = dO + (size_t)i0 * ldo;
+                /* forward's scores and probabilities again, the same bits */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, n, HS, scale, qb, ldq, k,
+                            ldk, 0.0f, P, n);
+                for (int r = 0; r < nq; r++) {
+                    const float *sr = st + (size_t)(i0 + r) * 2;
+                    row_probs(P + (size_t)r * n, i0 + r, n, sr[0], sr[1]);
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, n, HS, 1.0f, dOb, ldo, v,
+                            ldv, 0.0f, dP, n);
+                if (dropping) /* dV = (P * M)^T dO; dP = M * (dO V^T) */
+                    dropped_rows(Pd, dP, P, i0, nq, n, drop, b, h, T);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HS, nq, 1.0f,
+                            dropping ? Pd : P, n, dOb, ldo, 1.0f, dv, ldg);
+                /* softmax backward, in place: dP becomes dS, the scaled scores' gradient */
+                for (int r = 0; r < nq; r++) {
+                    int t = i0 + r;
+                    const float *p = P + (size_t)r * n;
+                    float *d = dP + (size_t)r * n;
+                    float s = 0.0f;
+                    for (int j = 0; j <= t; j++)
+                        s += p[j] * d[j];
+                    for (int j = 0; j <= t; j++)
+                        d[j] = scale * p[j] * (d[j] - s);
+                    for (int j = t + 1; j < n; j++)
+                        d[j] = 0.0f;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, n, 1.0f, dP, n, k,
+                            ldk, 0.0f, dq + (size_t)i0 * ldg, ldg);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HS, nq, 1.0f, dP, n, qb,
+                            ldq, 1.0f, dk, ldg);
             }
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f,
-                        dropping ? Ad : A, T, dO, ldo, 0.0f, dv, ldg);
-            /* softmax backward, in place: dA becomes dS, the gradient of the scaled scores */
-            for (int t = 0; t < T; t++) {
-                const float *a = A + (size_t)t * T;
-                float *d = dA + (size_t)t * T;
-                float s = 0.0f;
-                for (int j = 0; j <= t; j++)
-                    s += a[j] * d[j];
-                for (int j = 0; j <= t; j++)
-                    d[j] = scale * a[j] * (d[j] - s);
-                for (int j = t + 1; j < T; j++)
-                    d[j] = 0.0f;
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, dA, T, k, ldk,
-                        0.0f, dq, ldg);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, dA, T, q, ldq,
-                        0.0f, dk, ldg);
             if (lowp) { /* dqkv stored in the format: rounded as stored */
                 store_head_rows(dqkv, off, ld, dq, T, HS, format);
                 store_head_rows(dqkv, off + C, ld, dk, T, HS, format);
                 store_head_rows(dqkv, off + 2 * (size_t)C, ld, dv, T, HS, format);
             }
         }
-        tr_free(Ad);
+        tr_free(P);
         tr_free(views);
     }
 }

@@ -205,10 +205,10 @@ typedef struct tr_kernels {
      * backward calls it again on the gradient with the same d (dropout_math.h). */
     void (*dropout)(float *out, const float *inp, size_t n, const tr_dropout *d);
     /* att (and backward's datt) is the backend's own state for backward, of
-     * attention_state_floats(B, T, NH) floats each: the CPU saves the probabilities
-     * there (B*NH*T*T), rounded to `format` (a tr_precision; they are stored
-     * activations), the GPU's fused kernels the rows' log-sum-exps (B*NH*T;
-     * transformer_kernels.h). qkv is stored in `format` (c_attn's output:
+     * attention_state_floats(B, T, NH) floats each: the CPU saves each row's max score
+     * and 1 / sum of exponentials there (B*NH*T*2), the GPU's fused kernels the rows'
+     * log-sum-exps (B*NH*T; transformer_kernels.h); neither saves the T x T
+     * probabilities, which backward forms again. qkv is stored in `format` (c_attn's output:
      * linear_forward_stored_io). out is forward's own output, stored in `format`
      * (lowp_math.h: 16 bits a value in bf16/fp16-mixed; c_proj's input, read by the
      * _stored linear entries), which backward reads; backward's dout is stored in

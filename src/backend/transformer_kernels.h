@@ -167,19 +167,20 @@ void tr_cpu_dropout(float *out, const float *inp, size_t n, const tr_dropout *d)
  * out [B,T,C] = per head softmax(q k^T / sqrt(HS), causal) v, heads concatenated,
  * rounded to `format` and stored in it (lowp_math.h: 16-bit values in bf16/fp16; its
  * reader, c_proj, takes it through the linear layers' _stored entries above).
- * att [B,NH,T,T] holds what backward needs and belongs to the backend: here the
- * probabilities (row t: columns > t are 0), rounded to `format` (a tr_precision; fp32
- * leaves them) after out is formed from the unrounded ones, as the model stores any
- * activation; the GPU keeps each row's log-sum-exp there instead and recomputes the
- * probabilities in backward (src/cuda/cuda_attention.cu).
+ * att [B,NH,T,2] holds what backward needs and belongs to the backend: here each
+ * row's max scaled score and 1 / (sum of its exponentials), fp32, from which backward
+ * forms the probabilities again, the same bits forward used (cpu_attention.c works in
+ * blocks of query rows, flash attention's way); the GPU keeps each row's log-sum-exp
+ * there instead (src/cuda/cuda_attention.cu).
  * Backward: dqkv [B,T,3C] (=), rounded to `format` and stored in it (as qkv; its
  * reader is linear_backward_stored_dout); out is forward's output (unused here); datt
- * [B,NH,T,T] is scratch the caller provides (contents on return unspecified).
+ * is scratch the caller provides, of as many floats as att (contents on return
+ * unspecified; the CPU's needs none).
  * Dropout (drop on, dropout_math.h): out = per head (A * M) v, with A the probabilities
- * (what att saves) and M the mask's factors, tr_dropout_att_factor; backward draws M
+ * (what att's state gives back) and M the mask's factors, tr_dropout_att_factor; backward draws M
  * again: dA = M * (dO v^T) before the softmax's backward, dV = (A * M)^T dO. NULL: none.
  * C % NH must be 0. */
-size_t tr_cpu_attention_state_floats(int B, int T, int NH); /* B*NH*T*T */
+size_t tr_cpu_attention_state_floats(int B, int T, int NH); /* B*NH*T*2 */
 void tr_cpu_attention_forward(void *out, float *att, const void *qkv, int B, int T, int C,
                               int NH, int format, const tr_dropout *drop);
 void tr_cpu_attention_backward(void *dqkv, float *datt, const void *dout, const void *out,

@@ -415,8 +415,8 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
     gpt *g = G(m);
     const tr_gpt_config *c = &g->cfg;
     size_t BT = (size_t)max_batch * c->T, C = (size_t)c->C;
-    /* the backend's saved attention state: the CPU's probabilities, T times the
-     * GPU's log-sum-exps */
+    /* the backend's saved attention state: a few floats a row of each head (the
+     * CPU's max and 1 / sum, the GPU's log-sum-exp), never the T x T probabilities */
     size_t att = m->dev->k->attention_state_floats(max_batch, c->T, g->NHl);
     size_t *a = &mem->activations, *s = &mem->scratch;
     size_t stream = (BT * C * tr_stored_bytes(m->precision) + 3) / sizeof(float);

@@ -826,7 +826,7 @@ static void test_elementwise(void)
 /* ---- attention ------------------------------------------------------------------- */
 
 /* One shape: each side runs its own forward, whose saved state (att) is the
- * backend's own (the CPU's probabilities, the GPU's log-sum-exps), then backward
+ * backend's own (the CPU's rows' max and 1 / sum, the GPU's log-sum-exps), then backward
  * from it; out and dqkv must agree. The datt scratch starts as NaN on the GPU, so
  * a read of scratch the kernels did not write first would show. qkv is stored in the
  * format, as c_attn stores it, and dout as c_proj's backward stores it. */

@@ -340,61 +340,153 @@ static double att_loss(void *ctx)
     return dot_r(a->out, a->R, (size_t)SB * ST * SC);
 }
 
-/* Naive double-precision forward: returns the worst relative error of out and att. */
-static double att_reference_err(const att_rig *a)
+/* Naive double-precision attention of B x T x C with NH heads and dropout drop (NULL:
+ * none), forward and, given dout, backward: out [B,T,C], dqkv [B,T,3C] (NULL: not
+ * wanted), each row's max scaled score and 1 / sum of exponentials mx, inv
+ * [B,NH,T]. */
+static void att_reference(double *out, double *dqkv, double *mx, double *inv, const float *qkv,
+                          const float *dout, int B, int T, int C, int NH, const tr_dropout *drop)
 {
-    const int HS = SC / SNH;
-    double worst = 0.0;
-    for (int b = 0; b < SB; b++)
-        for (int h = 0; h < SNH; h++)
-            for (int t = 0; t < ST; t++) {
-                const float *q = a->qkv + ((size_t)b * ST + t) * 3 * SC + h * HS;
-                double s[ST], mx = -INFINITY, sum = 0.0;
+    const int HS = C / NH;
+    double *P = tr_alloc((size_t)T * T * sizeof(double), "reference P");
+    double *F = tr_alloc((size_t)T * T * sizeof(double), "reference mask");
+    double *dS = tr_alloc((size_t)T * T * sizeof(double), "reference dS");
+    if (dqkv)
+        memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(double));
+#define QKV(b, t, part, i) ((double)qkv[((size_t)(b)*T + (t)) * 3 * C + (part)*C + (i)])
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                double m = -INFINITY, sum = 0.0;
                 for (int j = 0; j <= t; j++) {
-                    const float *k = a->qkv + ((size_t)b * ST + j) * 3 * SC + SC + h * HS;
-                    s[j] = 0.0;
+                    double s = 0.0;
                     for (int i = 0; i < HS; i++)
-                        s[j] += (double)q[i] * k[i];
-                    s[j] /= sqrt((double)HS);
-                    mx = fmax(mx, s[j]);
+                        s += QKV(b, t, 0, h * HS + i) * QKV(b, j, 1, h * HS + i);
+                    P[(size_t)t * T + j] = s / sqrt((double)HS);
+                    m = fmax(m, P[(size_t)t * T + j]);
                 }
                 for (int j = 0; j <= t; j++)
-                    sum += s[j] = exp(s[j] - mx);
-                const float *arow = a->att + (((size_t)b * SNH + h) * ST + t) * ST;
-                for (int j = 0; j < ST; j++) {
-                    double p = j <= t ? s[j] / sum : 0.0;
-                    worst = fmax(worst, j <= t ? fabs(arow[j] - p) : fabs(arow[j]));
+                    sum += P[(size_t)t * T + j] = exp(P[(size_t)t * T + j] - m);
+                for (int j = 0; j <= t; j++) {
+                    P[(size_t)t * T + j] /= sum;
+                    F[(size_t)t * T + j] =
+                        tr_dropout_on(drop) ? tr_dropout_att_factor(drop, b, h, t, j, T) : 1.0;
                 }
+                size_t r = ((size_t)b * NH + h) * T + t;
+                mx[r] = m, inv[r] = 1.0 / sum;
                 for (int i = 0; i < HS; i++) {
                     double o = 0.0;
-                    for (int j = 0; j <= t; j++) {
-                        size_t vi = ((size_t)b * ST + j) * 3 * SC + 2 * SC + (size_t)h * HS + i;
-                        o += s[j] / sum * a->qkv[vi];
-                    }
-                    float got = a->out[((size_t)b * ST + t) * SC + h * HS + i];
-                    worst = fmax(worst, fabs(got - o) / (fabs(o) + 1));
+                    for (int j = 0; j <= t; j++)
+                        o += P[(size_t)t * T + j] * F[(size_t)t * T + j] * QKV(b, j, 2, h * HS + i);
+                    out[((size_t)b * T + t) * C + h * HS + i] = o;
                 }
             }
+            if (!dqkv)
+                continue;
+            for (int t = 0; t < T; t++) { /* dS from dP = M (dO V^T) */
+                const float *dO = dout + ((size_t)b * T + t) * C + h * HS;
+                double D = 0.0;
+                for (int j = 0; j <= t; j++) {
+                    double dp = 0.0;
+                    for (int i = 0; i < HS; i++)
+                        dp += (double)dO[i] * QKV(b, j, 2, h * HS + i);
+                    dS[(size_t)t * T + j] = dp * F[(size_t)t * T + j];
+                    D += P[(size_t)t * T + j] * dS[(size_t)t * T + j];
+                }
+                for (int j = 0; j <= t; j++) {
+                    double pd = P[(size_t)t * T + j] * F[(size_t)t * T + j];
+                    dS[(size_t)t * T + j] =
+                        P[(size_t)t * T + j] * (dS[(size_t)t * T + j] - D) / sqrt((double)HS);
+                    for (int i = 0; i < HS; i++) { /* dV_j += (P M)_tj dO_t */
+                        dqkv[((size_t)b * T + j) * 3 * C + 2 * C + h * HS + i] += pd * dO[i];
+                        dqkv[((size_t)b * T + t) * 3 * C + h * HS + i] +=
+                            dS[(size_t)t * T + j] * QKV(b, j, 1, h * HS + i);
+                        dqkv[((size_t)b * T + j) * 3 * C + C + h * HS + i] +=
+                            dS[(size_t)t * T + j] * QKV(b, t, 0, h * HS + i);
+                    }
+                }
+            }
+        }
+#undef QKV
+    tr_free(P), tr_free(F), tr_free(dS);
+}
+
+/* worst |got - want| / (|want| + 1) over n */
+static double worst_rel(const float *got, const double *want, size_t n)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++)
+        worst =
+            fmax(worst, isnan(got[i]) ? INFINITY : fabs(got[i] - want[i]) / (fabs(want[i]) + 1));
     return worst;
+}
+
+/* the saved state (each row's max and 1 / sum, attention_state_floats) against the
+ * reference's */
+static double att_state_err(const float *att, const double *mx, const double *inv, size_t rows)
+{
+    double worst = 0.0;
+    for (size_t r = 0; r < rows; r++) {
+        worst = fmax(worst, fabs(att[2 * r] - mx[r]) / (fabs(mx[r]) + 1));
+        worst = fmax(worst, fabs(att[2 * r + 1] - inv[r]) / inv[r]);
+    }
+    return worst;
+}
+
+/* Rows t < t0 of out and of the saved state are bit-identical after every q, k, v of
+ * time t0 changes, for each t0 in ts: returns the rows that changed. */
+static size_t att_leaks(float *qkv, float *out, float *att, int B, int T, int C, int NH,
+                        const int *ts, int nts)
+{
+    size_t nout = (size_t)B * T * C, natt = tr_cpu_attention_state_floats(B, T, NH), leaks = 0;
+    float *out0 = falloc(nout, "out0"), *att0 = falloc(natt, "att0");
+    tr_cpu_attention_forward(out, att, qkv, B, T, C, NH, TR_PREC_FP32, NULL);
+    memcpy(out0, out, nout * sizeof(float));
+    memcpy(att0, att, natt * sizeof(float));
+    for (int k = 0; k < nts; k++) {
+        int t0 = ts[k];
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < 3 * C; i++)
+                qkv[((size_t)b * T + t0) * 3 * C + i] += 0.75f;
+        tr_cpu_attention_forward(out, att, qkv, B, T, C, NH, TR_PREC_FP32, NULL);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < t0; t++) {
+                size_t o = ((size_t)b * T + t) * C;
+                leaks += !same_bits(out + o, out0 + o, C);
+                for (int h = 0; h < NH; h++) {
+                    size_t r = (((size_t)b * NH + h) * T + t) * 2;
+                    leaks += !same_bits(att + r, att0 + r, 2);
+                }
+            }
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < 3 * C; i++)
+                qkv[((size_t)b * T + t0) * 3 * C + i] -= 0.75f;
+    }
+    tr_free(out0), tr_free(att0);
+    return leaks;
 }
 
 static void test_attention(void)
 {
     printf("attention\n");
     size_t nqkv = (size_t)SB * ST * 3 * SC, nout = (size_t)SB * ST * SC;
-    size_t natt = (size_t)SB * SNH * ST * ST;
+    size_t natt = tr_cpu_attention_state_floats(SB, ST, SNH), rows = (size_t)SB * SNH * ST;
+    CHECK(natt == 2 * rows, "attention state: %zu floats for %zu rows", natt, rows);
     att_rig a = {falloc(nqkv, "qkv"), falloc(nout, "out"), falloc(natt, "att"),
                  falloc(nout, "R")};
     float *dqkv = falloc(nqkv, "dqkv"), *dqkv2 = falloc(nqkv, "dqkv2");
-    float *datt = falloc(natt, "datt"), *out0 = falloc(nout, "out0");
-    float *att0 = falloc(natt, "att0");
+    float *datt = falloc(natt, "datt");
+    double *ref = tr_alloc((nout + 2 * rows) * sizeof(double), "reference");
     /* scores of a few units: a softmax neither flat nor saturated */
     fd_fill_uniform(a.qkv, nqkv, -1.5f, 1.5f, 41);
     fd_fill_uniform(a.R, nout, -1, 1, 42);
 
     att_loss(&a);
-    double rerr = att_reference_err(&a);
+    att_reference(ref, NULL, ref + nout, ref + nout + rows, a.qkv, NULL, SB, ST, SC, SNH, NULL);
+    double rerr = worst_rel(a.out, ref, nout);
     CHECK(rerr < 1e-5, "attention forward vs double reference: worst err %.3g", rerr);
+    rerr = att_state_err(a.att, ref + nout, ref + nout + rows, rows);
+    CHECK(rerr < 1e-5, "attention state (max, 1 / sum) vs double reference: worst err %.3g", rerr);
 
     fill_nan(dqkv, nqkv);
     fill_nan(datt, natt); /* scratch: must be written before it is read */
@@ -402,52 +494,60 @@ static void test_attention(void)
                               TR_PREC_FP32, NULL);
     fd_problem p = {att_loss, NULL, &a};
     FD_CHECK_TENSOR("attention d/dqkv", fd_check(&p, a.qkv, dqkv, nqkv, EPS, FLOOR, TOL), 0.0);
+    att_loss(&a); /* (the finite differences left the state of a perturbed input) */
     fill_nan(dqkv2, nqkv);
     tr_cpu_attention_backward(dqkv2, datt, a.R, a.out, a.qkv, a.att, SB, ST, SC, SNH,
                               TR_PREC_FP32, NULL);
     CHECK(same_bits(dqkv, dqkv2, nqkv), "attention backward: two runs differ (or dqkv not =)");
 
-    /* causal mask: changing every q, k, v of time t0 leaves rows t < t0 of out and att
-     * bit-identical, for each t0 */
-    memcpy(out0, a.out, nout * sizeof(float));
-    memcpy(att0, a.att, natt * sizeof(float));
-    size_t leaks = 0;
-    for (int t0 = 1; t0 < ST; t0++) {
-        for (int b = 0; b < SB; b++)
-            for (int i = 0; i < 3 * SC; i++)
-                a.qkv[((size_t)b * ST + t0) * 3 * SC + i] += 0.75f;
-        att_loss(&a);
-        for (int b = 0; b < SB; b++) {
-            for (int t = 0; t < t0; t++) {
-                size_t o = ((size_t)b * ST + t) * SC;
-                leaks += !same_bits(a.out + o, out0 + o, SC);
-                for (int h = 0; h < SNH; h++) {
-                    size_t r = (((size_t)b * SNH + h) * ST + t) * ST;
-                    leaks += !same_bits(a.att + r, att0 + r, ST);
-                }
-            }
-        }
-        for (int b = 0; b < SB; b++)
-            for (int i = 0; i < 3 * SC; i++)
-                a.qkv[((size_t)b * ST + t0) * 3 * SC + i] -= 0.75f;
-    }
+    /* causal mask: changing every q, k, v of time t0 leaves rows t < t0 of out and the
+     * state bit-identical, for each t0 */
+    int ts[ST - 1];
+    for (int t0 = 1; t0 < ST; t0++)
+        ts[t0 - 1] = t0;
+    size_t leaks = att_leaks(a.qkv, a.out, a.att, SB, ST, SC, SNH, ts, ST - 1);
     CHECK(leaks == 0, "attention: %zu earlier rows changed with a future token", leaks);
-    /* and the probabilities: zero above the diagonal, rows summing to 1 */
-    att_loss(&a);
-    size_t badrow = 0;
-    for (size_t r = 0; r < (size_t)SB * SNH * ST; r++) {
-        int t = (int)(r % ST);
-        double s = 0.0;
-        for (int j = 0; j < ST; j++) {
-            s += a.att[r * ST + j];
-            badrow += j > t && a.att[r * ST + j] != 0.0f;
-        }
-        badrow += fabs(s - 1.0) > 1e-6;
-    }
-    CHECK(badrow == 0, "attention probabilities: %zu bad rows", badrow);
-
     tr_free(a.qkv), tr_free(a.out), tr_free(a.att), tr_free(a.R), tr_free(dqkv);
-    tr_free(dqkv2), tr_free(datt), tr_free(out0), tr_free(att0);
+    tr_free(dqkv2), tr_free(datt), tr_free(ref);
+}
+
+/* T past several blocks of query rows, the last partial: forward, the state and
+ * backward against the double reference, with and without dropout, and the causal
+ * mask at the blocks' edges */
+static void test_attention_blocks(void)
+{
+    enum { B = 2, T = 137, C = 16, NH = 2 };
+    printf("attention, T = %d (blocks of query rows)\n", T);
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, rows = (size_t)B * NH * T;
+    size_t natt = tr_cpu_attention_state_floats(B, T, NH);
+    float *qkv = falloc(nqkv, "qkv"), *dout = falloc(nout, "dout"), *out = falloc(nout, "out");
+    float *att = falloc(natt, "att"), *datt = falloc(natt, "datt"), *dqkv = falloc(nqkv, "dqkv");
+    double *ref = tr_alloc((nout + nqkv + 2 * rows) * sizeof(double), "reference");
+    double *rdq = ref + nout, *rmx = rdq + nqkv, *rinv = rmx + rows;
+    fd_fill_uniform(qkv, nqkv, -1.5f, 1.5f, 43);
+    fd_fill_uniform(dout, nout, -1, 1, 44);
+    for (int pass = 0; pass < 2; pass++) {
+        tr_dropout d = tr_dropout_make(0.25f, 7, 3, 11, 5);
+        d.heads = NH;
+        const tr_dropout *drop = pass ? &d : NULL;
+        const char *what = pass ? "with dropout" : "";
+        tr_cpu_attention_forward(out, att, qkv, B, T, C, NH, TR_PREC_FP32, drop);
+        fill_nan(dqkv, nqkv);
+        tr_cpu_attention_backward(dqkv, datt, dout, out, qkv, att, B, T, C, NH, TR_PREC_FP32, drop);
+        att_reference(ref, rdq, rmx, rinv, qkv, dout, B, T, C, NH, drop);
+        double eo = worst_rel(out, ref, nout), es = att_state_err(att, rmx, rinv, rows);
+        double ed = worst_rel(dqkv, rdq, nqkv);
+        printf("  %s out %.3g, state %.3g, dqkv %.3g from double\n", pass ? "dropout 0.25:" : "",
+               eo, es, ed);
+        CHECK(eo < 1e-5, "attention %s forward vs double: worst err %.3g", what, eo);
+        CHECK(es < 1e-5, "attention %s state vs double: worst err %.3g", what, es);
+        CHECK(ed < 1e-5, "attention %s backward vs double: worst err %.3g", what, ed);
+    }
+    const int ts[] = {1, 63, 64, 65, 127, 128, 129, 136};
+    size_t leaks = att_leaks(qkv, out, att, B, T, C, NH, ts, (int)(sizeof ts / sizeof *ts));
+    CHECK(leaks == 0, "attention, T = %d: %zu earlier rows changed with a future token", T, leaks);
+    tr_free(qkv), tr_free(dout), tr_free(out), tr_free(att), tr_free(datt), tr_free(dqkv);
+    tr_free(ref);
 }
 
 /* ---- softmax cross-entropy, padded vocabulary ------------------------------------- */
@@ -555,7 +655,7 @@ static float *take(float **w, size_t n)
  * it); returns how many floats it wrote. */
 static size_t big_run(const big *g, float *res)
 {
-    size_t BT = (size_t)LB * LT, n = BT * LC, natt = (size_t)LB * LNH * LT * LT;
+    size_t BT = (size_t)LB * LT, n = BT * LC, natt = tr_cpu_attention_state_floats(LB, LT, LNH);
     float *w = res;
     float *emb = take(&w, n), *dwte = take(&w, (size_t)LV * LC), *dwpe = take(&w, (size_t)LT * LC);
     tr_cpu_embedding_forward(emb, g->tok, g->wte, g->wpe, LB, LT, LC, LV);
@@ -605,7 +705,7 @@ static void test_determinism(void)
     fd_fill_uniform(g.logits, BT * LVP, -3, 3, 67);
     fd_fill_uniform(g.dout, n, -1, 1, 68);
 
-    size_t cap = 16 * n + 4 * (size_t)LB * LNH * LT * LT + 4 * BT * LVP;
+    size_t cap = 16 * n + 4 * tr_cpu_attention_state_floats(LB, LT, LNH) + 4 * BT * LVP;
     float *r1 = falloc(cap, "run 1"), *r2 = falloc(cap, "run 2"), *r3 = falloc(cap, "run 3");
     size_t m1 = big_run(&g, r1), m2 = big_run(&g, r2);
     omp_set_num_threads(1);
@@ -725,7 +825,7 @@ static void test_fused_rounding(void)
 {
     enum { B = 2, T = 33, C = 64, NH = 4, V = 50, VP = 64 };
     size_t BT = (size_t)B * T, n = BT * C, n3 = 3 * n, nv = BT * VP;
-    size_t natt = (size_t)B * NH * T * T, nbig = n3 > nv ? n3 : nv;
+    size_t natt = tr_cpu_attention_state_floats(B, T, NH), nbig = n3 > nv ? n3 : nv;
     float *x = falloc(n, "x"), *y = falloc(n, "y"), *w = falloc(C, "w"), *bias = falloc(C, "b");
     float *o1 = falloc(nbig, "fused"), *o2 = falloc(nbig, "ref"), *tmp = falloc(n, "tmp");
     float *mean = falloc(BT, "mean"), *rstd = falloc(BT, "rstd");
@@ -1001,6 +1101,7 @@ int main(void)
     test_gelu();
     test_residual();
     test_attention();
+    test_attention_blocks();
     test_attention_decode();
     test_xent();
     test_fused_rounding();
