@@ -15,8 +15,8 @@
 # gpt_torch_reference.py. The same run on 2 data-parallel ranks must pass the same
 # check and give the 1-rank losses within 1e-6; the byte-level corpus (vocabulary
 # 256, a multiple of 64: no padding) must pass it too, and so must a byte-level run
-# with dropout at every site on 2 ranks (the reference draws the trainer's documented
-# masks: src/backend/dropout_math.h).
+# with dropout at every site on 2 ranks and 80 tokens of context (the reference draws
+# the trainer's documented masks: src/backend/dropout_math.h).
 # data.val_limit only shortens the final evaluation, which nothing here looks at.
 source "$(dirname "$0")/../lib.sh"
 "$PYTHON" -c "import torch, h5py, numpy" 2>/dev/null ||
@@ -66,8 +66,9 @@ train 2 "$WORK/bpe2" 50257 "$BPE"
 if [ -f "$BYTES.train.tok" ] && [ -f "$BYTES.val.tok" ]; then
   train 1 "$WORK/bytes1" 256 "$BYTES"
   [ "$RC" = 0 ] && reference "$WORK/bytes1" "$BYTES.train.tok"
+  # (80 tokens of context: attention's second block of 64 query rows, cut short)
   train 2 "$WORK/drop2" 256 "$BYTES" model.embd_pdrop=0.1 model.attn_pdrop=0.2 \
-    model.resid_pdrop=0.1 train.seed=99
+    model.resid_pdrop=0.1 train.seed=99 model.seq_len=80
   check "the banner states the dropout" \
     grep -q "dropout in training steps: embeddings 0.1, attention 0.2, residual 0.1" "$WORK/out"
   [ "$RC" = 0 ] && reference "$WORK/drop2" "$BYTES.train.tok"
