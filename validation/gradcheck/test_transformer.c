@@ -511,13 +511,12 @@ static void test_attention(void)
     tr_free(dqkv2), tr_free(datt), tr_free(ref);
 }
 
-/* T past several blocks of query rows, the last partial: forward, the state and
- * backward against the double reference, with and without dropout, and the causal
- * mask at the blocks' edges */
-static void test_attention_blocks(void)
+/* Attention at B x T x C with NH heads, T past blocks of query rows or at their
+ * edges: forward, the state and backward against the double reference, with and
+ * without dropout, and the causal mask at the blocks' edges */
+static void test_attention_blocks(int B, int T, int C, int NH)
 {
-    enum { B = 2, T = 137, C = 16, NH = 2 };
-    printf("attention, T = %d (blocks of query rows)\n", T);
+    printf("attention, B = %d, T = %d, C = %d, NH = %d (blocks of 64 query rows)\n", B, T, C, NH);
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, rows = (size_t)B * NH * T;
     size_t natt = tr_cpu_attention_state_floats(B, T, NH);
     float *qkv = falloc(nqkv, "qkv"), *dout = falloc(nout, "dout"), *out = falloc(nout, "out");
@@ -543,8 +542,12 @@ static void test_attention_blocks(void)
         CHECK(es < 1e-5, "attention %s state vs double: worst err %.3g", what, es);
         CHECK(ed < 1e-5, "attention %s backward vs double: worst err %.3g", what, ed);
     }
-    const int ts[] = {1, 63, 64, 65, 127, 128, 129, 136};
-    size_t leaks = att_leaks(qkv, out, att, B, T, C, NH, ts, (int)(sizeof ts / sizeof *ts));
+    int ts[8], nts = 0; /* the times that exist of 1, 63, 64, 65, 127, 128, 129, T - 1 */
+    const int edges[] = {1, 63, 64, 65, 127, 128, 129, T - 1};
+    for (int k = 0; k < 8; k++)
+        if (edges[k] > 0 && edges[k] < T && (nts == 0 || edges[k] > ts[nts - 1]))
+            ts[nts++] = edges[k];
+    size_t leaks = att_leaks(qkv, out, att, B, T, C, NH, ts, nts);
     CHECK(leaks == 0, "attention, T = %d: %zu earlier rows changed with a future token", T, leaks);
     tr_free(qkv), tr_free(dout), tr_free(out), tr_free(att), tr_free(datt), tr_free(dqkv);
     tr_free(ref);
@@ -1101,7 +1104,10 @@ int main(void)
     test_gelu();
     test_residual();
     test_attention();
-    test_attention_blocks();
+    test_attention_blocks(2, 137, 16, 2); /* two blocks and 9 rows */
+    test_attention_blocks(1, 64, 12, 3);  /* one whole block, head size 4 */
+    test_attention_blocks(1, 65, 24, 2);  /* one row past it, head size 12 */
+    test_attention_blocks(3, 1, 8, 1);    /* a single position */
     test_attention_decode();
     test_xent();
     test_fused_rounding();
