@@ -440,14 +440,18 @@ static size_t att_leaks(float *qkv, float *out, float *att, int B, int T, int C,
 {
     size_t nout = (size_t)B * T * C, natt = tr_cpu_attention_state_floats(B, T, NH), leaks = 0;
     float *out0 = falloc(nout, "out0"), *att0 = falloc(natt, "att0");
+    float *kept = falloc((size_t)B * 3 * C, "qkv at t0");
     tr_cpu_attention_forward(out, att, qkv, B, T, C, NH, TR_PREC_FP32, NULL);
     memcpy(out0, out, nout * sizeof(float));
     memcpy(att0, att, natt * sizeof(float));
     for (int k = 0; k < nts; k++) {
         int t0 = ts[k];
         for (int b = 0; b < B; b++)
-            for (int i = 0; i < 3 * C; i++)
-                qkv[((size_t)b * T + t0) * 3 * C + i] += 0.75f;
+            for (int i = 0; i < 3 * C; i++) {
+                size_t e = ((size_t)b * T + t0) * 3 * C + i;
+                kept[(size_t)b * 3 * C + i] = qkv[e];
+                qkv[e] += 0.75f;
+            }
         tr_cpu_attention_forward(out, att, qkv, B, T, C, NH, TR_PREC_FP32, NULL);
         for (int b = 0; b < B; b++)
             for (int t = 0; t < t0; t++) {
@@ -458,11 +462,11 @@ static size_t att_leaks(float *qkv, float *out, float *att, int B, int T, int C,
                     leaks += !same_bits(att + r, att0 + r, 2);
                 }
             }
-        for (int b = 0; b < B; b++)
+        for (int b = 0; b < B; b++) /* (x + 0.75 - 0.75 need not be x) */
             for (int i = 0; i < 3 * C; i++)
-                qkv[((size_t)b * T + t0) * 3 * C + i] -= 0.75f;
+                qkv[((size_t)b * T + t0) * 3 * C + i] = kept[(size_t)b * 3 * C + i];
     }
-    tr_free(out0), tr_free(att0);
+    tr_free(out0), tr_free(att0), tr_free(kept);
     return leaks;
 }
 
