@@ -2,23 +2,28 @@
  * the GEMM of the MLP's first layer (M=128, N=256, K=784), the linear forward and
  * backward of the MLP 784-256-256-10 at B=128, the two LeNet convolutions, and a
  * training step of each model (LeNet, the MLP with SGD) kernel by kernel, in the order
- * the model calls them: where a step's time goes, without a profiler.
+ * the model calls them: where a step's time goes, without a profiler; and the GPT's
+ * causal attention, forward and backward, at GPT-2 124M's and gpt_brown.in's shapes.
  *
  * Not part of CTest (timings are not pass/fail). Build and run from the repository
  * root, e.g.:
- *   gcc -std=c17 -O3 -march=x86-64-v3 -fno-math-errno -fno-trapping-math -fopenmp -Isrc \
- *       -Ibuild/src -I/usr/include/x86_64-linux-gnu/openblas-pthread \
+ *   gcc -std=c17 -D_GNU_SOURCE -O3 -march=x86-64-v3 -fno-math-errno -fno-trapping-math -fopenmp \
+ *       -Isrc -I/usr/include/x86_64-linux-gnu/openblas-pthread \
  *       validation/bench/kernels_bench.c \
- *       src/backend/cpu_*.c src/core/error.c -lopenblas -lm -o /tmp/kernels_bench
+ *       src/backend/cpu_*.c src/core/error.c src/core/alloc.c -lopenblas -lm \
+ *       -o /tmp/kernels_bench
  *   /tmp/kernels_bench 2                          # threads
  *   /tmp/kernels_bench 2 lenet                    # only the LeNet step, kernel by kernel
  *   /tmp/kernels_bench 2 mlp                      # only the MLP step, kernel by kernel
+ *   /tmp/kernels_bench 2 attention                # only the GPT's attention core
  *   OPENBLAS_CORETYPE=Haswell /tmp/kernels_bench 2
  * Each figure is the best of 5 trials of ~0.2 s (the step breakdowns: of 7 trials of
  * 40 or 80 steps, per kernel): the best is the least disturbed by other processes,
  * which is what a kernel comparison wants. On a shared 2-core VM the figures still
  * move by 30 % from one process to the next: compare builds in alternation. */
 #include "backend/cpu_backend.h"
+#include "backend/lowp_math.h"
+#include "backend/transformer_kernels.h"
 #include "core/error.h"
 
 #include <omp.h>
@@ -349,6 +354,74 @@ static void bench_mlp_step(int B)
                100.0 * best[k] / sum);
 }
 
+/* ---- the GPT's attention core ---- */
+typedef struct att_ctx {
+    int B, T, C, NH, format, backward;
+    void *qkv, *out, *dout, *dqkv;
+    float *att, *datt;
+} att_ctx;
+
+static void run_attention(void *p)
+{
+    att_ctx *a = p;
+    if (a->backward)
+        tr_cpu_attention_backward(a->dqkv, a->datt, a->dout, a->out, a->qkv, a->att, a->B, a->T,
+                                  a->C, a->NH, a->format, NULL);
+    else
+        tr_cpu_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->format, NULL);
+}
+
+/* n random values stored in format (as the model stores qkv and dout) */
+static void *random_stored(size_t n, int format)
+{
+    float *x = random_floats(n);
+    void *s = tr_alloc(n * tr_stored_bytes(format), "bench buffer");
+    for (size_t i = 0; i < n; i++)
+        tr_stored_store(s, i, 3.0f * x[i], format);
+    tr_free(x);
+    return s;
+}
+
+/* Forward, then backward, of B x T tokens with NH heads of C / NH: ms a call, and
+ * GFLOP/s counting the causal half of the score products (forward's two products,
+ * backward's four, 2 T^2 HS / 2 flops each per head) */
+static void bench_attention(int B, int T, int C, int NH, int format)
+{
+    size_t n = (size_t)B * T * C, st = tr_cpu_attention_state_floats(B, T, NH);
+    att_ctx a = {B,
+                 T,
+                 C,
+                 NH,
+                 format,
+                 0,
+                 random_stored(3 * n, format),
+                 random_stored(n, format),
+                 random_stored(n, format),
+                 random_stored(3 * n, format),
+                 random_floats(st),
+                 random_floats(st)};
+    double flop = (double)B * NH * T * T * (C / NH); /* one causal product: 2 T^2 HS / 2 */
+    const char *fmt = format == TR_PREC_BF16 ? "bf16" : format == TR_PREC_FP16 ? "fp16" : "fp32";
+    for (int bwd = 0; bwd < 2; bwd++) {
+        a.backward = bwd;
+        double t = time_it(run_attention, &a);
+        char name[96];
+        snprintf(name, sizeof name, "attention %s %dx%d, %d heads of %d, %s", bwd ? "bwd" : "fwd",
+                 B, T, NH, C / NH, fmt);
+        printf("%-44s %8.3f ms %7.1f GFLOP/s\n", name, t * 1e3, (bwd ? 4 : 2) * flop / t * 1e-9);
+    }
+    tr_free(a.qkv), tr_free(a.out), tr_free(a.dout), tr_free(a.dqkv);
+    tr_free(a.att), tr_free(a.datt);
+}
+
+static void bench_attention_shapes(void)
+{
+    bench_attention(4, 1024, 768, 12, TR_PREC_FP32); /* GPT-2 124M */
+    bench_attention(4, 1024, 768, 12, TR_PREC_BF16);
+    bench_attention(4, 256, 256, 4, TR_PREC_FP32); /* gpt_brown.in */
+    bench_attention(4, 64, 768, 12, TR_PREC_FP32); /* GPT-2 124M at context 64 (gpt.sh) */
+}
+
 int main(int argc, char **argv)
 {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
@@ -362,6 +435,10 @@ int main(int argc, char **argv)
     }
     if (argc > 2 && !strcmp(argv[2], "mlp")) {
         bench_mlp_step(128);
+        return 0;
+    }
+    if (argc > 2 && !strcmp(argv[2], "attention")) {
+        bench_attention_shapes();
         return 0;
     }
 
@@ -398,5 +475,6 @@ int main(int argc, char **argv)
     bench_conv(128, 6, 14, 16, 5, 0, "LeNet conv2 6->16 k5 14x14 B=128 f+b");
     bench_lenet(128);
     bench_mlp_step(128);
+    bench_attention_shapes();
     return 0;
 }
