@@ -38,13 +38,16 @@
 DECK=${DECK:-inputs/gpt2_124m.in}
 DEVICE=${DEVICE:-cuda}
 # Layout: dp = 8 (tp = pp = 1). 124M parameters with AdamW state is 2 GB: every GPU
-# holds the whole model, and the 250 MB bf16 gradient all-reduce on NVLink takes a
+# holds the whole model, and the 500 MB fp32 gradient all-reduce on NVLink takes a
 # few milliseconds, overlapped with backward. The deck's batch of 64 sequences is 8
 # per GPU. Splitting the model (TP, PP) would only add communication at this size.
+# Precision: bf16-mixed on GPUs, the deck's (fp32) on CPUs (jobs/gpt_512gpu.sh says
+# why); PRECISION=fp32 sbatch ... overrides it.
 TP=${TP:-1}
 PP=${PP:-1}
+if [ "$DEVICE" = cuda ]; then PRECISION=${PRECISION:-bf16-mixed}; fi
 ARGS=(parallel.tp="$TP" parallel.pp="$PP" parallel.dp=0 system.device="$DEVICE"
-  checkpoint.resume=auto)
+  checkpoint.resume=auto ${PRECISION:+train.precision="$PRECISION"})
 # shellcheck disable=SC2206 # OVERRIDES is a list of section.key=value words
 ARGS+=(${OVERRIDES:-})
 SRUN_ARGS=(--cpu-bind=cores)

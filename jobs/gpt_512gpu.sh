@@ -63,26 +63,33 @@ DEVICE=${DEVICE:-cuda}
 # then dp, and srun deals consecutive ranks to a node, so with tp = 1 the 8 ranks of a
 # node are the 8 pipeline stages of one model replica and dp = 64 runs across nodes.
 #  - tp = 1: tensor parallelism splits the attention heads, and GPT-2 1558M has 25:
-#    8 does not divide them, 5 would straddle nodes. Nor is it needed: the model with
-#    fp32 AdamW state (about 25 GB) fits one 80 GB GPU.
+#    8 does not divide them, 5 would straddle nodes. Nor is it needed: the model in
+#    bf16 with fp32 master weights, gradients and AdamW state (18 bytes a parameter,
+#    28 GB) fits one 80 GB GPU.
 #  - pp = 8 inside the node: pure data parallelism would all-reduce the 6.2 GB of fp32
 #    gradients (they accumulate in fp32) per GPU per step across the network, each GPU
 #    sending 11.6 GiB, about 0.5 s at 25 GB/s per GPU against about 50 ms of compute
 #    for a 1M-token step; 8 stages of 6 blocks cut that to an eighth, each GPU on its
 #    own network rail, while the activations between stages (3 MB per sequence) stay
 #    on NVLink. `trainer --plan inputs/gpt2_1558m.in --ranks 512 --ranks-per-node 8
-#    --device-memory 80GiB --layouts --tflops 400 --node-gbps 150 --network-gbps 25`
-#    with this script's overrides compares every layout (README, "Which layout to
-#    choose"): this one first, an estimated 170 ms a step against 530 ms for dp 512.
+#    --device-memory 80GiB --layouts --tflops 400 --node-gbps 150 --network-gbps 25
+#    system.device=cuda train.precision=bf16-mixed` with this script's other overrides
+#    compares every layout (README, "Which layout to choose"): this one first, an
+#    estimated 170 ms a step against 530 ms for dp 512.
 #  - batch: 1024 sequences (1M tokens a step, GPT-3 XL's batch) = 64 replicas x 16
 #    micro-batches of one sequence; the 1F1B pipeline bubble is (pp - 1) /
 #    (micro_batches + pp - 1) = 30%: raise micro_batches with the batch to shrink it.
 # A model whose head count 8 divides (and that does not fit one GPU, e.g. 6.7B) wants
 # TP=8 instead: each node one tensor-parallel group, pipeline stages across nodes.
+# Precision: bf16-mixed on GPUs (bf16 weights, activations and tensor-core products,
+# fp32 master weights, AdamW state and gradient sums), the deck's own (fp32) on CPUs,
+# where bf16 storage only adds conversions. PRECISION=fp32 sbatch ... overrides it.
 TP=${TP:-1}
 PP=${PP:-8}
+if [ "$DEVICE" = cuda ]; then PRECISION=${PRECISION:-bf16-mixed}; fi
 ARGS=(parallel.tp="$TP" parallel.pp="$PP" parallel.dp=0 system.device="$DEVICE"
-  train.batch_size=1024 train.micro_batches=16 checkpoint.resume=auto)
+  train.batch_size=1024 train.micro_batches=16 checkpoint.resume=auto
+  ${PRECISION:+train.precision="$PRECISION"})
 # shellcheck disable=SC2206 # OVERRIDES is a list of section.key=value words
 ARGS+=(${OVERRIDES:-})
 # one rank per GPU: each rank sees the node's GPUs and takes the one of its local
