@@ -117,12 +117,17 @@ int tr_ckpt_list(const char *dir, long **steps)
     return n;
 }
 
-void tr_ckpt_prune(const char *dir, int keep)
+void tr_ckpt_prune(const char *dir, int keep, long newest)
 {
     long *steps;
     int n = tr_ckpt_list(dir, &steps);
     char path[4096];
-    for (int i = keep; keep > 0 && i < n; i++) {
+    /* later steps than the one just written are not this run's: another run's in the
+     * same directory (a model that resume skipped, resume = none); counting them
+     * would delete the checkpoint just written */
+    for (int i = 0, kept = 0; keep > 0 && i < n; i++) {
+        if (steps[i] > newest || kept++ < keep)
+            continue;
         tr_ckpt_path(path, sizeof path, dir, steps[i]);
         unlink(path);
     }

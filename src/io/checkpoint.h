@@ -178,9 +178,11 @@ char *tr_ckpt_read_deck(const char *path);
  * are not listed. Rank-local. */
 int tr_ckpt_list(const char *dir, long **steps);
 
-/* Deletes all but the newest `keep` checkpoints and stale temporary files (call on
- * one rank). Other names (TR_CKPT_BEST, TR_CKPT_LAST) are left alone. */
-void tr_ckpt_prune(const char *dir, int keep);
+/* Deletes all but the newest `keep` checkpoints of steps up to `newest` (the one
+ * just written), and stale temporary files (call on one rank). Checkpoints of later
+ * steps belong to another run and other names (TR_CKPT_BEST, TR_CKPT_LAST) are left
+ * alone. */
+void tr_ckpt_prune(const char *dir, int keep, long newest);
 
 /* The name of checkpoint.best's file in the checkpoint directory. */
 #define TR_CKPT_BEST "best.h5"

@@ -434,7 +434,7 @@ static void written(tr_train_ckpt *c, const tr_world *w, long step)
 {
     c->last_written = step;
     if (w->rank == 0) {
-        tr_ckpt_prune(c->dir, c->keep);
+        tr_ckpt_prune(c->dir, c->keep, step);
         int e = tr_ckpt_point_last(c->dir, step);
         if (e && !c->last_link_failed) /* once: the checkpoints themselves are fine */
             fprintf(stderr, "warning: cannot point %s/%s at the newest checkpoint: %s\n", c->dir,

@@ -81,6 +81,21 @@ check "5000 checkpoints: keep = 2 leaves the two newest and the other names: $(e
   [ "$left" = "last.h5 step_+0000007.h5 step_00000007.h5.bak step_00005990.h5 step_00006000.h5 step_7.h5 " ]
 check "5000 checkpoints: last.h5 names the newest" [ "$(readlink "$many/last.h5")" = step_00006000.h5 ]
 
+# another model's later checkpoints in the same directory (resume = auto skips them as
+# another size): pruning to checkpoint.keep counts only this run's steps, so the
+# checkpoint just written stays, last.h5 names it, and the other run's are left alone
+run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$WORK/foreign" train.steps=6 \
+  checkpoint.every=2 checkpoint.keep=2
+run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$WORK/foreign" train.steps=3 \
+  checkpoint.keep=2 model.hidden=16
+check "another model's later checkpoints: exit $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+check "another model's later checkpoints: skipped" grep -q "warning: skipping checkpoint" "$WORK/out"
+left=$(LC_ALL=C ls "$WORK/foreign/checkpoints" | tr '\n' ' ')
+check "another model's later checkpoints: the new one kept beside them: $left" \
+  [ "$left" = "last.h5 step_00000003.h5 step_00000004.h5 step_00000006.h5 " ]
+check "another model's later checkpoints: last.h5 names the new one" \
+  [ "$(readlink "$WORK/foreign/checkpoints/last.h5")" = step_00000003.h5 ]
+
 # kill -9 during a checkpoint write: the previous checkpoint stays the newest valid one
 big=(inputs/mnist.in model.hidden=2048,2048 train.steps=400 checkpoint.every=3 checkpoint.keep=0 run.progress=off)
 dir=$WORK/killed
