@@ -374,6 +374,12 @@ int tr_ckpt_read(const char *path, tr_ckpt_meta *meta, const tr_ckpt_tensor *t, 
     if (!code && (access(path, R_OK) || stat(path, &st))) {
         ckpt_fail(err, errlen, "cannot read checkpoint '%s': %s", path, strerror(errno));
         code = TR_EXIT_NOINPUT;
+    } else if (!code && S_ISDIR(st.st_mode)) { /* MPI-IO would try to read it, loudly */
+        ckpt_fail(err, errlen,
+                  "checkpoint '%s' is a directory: name a checkpoint file (a checkpoint "
+                  "directory's last.h5 is its newest)",
+                  path);
+        code = TR_EXIT_NOINPUT;
     }
     /* agreed before the collective open: a rank that cannot see the file (a
      * node-local directory) must not leave the others waiting in it; nor may ranks

@@ -26,6 +26,10 @@ expect_resume() {
   check "$name: no rank left" no_leftover_ranks
 }
 
+# a directory (the checkpoint directory itself, a likely slip): one line, not MPI-IO's
+# errors from every rank
+expect_resume directory 66 "checkpoint '$ck' is a directory: name a checkpoint file" "$ck"
+
 # truncated
 cp "$ck/step_00000030.h5" "$WORK/trunc.h5"
 truncate -s $(( $(stat -c %s "$WORK/trunc.h5") / 2 )) "$WORK/trunc.h5"
