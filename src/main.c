@@ -45,10 +45,12 @@ static void usage(FILE *out)
             "                  pipeline use and traffic, the best first; given a rank's model\n"
             "                  TFLOP/s and GB/s within and across nodes, its estimated step\n"
             "\n"
-            "Exit codes: 0 done; 64 bad command line, deck or layout; 65 malformed data;\n"
-            "66 missing data or deck; 70 internal error; 71 out of memory, a failed\n"
-            "collective or no progress for run.hang_minutes; 74 cannot write the run\n"
-            "directory; 75 checkpointed on a signal (resubmit).\n");
+            "Exit codes: 0 done; 64 bad command line, deck or layout; 65 malformed data,\n"
+            "or training diverged (a loss that is not finite); 66 missing data or deck;\n"
+            "70 internal error; 71 out of memory, a failed collective or no progress for\n"
+            "run.hang_minutes; 74 cannot write the run directory or a checkpoint;\n"
+            "75 checkpointed on a signal, run.stop_after_steps or run.max_minutes (run\n"
+            "again to resume).\n");
 }
 
 /* "80GiB", "512MiB", "1.5e9" -> bytes; -1 when malformed (nan and inf too) */

@@ -42,7 +42,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("train", "batch_size", TR_KEY_INT, "128", 1, 1 << 24, 0, "global batch: samples per optimizer step over all ranks"),
     K("train", "recompute", TR_KEY_CHOICE, "none", 0, 0, "none|block", "gpt: activation recomputation; block = keep only each block's input and recompute the block in backward (less memory, about a third more compute)"),
     K("train", "precision", TR_KEY_CHOICE, "fp32", 0, 0, "fp32|bf16-mixed|fp16-mixed", "bf16-mixed / fp16-mixed: parameters, activations and their gradients stored in bf16 / fp16, fp32 master weights and optimizer state, math in fp32; fp16 needs loss scaling (loss_scale)"),
-    K("train", "loss_scale", TR_KEY_FLOAT, "0", 0, 1e30, 0, "fp16-mixed: 0 = dynamic loss scaling (start at 65536, halve and skip the step when gradients overflow, double after loss_scale_window good steps); > 0 = this fixed scale"),
+    K("train", "loss_scale", TR_KEY_FLOAT, "0", 0, 1e30, 0, "fp16-mixed: 0 = dynamic loss scaling (start at 65536, halve and skip the step when gradients overflow, double after loss_scale_window good steps); > 0 = this fixed scale (a step whose gradients overflow then stops the run: exit 65)"),
     K("train", "loss_scale_window", TR_KEY_INT, "1000", 1, BIG, 0, "fp16-mixed, dynamic: good steps in a row before the loss scale doubles"),
     K("train", "micro_batches", TR_KEY_INT, "1", 1, 65536, 0, "split each rank's batch into this many micro-batches and accumulate gradients"),
     K("train", "eval_every", TR_KEY_INT, "0", 0, BIG, 0, "evaluate on the test split every N steps (0 = only at the end)"),

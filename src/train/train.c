@@ -396,8 +396,8 @@ static void print_banner(run *r)
     else if (r->start_step >= r->total_steps) /* 0 steps asked for: evaluate (and sample) */
         printf("note: 0 training steps: the model is evaluated as %s\n",
                r->ckpt.init_from[0] ? "checkpoint.init_from gives it" : "initialised");
-    if (r->lm)
-        printf("mfu: against %.1f GFLOP/s per rank (%s)\n", r->peak_gflops, r->peak_source);
+    /* every model's progress line shows MFU: say against what */
+    printf("mfu: against %.1f GFLOP/s per rank (%s)\n", r->peak_gflops, r->peak_source);
     fflush(stdout);
 }
 
@@ -660,11 +660,15 @@ static void teardown(run *r)
     tr_watchdog_stop();
 }
 
+/* What train_step did with its gradients. */
+enum { STEP_SKIPPED = 0, STEP_UPDATED = 1, STEP_DIVERGED = 2 };
+
 /* One optimizer step: micro-batches accumulate, the last one's backward overlaps
  * the gradient all-reduce. Returns this rank's loss sum and correct count (counted on
  * a logged step only: the GPT's is a pass over its logits, and on a GPU a wait for
- * the device; 0 otherwise), and 0 when fp16-mixed skipped the update (its gradients
- * overflowed). */
+ * the device; 0 otherwise), and STEP_SKIPPED when fp16-mixed's dynamic loss scaling
+ * skipped the update (its gradients overflowed), STEP_DIVERGED (no update) when the
+ * gradients' norm was taken and is not finite otherwise. */
 static int train_step(run *r, long step, int logged, double *loss_sum, long *correct,
                       double *gnorm, float *lr)
 {
@@ -727,12 +731,51 @@ static int train_step(run *r, long step, int logged, double *loss_sum, long *cor
     else if (need_norm)
         *gnorm = tr_optim_clip(&r->opt, m->k, m->grads, m->nparams, gs);
     *lr = tr_optim_lr(&r->opt, step);
+    /* an update with inf or NaN would make every weight NaN: no loss scaling to
+     * retry with, so the run stops with the weights it has (see diverged) */
+    if (need_norm && !r->scaler.dynamic && !isfinite(*gnorm))
+        return STEP_DIVERGED;
     if (!tr_loss_scale_update(&r->scaler, isfinite(*gnorm)))
-        return 0;
+        return STEP_SKIPPED;
     /* AdamW's bias correction counts the updates made, not the steps skipped */
     tr_optim_step(&r->opt, m, step - r->scaler.skipped, *lr);
     tr_dp_gather_params(&r->dp, m->params);
-    return 1;
+    return STEP_UPDATED;
+}
+
+/* A step whose loss or gradients are no longer finite: rank 0 says so and what to
+ * change; the caller stops before any evaluation or checkpoint of that state, so the
+ * checkpoints on disk (every earlier one) stay the last finite ones. norm_taken: the
+ * gradients' norm was taken (and not finite: the update was not made). */
+static void diverged(const run *r, long done, double loss, double gnorm, int norm_taken)
+{
+    if (r->w->rank)
+        return;
+    char why[96], l[32];
+    if (isnan(loss)) /* rather than printf's "-nan" */
+        snprintf(l, sizeof l, "NaN");
+    else
+        snprintf(l, sizeof l, "%g", loss);
+    if (norm_taken)
+        snprintf(why, sizeof why, "the gradients' norm is %s (the loss %s)",
+                 isnan(gnorm) ? "NaN" : "inf", l);
+    else
+        snprintf(why, sizeof why, "the loss is %s", l);
+    char newest[96] = "none of this run's checkpoints was written before it";
+    if (r->ckpt.last_written >= 0)
+        snprintf(newest, sizeof newest, "the newest checkpoint, step %ld's, is the last finite one",
+                 r->ckpt.last_written);
+    int fixed_fp16 =
+        !strcmp(tr_deck_str(r->d, "train", "precision"), "fp16-mixed") && !r->scaler.dynamic;
+    fprintf(stderr,
+            "error: training diverged at step %ld: %s; stopped without evaluating or "
+            "checkpointing that state (%s): %slower optim.lr, raise optim.warmup_steps or set "
+            "optim.clip_grad_norm\n",
+            done, why, newest,
+            fixed_fp16 ? "let fp16-mixed scale the loss dynamically (train.loss_scale = 0), "
+                         "or lower its fixed train.loss_scale; or "
+                       : "");
+    fflush(stderr);
 }
 
 /* The global batch's loss sum and correct count from this rank's: the last stage's
@@ -916,7 +959,8 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         float lr;
         double used_scale = r->scaler.scale;
         int logged = (step + 1) % log_every == 0 || step + 1 == r->total_steps;
-        if (!train_step(r, step, logged, &loss_sum, &correct, &gnorm, &lr) && w->rank == 0) {
+        int did = train_step(r, step, logged, &loss_sum, &correct, &gnorm, &lr);
+        if (did == STEP_SKIPPED && w->rank == 0) {
             tr_progress_break(&prog);
             printf("fp16: gradients overflowed at step %ld: update skipped, loss scale %g -> "
                    "%g\n",
@@ -953,6 +997,14 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         tr_progress_update(&prog, done, epoch, last_loss, lr,
                            r->lm ? rate * r->model.targets_per_sample : rate,
                            r->lm ? "tokens/s" : "samples/s", mfu_of(r, rate), eta, t1);
+        /* every rank has the same loss and norm, so all stop here together */
+        if (did == STEP_DIVERGED || (did == STEP_UPDATED && !isfinite(last_loss))) {
+            tr_progress_break(&prog);
+            diverged(r, done, last_loss, gnorm, did == STEP_DIVERGED);
+            save(r, -1, 0, 0); /* one of an earlier step in the background: made visible */
+            rc = TR_EXIT_DATA;
+            break;
+        }
         int improved = 0;
         if ((eval_every && done % eval_every == 0) || done == r->total_steps) {
             evaluate(r, &test_loss, &test_acc);

@@ -188,6 +188,25 @@ case $probe in
     expect cuda-too-many-ranks $((${gpus:-1} + 1)) 64 "device = cuda, but" "$deck" system.device=cuda ;;
 esac
 
+# a run that diverges stops at the first step whose loss (or, where it is taken, the
+# gradients' norm) is not finite, before evaluating or checkpointing that state: the
+# checkpoints written before stay the newest (resume = auto takes them)
+expect diverged 2 65 "error: training diverged at step [0-9]+: the loss is (NaN|inf); stopped without evaluating or checkpointing that state \(the newest checkpoint, step [0-9]+'s, is the last finite one\): lower optim.lr" \
+  "$deck" train.steps=40 optim.lr=1e5 checkpoint.every=2 run.dir="$WORK/diverged"
+step=$(grep -oE 'diverged at step [0-9]+' "$WORK/err" | grep -oE '[0-9]+$')
+newest=$(cd "$WORK/diverged/checkpoints" && ls step_*.h5 | tail -1)
+check "diverged: the newest checkpoint ($newest) is the one before step $step" \
+  [ "$newest" = "$(printf 'step_%08d.h5' $(( (step - 1) / 2 * 2 )))" ]
+check "diverged: its weights are finite" "$PYTHON" -c "
+import h5py, numpy as np, sys
+f = h5py.File(sys.argv[1], 'r')
+sys.exit(not all(np.isfinite(f['model'][k][n][()]).all() for k in f['model'] for n in f['model'][k]))" \
+  "$WORK/diverged/checkpoints/$newest"
+# a fixed fp16 loss scale beyond fp16's range: every gradient overflows at once, and
+# the step is not made (dynamic scaling, the default, would skip it and halve)
+expect diverged-fp16-fixed-scale 2 65 "error: training diverged at step 1: the gradients' norm is (NaN|inf) .*let fp16-mixed scale the loss dynamically \(train.loss_scale = 0\)" \
+  "$deck" train.precision=fp16-mixed train.loss_scale=1e30
+
 # the command line itself
 "$TRAINER" --bogus >"$WORK/out" 2>"$WORK/err"
 rc=$?
