@@ -32,6 +32,14 @@ int tr_token_data_open(tr_token_data *td, const char *train_path, const char *va
     rc = tr_token_set_open(&td->val, val_path, "validation", T, V, err, errlen);
     if (rc)
         return rc;
+    if (td->val.vocab_size != td->train.vocab_size) {
+        snprintf(err, errlen,
+                 "%s was made with a vocabulary of %u, but the training tokens (%s) with one of "
+                 "%u: validate on text of the training data's tokenizer",
+                 val_path, (unsigned)td->val.vocab_size, train_path,
+                 (unsigned)td->train.vocab_size);
+        return TR_EXIT_USAGE;
+    }
     td->train_windows = td->train.first[td->train.n];
     td->val_windows = td->val.first[td->val.n];
     td->train_vocab = td->train.vocab_size;
@@ -104,25 +112,37 @@ void tr_token_data_val_window(tr_token_data *td, long w, int32_t *x, int32_t *y)
 
 /* FNV-1a, continued from h, of up to 64 windows spread evenly over the first
  * `windows` of a set, the first and the last included. */
-static uint64_t digest_set(tr_token_data *td, tr_token_set *set, long windows, uint64_t h)
+static int digest_set(tr_token_data *td, tr_token_set *set, long windows, uint64_t *h, char *err,
+                      size_t errlen)
 {
     enum { SAMPLES = 64 };
     long n = windows < SAMPLES ? windows : SAMPLES;
     for (long k = 0; k < n; k++) {
         long w = n > 1 ? (long)((uint64_t)k * (uint64_t)(windows - 1) / (uint64_t)(n - 1)) : 0;
-        tr_token_set_read(set, w, td->T, 0, (size_t)td->T + 1, td->win);
+        int rc = tr_token_set_try_read(set, w, td->T, 0, (size_t)td->T + 1, td->win, err, errlen);
+        if (rc)
+            return rc;
         for (int i = 0; i <= td->T; i++)
-            h = (h ^ td->win[i]) * 0x100000001b3ULL;
+            *h = (*h ^ td->win[i]) * 0x100000001b3ULL;
     }
-    return h;
+    return 0;
 }
 
-uint64_t tr_token_data_digest(tr_token_data *td, int with_val)
+int tr_token_data_digest(tr_token_data *td, int with_val, uint64_t *digest, const char **which,
+                         char *err, size_t errlen)
 {
+    *digest = 0;
+    *which = "train";
     if (td->random)
         return 0;
-    uint64_t h = digest_set(td, &td->train, td->train_windows, 0xcbf29ce484222325ULL);
-    return with_val ? digest_set(td, &td->val, td->val_windows, h) : h;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    int rc = digest_set(td, &td->train, td->train_windows, &h, err, errlen);
+    if (!rc && with_val) {
+        *which = "val";
+        rc = digest_set(td, &td->val, td->val_windows, &h, err, errlen);
+    }
+    *digest = h;
+    return rc;
 }
 
 /* Counts every token of f into counts[V] (chunked reads). */

@@ -61,8 +61,11 @@ void tr_token_data_val_window(tr_token_data *td, long w, int32_t *x, int32_t *y)
  * spread evenly over the training windows, the first and the last included, then as
  * many of the validation windows in use where with_val (a set of shards whose
  * windows are a single file's has the file's hash); reading whole corpora
- * on every rank would cost a start-up more than it is worth. 0 in random mode. */
-uint64_t tr_token_data_digest(tr_token_data *td, int with_val);
+ * on every rank would cost a start-up more than it is worth. 0 in random mode.
+ * Returns 0, or the exit code of a damaged token it read, with err and *which
+ * ("train", "val") naming it: an input error every rank finds alike. */
+int tr_token_data_digest(tr_token_data *td, int with_val, uint64_t *digest, const char **which,
+                         char *err, size_t errlen);
 /* Per-token perplexity of the validation windows' targets under the training
  * tokens' unigram distribution (add-one smoothed): the baseline a model must beat.
  * Reads both files whole in chunks; call on one rank. Returns 0 in random mode. */

@@ -62,6 +62,13 @@ int tr_token_set_open(tr_token_set *s, const char *spec, const char *what, int T
                      "vocab_size = %u (or tokenize with the model's vocabulary)",
                      path, fv, V, fv);
             rc = TR_EXIT_USAGE;
+        } else if (i > 0 && fv != s->vocab_size) {
+            /* shards of one corpus come from one tokenizer */
+            snprintf(err, errlen,
+                     "%s: made with a vocabulary of %u, but %s with one of %u: every file of "
+                     "%s must come from the same tokenizer",
+                     path, fv, s->paths[0], s->vocab_size, spec);
+            rc = TR_EXIT_USAGE;
         }
         if (fv > s->vocab_size)
             s->vocab_size = fv;
@@ -96,16 +103,30 @@ static int file_of(const tr_token_set *s, long w)
     return lo;
 }
 
-void tr_token_set_read(tr_token_set *s, long w, int T, size_t off, size_t n, uint32_t *out)
+int tr_token_set_try_read(tr_token_set *s, long w, int T, size_t off, size_t n, uint32_t *out,
+                          char *err, size_t errlen)
 {
-    char err[1024];
+    char why[1024];
     int i = file_of(s, w);
     uint64_t start = (uint64_t)(w - s->first[i]) * (uint64_t)T + off;
-    int rc = tr_token_file_read(s->files[i], start, n, out, err, sizeof err);
+    int rc = tr_token_file_read(s->files[i], start, n, out, why, sizeof why);
     if (rc == TR_EXIT_DATA)
-        tr_fatal(rc, "%s: the file is damaged; make it again (tools/tokenize)", err);
+        snprintf(err, errlen,
+                 "%s: the file is damaged, or its header's vocabulary is not its tokens'; make "
+                 "it again with the tokenizer that wrote it (this project's: build/tokenize, "
+                 "scripts/prepare_text.sh)",
+                 why);
+    else if (rc)
+        snprintf(err, errlen, "%s (the file changed while training?)", why);
+    return rc;
+}
+
+void tr_token_set_read(tr_token_set *s, long w, int T, size_t off, size_t n, uint32_t *out)
+{
+    char err[1400];
+    int rc = tr_token_set_try_read(s, w, T, off, n, out, err, sizeof err);
     if (rc)
-        tr_fatal(rc, "%s (the file changed while training?)", err);
+        tr_fatal(rc, "%s", err);
 }
 
 void tr_token_set_close(tr_token_set *s)

@@ -36,6 +36,9 @@ int tr_token_set_open(tr_token_set *s, const char *spec, const char *what, int T
 /* Tokens [off, off + n) of window w (off + n <= T + 1) into out; fatal on a read
  * error or a damaged token (open checked headers and sizes, not every token). */
 void tr_token_set_read(tr_token_set *s, long w, int T, size_t off, size_t n, uint32_t *out);
+/* The same, returning 0 or the exit code with err saying what and the fix. */
+int tr_token_set_try_read(tr_token_set *s, long w, int T, size_t off, size_t n, uint32_t *out,
+                          char *err, size_t errlen);
 void tr_token_set_close(tr_token_set *s);
 
 #endif

@@ -185,11 +185,24 @@ static int open_metrics(run *r)
  * Collective; rc is this rank's verdict so far (kept when not 0). */
 static int same_data_everywhere(run *r, int rc)
 {
-    int64_t mine[4] = {0, 0, 0, 0}, root[4];
+    /* [4]: rank 0's verdict: a rank 0 that failed has nothing to compare with (its
+     * own error is agreed on next) */
+    int64_t mine[5] = {0, 0, 0, 0, rc}, root[5];
     if (!rc && r->lm) {
         mine[0] = r->tokens.train_windows, mine[1] = r->tokens.val_windows;
-        r->data_digest = r->labels_only_digest = tr_token_data_digest(&r->tokens, 0);
-        mine[2] = (int64_t)tr_token_data_digest(&r->tokens, 1);
+        uint64_t train = 0, both = 0;
+        const char *which;
+        char msg[1500];
+        rc = tr_token_data_digest(&r->tokens, 0, &train, &which, msg, sizeof msg);
+        if (!rc)
+            rc = tr_token_data_digest(&r->tokens, 1, &both, &which, msg, sizeof msg);
+        if (rc) { /* a damaged token: an input error, agreed on by the caller */
+            tr_run_key_error(r, "data", !strcmp(which, "train") ? "train_tokens" : "val_tokens",
+                             "%s", msg);
+            mine[4] = rc;
+        }
+        r->data_digest = r->labels_only_digest = train;
+        mine[2] = (int64_t)both;
     } else if (!rc) {
         mine[0] = r->train.n, mine[1] = r->test.n;
         const uint64_t fnv = 0xcbf29ce484222325ULL;
@@ -200,8 +213,8 @@ static int same_data_everywhere(run *r, int rc)
         mine[3] = (int64_t)tr_dataset_digest_images(&r->test, r->data_digest);
     }
     memcpy(root, mine, sizeof root);
-    tr_bcast(root, 4, TR_I64, 0, r->w->world);
-    if (rc || !memcmp(root, mine, sizeof root))
+    tr_bcast(root, 5, TR_I64, 0, r->w->world);
+    if (rc || root[4] || !memcmp(root, mine, 4 * sizeof *root))
         return rc;
     const char *what = r->lm ? "training and validation windows" : "training and test samples";
     const char *other = mine[0] != root[0] || mine[1] != root[1] ? ""

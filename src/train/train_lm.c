@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The prompt's tokenizer, loaded on rank 0 only; an error is every rank's (agreed
  * by the caller), found before training rather than after it. */
@@ -21,15 +22,30 @@ static int load_tokenizer(run *r)
     if (!strcmp(kind, "bytes")) {
         r->bpe = tr_bpe_bytes();
     } else {
-        r->bpe = tr_bpe_load(tr_deck_str(r->d, "data", "encoder"),
-                             tr_deck_str(r->d, "data", "merges"), msg, sizeof msg);
-        if (!r->bpe)
-            return tr_run_key_error(r, "data", "encoder",
-                                    "%s (run scripts/fetch_gpt2_bpe.sh, or set [sample] "
-                                    "length = 0)",
-                                    msg);
+        const char *encoder = tr_deck_str(r->d, "data", "encoder");
+        const char *merges = tr_deck_str(r->d, "data", "merges");
+        r->bpe = tr_bpe_load(encoder, merges, msg, sizeof msg);
+        if (!r->bpe) {
+            /* the message starts with the file it is about */
+            int is_merges =
+                !strncmp(msg, merges, strlen(merges)) && strncmp(msg, encoder, strlen(encoder));
+            const char *file = is_merges ? merges : encoder;
+            tr_run_key_error(r, "data", is_merges ? "merges" : "encoder",
+                             "%s (run scripts/fetch_gpt2_bpe.sh, or set [sample] length = 0)", msg);
+            return access(file, R_OK) ? TR_EXIT_NOINPUT : TR_EXIT_DATA;
+        }
     }
-    uint32_t tv = tr_bpe_vocab_size(r->bpe);
+    uint32_t tv = tr_bpe_vocab_size(r->bpe), fv = r->tokens.train.vocab_size;
+    if (!r->tokens.random && tv != fv)
+        return tr_run_key_error(
+            r, "data", "tokenizer",
+            "tokenizer %s has %u tokens, but the token files were made with a vocabulary of %u: "
+            "%s",
+            kind, tv, fv,
+            fv == 256     ? "set [data] tokenizer = bytes"
+            : fv == 50257 ? "set [data] tokenizer = gpt2"
+                          : "the trainer decodes GPT-2's BPE and bytes only; set [sample] length "
+                            "= 0 (and every = 0) to train without samples");
     if (tv > (uint32_t)r->model.classes)
         return tr_run_key_error(r, "data", "tokenizer",
                                 "tokenizer %s has %u tokens but [model] vocab_size = %d; the "

@@ -153,24 +153,56 @@ expect gpt-tp-heads 2 64 "parallel.tp=2.*tp = 2 does not divide \[model\] n_head
 expect gpt-pp-blocks 4 64 "parallel.pp=4.*pp = 4 stages is more than the 2 blocks .*and the head.*use pp <= 3" "$gdeck" "${gtok[@]}" model.vocab_size=300 model.n_layer=2 parallel.pp=4
 expect gpt-layout-indivisible 3 64 "3 ranks cannot be split into tp=2 x pp=1" "$gdeck" "${gtok[@]}" model.vocab_size=300 parallel.tp=2
 expect gpt-zero-range 2 64 "parallel.zero" "$gdeck" "${gtok[@]}" model.vocab_size=300 parallel.zero=3
+# token files of different tokenizers (their headers' vocabularies): shards of one set,
+# training against validation, the files against [data] tokenizer (for samples)
+mkdir -p "$WORK/shards"
+"$PYTHON" - "$WORK/shards/a.tok" "$WORK/shards/b.tok" "$WORK/v256.tok" <<'PY'
+import struct, sys
+for path, v in ((sys.argv[1], 300), (sys.argv[2], 256), (sys.argv[3], 256)):
+    with open(path, "wb") as f:
+        f.write(b"TRTOKENS" + struct.pack("<IIQII", 1, 1, 200, v, 0))
+        f.write(struct.pack("<200H", *[(i * 7) % 256 for i in range(200)]))
+PY
+expect gpt-shards-vocab 2 64 "shards/b.tok: made with a vocabulary of 256, but .*shards/a.tok with one of 300: every file of .*must come from the same tokenizer" \
+  "$gdeck" "${gtok[@]}" model.vocab_size=300 data.train_tokens="$WORK/shards/*.tok"
+expect gpt-val-vocab 2 64 "v256.tok was made with a vocabulary of 256, but the training tokens \(.*t.train.tok\) with one of 300" \
+  "$gdeck" "${gtok[@]}" model.vocab_size=300 data.val_tokens="$WORK/v256.tok"
+expect gpt-tokenizer-vocab 2 64 "data.tokenizer=bytes': tokenizer bytes has 256 tokens, but the token files were made with a vocabulary of 300: the trainer decodes GPT-2's BPE and bytes only" \
+  "$gdeck" "${gtok[@]}" model.vocab_size=300 data.tokenizer=bytes sample.length=4
 printf 'not a token file at all, just some text that is long enough' >"$WORK/bad.tok"
 expect gpt-corrupt-tokens 2 65 "bad.tok" "$gdeck" "${gtok[@]}" model.vocab_size=300 data.val_tokens="$WORK/bad.tok"
 # a token past the header's vocabulary inside the file (opening reads the header and
-# the size, not every token): found when a window holding it is read, a run-time
-# fault on the rank that reads it; exit 65, the file, the token and the fix named
-"$PYTHON" - "$tok.train.tok" "$WORK/damaged.tok" <<'PY'
-import sys
+# the size, not every token): the start-up's check that every rank reads the same
+# data reads 64 windows spread over each file, so one there is an input error, printed
+# once; one elsewhere is found when a window holding it is read, a run-time fault on
+# the rank that reads it. Exit 65, the file, the token and the fix named.
+"$PYTHON" - "$tok.train.tok" "$WORK/damaged.tok" "$WORK/damaged_late.tok" <<'PY'
+import struct, sys
 data = bytearray(open(sys.argv[1], "rb").read())
 for i in range(5, 400, 9):  # one token of 301 in every window of 9
     data[32 + 2 * i:34 + 2 * i] = (301).to_bytes(2, "little")
 open(sys.argv[2], "wb").write(data)
+# 2000 tokens, 249 windows of 8 + 1: 301 in the middle of every window but the 64 the
+# start-up's hash reads (tr_token_data_digest's spread)
+n, T = 2000, 8
+w = (n - 1) // T
+sampled = {k * (w - 1) // 63 for k in range(64)}
+toks = [(i * 7) % 300 for i in range(n)]
+for v in range(w):
+    if v not in sampled and v - 1 not in sampled and v + 1 not in sampled:
+        toks[v * T + 4] = 301
+open(sys.argv[3], "wb").write(b"TRTOKENS" + struct.pack("<IIQII", 1, 1, n, 300, 0)
+                              + struct.pack("<%dH" % n, *toks))
 PY
+expect gpt-damaged-token 2 65 "data.train_tokens=.*damaged.tok: token [0-9]+ is 301, not below vocab_size 300: the file is damaged, or its header's vocabulary is not its tokens'; make it again with the tokenizer that wrote it" \
+  "$gdeck" "${gtok[@]}" model.vocab_size=300 data.train_tokens="$WORK/damaged.tok"
 run 2 "$WORK/out" "$WORK/err" "$gdeck" "${base[@]}" "${gtok[@]}" model.vocab_size=300 \
-  data.train_tokens="$WORK/damaged.tok"
-check "damaged token: exit code $RC, expected 65" [ "$RC" = 65 ]
-check "damaged token: message in: $(head -c 600 "$WORK/err")" \
-  grep -qE "damaged.tok: token [0-9]+ is 301, not below vocab_size 300: the file is damaged; make it again" "$WORK/err"
-check "damaged token: a rank is still running" no_leftover_ranks
+  data.train_tokens="$WORK/damaged_late.tok" train.steps=20
+check "damaged token at run time: exit code $RC, expected 65" [ "$RC" = 65 ]
+check "damaged token at run time: message in: $(head -c 600 "$WORK/err")" \
+  grep -qE "damaged_late.tok: token [0-9]+ is 301, not below vocab_size 300: the file is damaged" "$WORK/err"
+check "damaged token at run time: not found at start-up" grep -q "^step\|^run:" "$WORK/out"
+check "damaged token at run time: a rank is still running" no_leftover_ranks
 
 # [system] device = cuda where it cannot train: a build without CUDA says how to build
 # with it; a CUDA build on a machine without a usable GPU (this one) says so, with
