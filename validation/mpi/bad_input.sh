@@ -169,6 +169,16 @@ expect gpt-val-vocab 2 64 "v256.tok was made with a vocabulary of 256, but the t
   "$gdeck" "${gtok[@]}" model.vocab_size=300 data.val_tokens="$WORK/v256.tok"
 expect gpt-tokenizer-vocab 2 64 "data.tokenizer=bytes': tokenizer bytes has 256 tokens, but the token files were made with a vocabulary of 300: the trainer decodes GPT-2's BPE and bytes only" \
   "$gdeck" "${gtok[@]}" model.vocab_size=300 data.tokenizer=bytes sample.length=4
+# the tokenizer's files (loaded by rank 0 alone, for samples): the key of the file that
+# failed and 66 for a missing one, at any rank count
+for np in 1 2; do
+  expect gpt-encoder-missing-np$np $np 66 "command line 'data.encoder=.*nowhere.json': .*nowhere.json: cannot open" \
+    "$gdeck" "${gtok[@]}" model.vocab_size=300 sample.length=4 data.encoder="$WORK/nowhere.json"
+done
+if [ -f data/gpt2/encoder.json ]; then
+  expect gpt-merges-missing 2 66 "command line 'data.merges=.*nowhere.bpe': .*nowhere.bpe: cannot open" \
+    "$gdeck" "${gtok[@]}" model.vocab_size=300 sample.length=4 data.merges="$WORK/nowhere.bpe"
+fi
 printf 'not a token file at all, just some text that is long enough' >"$WORK/bad.tok"
 expect gpt-corrupt-tokens 2 65 "bad.tok" "$gdeck" "${gtok[@]}" model.vocab_size=300 data.val_tokens="$WORK/bad.tok"
 # a token past the header's vocabulary inside the file (opening reads the header and
