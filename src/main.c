@@ -287,7 +287,7 @@ int main(int argc, char **argv)
     /* every rank parsed the same text; agree anyway so the message prints once */
     rc = tr_comm_agree(&w, rc, deck.errors);
     if (rc) {
-        if (w.rank == 0)
+        if (w.rank == 0 && deck.nerrors) /* (another rank's own deck: its message alone) */
             fprintf(stderr, "trainer: %d problem%s in the deck; `trainer --help-deck` lists every "
                             "key\n",
                     deck.nerrors, deck.nerrors == 1 ? "" : "s");

@@ -4,10 +4,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void add_error(tr_deck *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void add_error(tr_deck *d, const char *fmt, ...)
@@ -162,15 +164,17 @@ static int parse_long(const char *v, long *out)
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    /* Accept 1e3-style integers too: people write lr=1e-3 and steps=1e4. */
+    /* Accept 1e3-style integers too: people write lr=1e-3 and steps=1e4. Beyond a
+     * long's range, either way, the value is clamped for the range check to refuse
+     * (any double past 2^53 is a whole number, so 1e18 is exact). */
     if (*end == 'e' || *end == 'E' || *end == '.') {
         double dv = strtod(v, &end);
-        if (*end || dv != floor(dv) || fabs(dv) > 9e15)
+        if (*end || isnan(dv) || dv != floor(dv))
             return 0;
-        *out = (long)dv;
+        *out = dv >= 0x1p63 ? LONG_MAX : dv < -0x1p63 ? LONG_MIN : (long)dv;
         return 1;
     }
-    if (errno || end == v || *end)
+    if ((errno && errno != ERANGE) || end == v || *end)
         return 0;
     *out = x;
     return 1;
@@ -219,7 +223,8 @@ static int check_value(tr_deck *d, const tr_key_spec *k, const char *v, const ch
             char val[32];
             fmt_num(val, sizeof val, x);
             add_error(d, "%s: [%s] %s = %s is out of range [%s, %s] (%s)", where, k->section,
-                      k->name, is_int ? val : v, lo, hi, k->help);
+                      k->name, is_int && ix != LONG_MAX && ix != LONG_MIN ? val : v, lo, hi,
+                      k->help);
             return 0;
         }
         return 1;
@@ -340,6 +345,8 @@ static void parse_text(tr_deck *d, const char *name, const char *text)
 {
     char section[128] = "";
     int section_ok = 0;
+    if (!strncmp(text, "\xEF\xBB\xBF", 3)) /* UTF-8's byte-order mark, which editors add */
+        text += 3;
     char *copy = strdup(text);
     if (!copy)
         tr_fatal(TR_EXIT_OSERR, "out of memory reading deck %s", name);
@@ -476,6 +483,15 @@ int tr_deck_load(tr_deck *d, const char *path, int noverrides, char *const *over
         snprintf(d->path, sizeof d->path, "%s", path);
         d->values = calloc((size_t)tr_deck_nkeys, sizeof *d->values);
         add_error(d, "%s: cannot read the deck: %s", path, strerror(errno));
+        return TR_EXIT_NOINPUT;
+    }
+    struct stat st;
+    if (!fstat(fileno(f), &st) && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        memset(d, 0, sizeof *d);
+        snprintf(d->path, sizeof d->path, "%s", path);
+        d->values = calloc((size_t)tr_deck_nkeys, sizeof *d->values);
+        add_error(d, "%s: is a directory, not a deck (inputs/*.in are decks)", path);
         return TR_EXIT_NOINPUT;
     }
     fseek(f, 0, SEEK_END);

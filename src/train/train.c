@@ -135,6 +135,9 @@ static int mkdir_p(const char *path)
 static int open_run_dir(run *r)
 {
     snprintf(r->dir, sizeof r->dir, "%s", tr_deck_str(r->d, "run", "dir"));
+    if (!r->dir[0]) /* a slip, not a file system's failure: every rank says so */
+        return tr_run_key_error(r, "run", "dir",
+                                "is empty: name the run directory (default runs/default)");
     if (r->w->rank != 0)
         return 0;
     int e = mkdir_p(r->dir);

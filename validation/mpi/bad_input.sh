@@ -249,6 +249,10 @@ sys.exit(not all(np.isfinite(f['model'][k][n][()]).all() for k in f['model'] for
 expect diverged-fp16-fixed-scale 2 65 "error: training diverged at step 1: the gradients' norm is (NaN|inf) .*let fp16-mixed scale the loss dynamically \(train.loss_scale = 0\)" \
   "$deck" train.precision=fp16-mixed train.loss_scale=1e30
 
+# a directory given as the deck; an empty run directory (a slip, not a write failure)
+expect deck-is-directory 2 66 "$WORK: is a directory, not a deck" "$WORK"
+expect run-dir-empty 2 64 "command line 'run.dir=': is empty: name the run directory" "$deck" run.dir=
+
 # the command line itself
 "$TRAINER" --bogus >"$WORK/out" 2>"$WORK/err"
 rc=$?

@@ -29,6 +29,12 @@ args0=("${base[@]}" run.dir="$WORK/deck")
 two other-overrides 64 "rank 1 was given another deck than rank 0: \[train\] steps = 31 there, 30 on rank 0 .*start every rank with the same deck and overrides" \
   "$TRAINER" "${base[@]}" run.dir="$WORK/deck" train.steps=31
 
+# a deck only rank 0 can read (a node-local copy): rank 1's message alone, not rank 0's
+# count of its own (no) problems
+args0=("${base[@]}" run.dir="$WORK/deck")
+two deck-on-one-rank 66 "$WORK/nowhere.in: cannot read the deck" "$TRAINER" "$WORK/nowhere.in"
+check "deck-on-one-rank: no count of rank 0's problems" bash -c "! grep -q 'problems\? in the deck' '$WORK/err'"
+
 # the same deck named by another path, a value written another way: no difference
 # (and the checkpoints' /deck, which every rank creates, is rank 0's text)
 timeout -k 5 $RUN_TIMEOUT mpirun -np 1 "$TRAINER" "${base[@]}" run.dir="$WORK/spelled" : \

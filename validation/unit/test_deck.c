@@ -279,6 +279,30 @@ static void test_unused_keys(void)
     tr_deck_free(&g);
 }
 
+/* What editors and people write: a UTF-8 byte-order mark before the first section;
+ * integers in e-notation up to a key's maximum (1e18 is exact in a double), and past
+ * a long's range refused as out of range, quoting what was written. */
+static void test_bom_and_big_integers(void)
+{
+    tr_deck d;
+    int rc = tr_deck_load_text(&d, "bom.in", "\xEF\xBB\xBF[train]\nepochs = 3\n", 0, NULL);
+    CHECK(rc == 0 && tr_deck_int(&d, "train", "epochs") == 3, "BOM: rc %d: %s", rc, d.errors);
+    tr_deck_free(&d);
+    char *big[] = {"train.steps=1e18", "train.log_every=1e16"};
+    rc = tr_deck_load_text(&d, "b.in", "", 2, big);
+    CHECK(rc == 0, "1e18 and 1e16 as integers: rc %d: %s", rc, d.errors);
+    CHECK(tr_deck_int(&d, "train", "steps") == 1000000000000000000L, "1e18 exactly");
+    tr_deck_free(&d);
+    char *huge[] = {"train.steps=1e19", "train.epochs=99999999999999999999", "train.seed=2.5"};
+    rc = tr_deck_load_text(&d, "h.in", "", 3, huge);
+    CHECK(rc == TR_EXIT_USAGE, "past a long: rc %d", rc);
+    CHECK(strstr(d.errors, "[train] steps = 1e19 is out of range"), "1e19: %s", d.errors);
+    CHECK(strstr(d.errors, "[train] epochs = 99999999999999999999 is out of range"),
+          "20 digits: %s", d.errors);
+    CHECK(strstr(d.errors, "[train] seed expects an integer, got '2.5'"), "2.5: %s", d.errors);
+    tr_deck_free(&d);
+}
+
 int main(void)
 {
     test_values_and_defaults();
@@ -288,5 +312,6 @@ int main(void)
     test_table_defaults_valid();
     test_same_value();
     test_unused_keys();
+    test_bom_and_big_integers();
     return tr_test_finish();
 }
