@@ -276,11 +276,13 @@ static int size_matches(tr_token_file *f, uint64_t size, char *err, size_t errle
 {
     uint64_t body = size - f->header_bytes, width = dtype_width(f->dtype);
     if (f->count > body / width || body != f->count * width) {
+        char need[48] = ""; /* (a count past 2^64 bytes has no byte count to give) */
+        if (f->count <= UINT64_MAX / width)
+            snprintf(need, sizeof need, " (%llu bytes)", (unsigned long long)(f->count * width));
         snprintf(err, errlen,
-                 "%s: header says %llu tokens (%llu bytes) but the file holds %llu bytes of "
-                 "tokens; truncated or corrupt",
-                 f->path, (unsigned long long)f->count, (unsigned long long)(f->count * width),
-                 (unsigned long long)body);
+                 "%s: header says %llu tokens%s but the file holds %llu bytes of tokens; "
+                 "truncated or corrupt",
+                 f->path, (unsigned long long)f->count, need, (unsigned long long)body);
         return 0;
     }
     return 1;
@@ -334,6 +336,13 @@ tr_token_file *tr_token_file_open(const char *path, int *code, char *err, size_t
     }
     struct stat st;
     uint8_t h[TR_TOKEN_HEADER_BYTES];
+    if (!fstat(f->fd, &st) && S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen,
+                 "%s: is a directory; name a token file, or shards by a pattern "
+                 "such as DIR/*.bin",
+                 path);
+        return bad(f, code, TR_EXIT_NOINPUT);
+    }
     if (fstat(f->fd, &st) != 0 || st.st_size < (off_t)sizeof h ||
         pread(f->fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
         snprintf(err, errlen, "%s: too short for a token file header (%u bytes)", path,

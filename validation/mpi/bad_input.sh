@@ -167,6 +167,8 @@ expect gpt-shards-vocab 2 64 "shards/b.tok: made with a vocabulary of 256, but .
   "$gdeck" "${gtok[@]}" model.vocab_size=300 data.train_tokens="$WORK/shards/*.tok"
 expect gpt-val-vocab 2 64 "v256.tok was made with a vocabulary of 256, but the training tokens \(.*t.train.tok\) with one of 300" \
   "$gdeck" "${gtok[@]}" model.vocab_size=300 data.val_tokens="$WORK/v256.tok"
+expect gpt-tokens-directory 2 66 "data.val_tokens=.*shards': .*shards: is a directory; name a token file, or shards by a pattern" \
+  "$gdeck" "${gtok[@]}" model.vocab_size=300 data.val_tokens="$WORK/shards"
 expect gpt-tokenizer-vocab 2 64 "data.tokenizer=bytes': tokenizer bytes has 256 tokens, but the token files were made with a vocabulary of 300: the trainer decodes GPT-2's BPE and bytes only" \
   "$gdeck" "${gtok[@]}" model.vocab_size=300 data.tokenizer=bytes sample.length=4
 # the tokenizer's files (loaded by rank 0 alone, for samples): the key of the file that

@@ -556,12 +556,12 @@ static void test_token_set(void)
     /* windows [0, 13), [13, 30), [30, 40) */
     write_llmc(a, 20240520u, 1, ids, 13 * T + 1, 0);
     CHECK(tr_token_file_write(b, ids + 13 * T, 17 * T + 1, 50257, err, sizeof err) == 0, "%s", err);
-    write_llmc(c, 20240801u, 7, ids + 30 * T, 10 * T + 1, 0);
+    write_llmc(c, 20240520u, 1, ids + 30 * T, 10 * T + 1, 0);
     tr_token_set one, set;
     CHECK(tr_token_set_open(&one, whole, "training", T, 128256, err, sizeof err) == 0, "%s", err);
     int rc = tr_token_set_open(&set, pat, "training", T, 128256, err, sizeof err);
     CHECK(rc == 0 && set.n == 3 && set.first[3] == 40 && one.first[1] == 40 && set.first[1] == 13 &&
-              set.first[2] == 30 && set.vocab_size == 128256,
+              set.first[2] == 30 && set.vocab_size == 50257,
           "three shards of 40 windows: rc %d %s", rc, err);
     if (rc == 0) {
         int same = 1;
@@ -575,6 +575,23 @@ static void test_token_set(void)
         CHECK(!memcmp(got, ids + 29 * T + 3, 4 * sizeof *got), "part of a window");
         tr_token_set_close(&set);
     }
+    /* llm.c's uint32 form (LLaMA 3's vocabulary) reads the same windows */
+    char d[600];
+    path_in(d, sizeof d, "llama3.bin");
+    write_llmc(d, 20240801u, 7, ids, NTOK, 0);
+    rc = tr_token_set_open(&set, d, "training", T, 128256, err, sizeof err);
+    CHECK(rc == 0 && set.first[1] == 40 && set.vocab_size == 128256, "uint32 file: rc %d %s", rc,
+          err);
+    if (rc == 0) {
+        int same = 1;
+        for (long w = 0; w < 40; w++) {
+            tr_token_set_read(&one, w, T, 0, T + 1, win);
+            tr_token_set_read(&set, w, T, 0, T + 1, got);
+            same &= !memcmp(win, got, sizeof win);
+        }
+        CHECK(same, "every window of the uint32 file is the uint16 file's");
+        tr_token_set_close(&set);
+    }
     tr_token_set_close(&one);
 
     /* refusals name the file or the pattern */
@@ -583,9 +600,14 @@ static void test_token_set(void)
     CHECK(rc == TR_EXIT_NOINPUT && strstr(err, "no file matches the pattern") && strstr(err, pat),
           "no match: %d %s", rc, err);
     path_in(pat, sizeof pat, "shard_*");
+    write_llmc(c, 20240801u, 7, ids + 30 * T, 10 * T + 1, 0); /* LLaMA 3's among GPT-2's */
     rc = tr_token_set_open(&set, pat, "training", T, 50304, err, sizeof err);
     CHECK(rc == TR_EXIT_USAGE && strstr(err, c) && strstr(err, "vocabulary of 128256"),
           "a LLaMA 3 shard for a GPT-2 vocabulary: %d %s", rc, err);
+    rc = tr_token_set_open(&set, pat, "training", T, 128256, err, sizeof err);
+    CHECK(rc == TR_EXIT_USAGE && strstr(err, c) && strstr(err, a) &&
+              strstr(err, "must come from the same tokenizer"),
+          "shards of two tokenizers: %d %s", rc, err);
     write_llmc(c, 20240520u, 2, ids, 9, 0);
     rc = tr_token_set_open(&set, pat, "training", T, 128256, err, sizeof err);
     CHECK(rc == TR_EXIT_DATA && strstr(err, c) && strstr(err, "version 2"), "version: %d %s", rc,
