@@ -588,9 +588,9 @@ int tr_deck_intlist(const tr_deck *d, const char *section, const char *name, int
     return intlist_of(d->values[must_find(section, name, TR_KEY_INTLIST)].text, out, max);
 }
 
-int tr_deck_same_value(const tr_deck *a, const tr_deck *b, int key)
+/* Whether the texts x and y give key the same value (1e3 and 1000, yes and true) */
+static int same_value(int key, const char *x, const char *y)
 {
-    const char *x = a->values[key].text, *y = b->values[key].text;
     switch (tr_deck_keys[key].type) {
     case TR_KEY_INT: {
         long p = 0, q = 0;
@@ -617,6 +617,11 @@ int tr_deck_same_value(const tr_deck *a, const tr_deck *b, int key)
     }
 }
 
+int tr_deck_same_value(const tr_deck *a, const tr_deck *b, int key)
+{
+    return same_value(key, a->values[key].text, b->values[key].text);
+}
+
 int tr_deck_is_set(const tr_deck *d, const char *section, const char *name)
 {
     int i = find_key(section, name);
@@ -636,16 +641,22 @@ int tr_deck_set(tr_deck *d, const char *section, const char *name, const char *v
     return d->nerrors > before ? TR_EXIT_USAGE : 0;
 }
 
-/* The keys whose help starts with a scope: used only where the deciding key has (or,
- * used_if_equal 0, has not) the value */
+/* The keys whose help starts with a scope (and, where key is set, that key only):
+ * used only where the deciding key has (or, used_if_equal 0, has not) the value. The
+ * first rule that matches a key decides. */
 static const struct scope_rule {
     const char *prefix, *section, *name, *value;
     int used_if_equal;
     const char *where; /* for the message */
+    const char *key;
 } scope_rules[] = {
-    {"gpt: ", "model", "name", "gpt", 1, "model.name = gpt"},
-    {"mlp: ", "model", "name", "mlp", 1, "model.name = mlp"},
-    {"tokens: ", "data", "format", "idx", 0, "data.format = tokens or random_tokens"},
+    {"gpt: ", "model", "name", "gpt", 1, "model.name = gpt", NULL},
+    {"mlp: ", "model", "name", "mlp", 1, "model.name = mlp", NULL},
+    {"idx: ", "data", "format", "idx", 1, "data.format = idx", NULL},
+    /* random_tokens reads no files */
+    {"tokens: ", "data", "format", "tokens", 1, "data.format = tokens", "train_tokens"},
+    {"tokens: ", "data", "format", "tokens", 1, "data.format = tokens", "val_tokens"},
+    {"tokens: ", "data", "format", "idx", 0, "data.format = tokens or random_tokens", NULL},
 };
 
 /* The rule that scopes key k and leaves it unused in d, or NULL */
@@ -653,7 +664,7 @@ static const struct scope_rule *unused_by(const tr_deck *d, const tr_key_spec *k
 {
     for (size_t r = 0; r < sizeof scope_rules / sizeof scope_rules[0]; r++) {
         const struct scope_rule *s = &scope_rules[r];
-        if (strncmp(k->help, s->prefix, strlen(s->prefix)))
+        if (strncmp(k->help, s->prefix, strlen(s->prefix)) || (s->key && strcmp(k->name, s->key)))
             continue;
         int equal = !strcmp(tr_deck_str(d, s->section, s->name), s->value);
         return equal == s->used_if_equal ? NULL : s;
@@ -669,7 +680,9 @@ int tr_deck_unused_keys(const tr_deck *d, char *buf, size_t len)
         buf[0] = '\0';
     for (int i = 0; i < tr_deck_nkeys; i++) {
         const tr_key_spec *k = &tr_deck_keys[i];
-        const struct scope_rule *s = d->values[i].set ? unused_by(d, k) : NULL;
+        /* a default, set or not, says nothing: a resolved deck (deck.in) sets them all */
+        const struct scope_rule *s =
+            d->values[i].set && !same_value(i, d->values[i].text, k->def) ? unused_by(d, k) : NULL;
         if (!s)
             continue;
         count++;

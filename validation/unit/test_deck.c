@@ -277,6 +277,30 @@ static void test_unused_keys(void)
     CHECK(n == 1 && strstr(buf, "[model] hidden = 8 (g.in:3) applies where model.name = mlp"),
           "gpt: only hidden unused, got %d: %s", n, buf);
     tr_deck_free(&g);
+
+    /* the image files under token data, token files under random tokens */
+    char *ov3[] = {"model.name=gpt", "data.format=random_tokens", "data.train_tokens=t.tok",
+                   "data.test_labels=l.idx", "data.val_limit=4"};
+    CHECK(!tr_deck_load_text(&g, "r.in", "", 5, ov3), "load r: %s", g.errors);
+    n = tr_deck_unused_keys(&g, buf, sizeof buf);
+    CHECK(n == 2 &&
+              strstr(buf, "[data] train_tokens = t.tok (command line 'data.train_tokens=t.tok') "
+                          "applies where data.format = tokens; this run has data.format = "
+                          "random_tokens") &&
+              strstr(buf, "[data] test_labels = l.idx (command line 'data.test_labels=l.idx') "
+                          "applies where data.format = idx"),
+          "random_tokens: train_tokens and test_labels unused, got %d: %s", n, buf);
+
+    /* a resolved deck (deck.in) sets every key, the other model's at their defaults:
+     * read back, it names none of those */
+    char *text = tr_deck_resolved_text(&g);
+    tr_deck r;
+    CHECK(!tr_deck_load_text(&r, "deck.in", text, 0, NULL), "load deck.in: %s", r.errors);
+    n = tr_deck_unused_keys(&r, buf, sizeof buf);
+    CHECK(n == 2, "deck.in names only the two keys set for other data, got %d: %s", n, buf);
+    free(text);
+    tr_deck_free(&r);
+    tr_deck_free(&g);
 }
 
 /* What editors and people write: a UTF-8 byte-order mark before the first section;
