@@ -275,10 +275,10 @@ static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *ste
         c->dev->upload(c->mirror[i].device, c->mirror[i].host, c->mirror[i].bytes);
     *step = meta.step;
     c->last_written = meta.step;
-    /* the scaler goes on where it was; a file without one (fp32, bf16, or older)
-     * leaves this run's initial scale */
+    /* the scaler goes on where it was; a file of another precision (whose scale is
+     * 1: fp32, bf16) or without one (older) leaves this run's initial scale */
     c->scaler->skipped = meta.skipped_steps;
-    if (meta.loss_scale > 0 && c->scaler->dynamic) {
+    if (meta.loss_scale > 0 && c->scaler->dynamic && !strcmp(meta.precision, "fp16-mixed")) {
         c->scaler->scale = meta.loss_scale;
         c->scaler->good = meta.loss_scale_good;
     }

@@ -60,6 +60,14 @@ run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=$((STEPS + 4)) run.dir="$WOR
   checkpoint.resume="$WORK/bf16/checkpoints/step_$(printf %08d $STEPS).h5"
 check "fp32 resumes from the bf16-mixed checkpoint: exit $RC $(tail -2 "$WORK/err")" \
   [ "$RC" = 0 ]
+# fp16-mixed from it: the bf16 run's scale (1) is not fp16's; the dynamic one starts at
+# 65536 as in a fresh run
+run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=$((STEPS + 4)) run.dir="$WORK/to_fp16" \
+  train.precision=fp16-mixed checkpoint.resume="$WORK/bf16/checkpoints/step_$(printf %08d $STEPS).h5"
+check "fp16-mixed resumes from the bf16-mixed checkpoint: exit $RC $(tail -2 "$WORK/err")" \
+  [ "$RC" = 0 ]
+check "fp16-mixed from a bf16 checkpoint: the loss scale starts at 65536, not bf16's 1" \
+  grep -q '"loss_scale": 65536' "$WORK/to_fp16/summary.json"
 
 # ---- fp16-mixed: the dynamic loss scale, step by step ---------------------------
 W=3 # good steps before the scale doubles: short, so that it overflows within the run
