@@ -80,6 +80,21 @@ static int parse_step(const char *name, long *step)
     return 1;
 }
 
+long tr_ckpt_last_step(const char *dir)
+{
+    char link[4200], target[256];
+    snprintf(link, sizeof link, "%s/%s", dir, TR_CKPT_LAST);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0)
+        return -1;
+    target[n] = '\0';
+    long step;
+    struct stat st;
+    if (!parse_step(target, &step) || stat(link, &st) || !S_ISREG(st.st_mode))
+        return -1;
+    return step;
+}
+
 static int cmp_desc(const void *a, const void *b)
 {
     long x = *(const long *)a, y = *(const long *)b;

@@ -178,6 +178,10 @@ char *tr_ckpt_read_deck(const char *path);
  * are not listed. Rank-local. */
 int tr_ckpt_list(const char *dir, long **steps);
 
+/* The step of the checkpoint TR_CKPT_LAST names in dir (the newest that runs in this
+ * directory wrote), or -1: no link, not a step file's name, or the file is gone. */
+long tr_ckpt_last_step(const char *dir);
+
 /* Deletes all but the newest `keep` checkpoints of steps up to `newest` (the one
  * just written), and stale temporary files (call on one rank). Checkpoints of later
  * steps belong to another run and other names (TR_CKPT_BEST, TR_CKPT_LAST) are left

@@ -89,7 +89,9 @@ int tr_summary_write(const char *dir, const tr_summary *s)
         return errno;
     /* null before any evaluation during training (and for a loss that JSON cannot
      * write: inf) */
-    char best_loss[32] = "null", best_step[32] = "null";
+    char best_loss[32] = "null", best_step[32] = "null", train_loss[32] = "null";
+    if (isfinite(s->final_train_loss)) /* (none where this session trained no step) */
+        snprintf(train_loss, sizeof train_loss, "%.6f", s->final_train_loss);
     if (s->best_val_step > 0 && isfinite(s->best_val_loss)) {
         snprintf(best_loss, sizeof best_loss, "%.9g", s->best_val_loss);
         snprintf(best_step, sizeof best_step, "%ld", s->best_val_step);
@@ -108,7 +110,7 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             "  \"model\": \"%s\",\n"
             "  \"test_accuracy\": %.6f,\n"
             "  \"test_loss\": %.6f,\n"
-            "  \"final_train_loss\": %.6f,\n"
+            "  \"final_train_loss\": %s,\n"
             "  \"steps\": %ld,\n"
             "  \"stopped_early\": %s,\n"
             "  \"epochs\": %.4f,\n"
@@ -149,7 +151,7 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             "  \"best_val_loss\": %s,\n"
             "  \"best_val_step\": %s\n"
             "}\n",
-            s->model, s->test_accuracy, s->test_loss, s->final_train_loss, s->steps,
+            s->model, s->test_accuracy, s->test_loss, train_loss, s->steps,
             s->stopped_early ? "true" : "false", s->epochs, s->global_batch, s->parameters,
             s->samples_per_second, s->gflops_per_second, s->peak_gflops, s->mfu,
             s->tokens_per_second, s->val_perplexity, s->unigram_perplexity, s->wall_seconds,

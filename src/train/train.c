@@ -957,7 +957,10 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
     int evaluated = 0;
     /* a run resumed where early_stop had ended it trains no further */
     int stopped_early = tr_val_tracker_exhausted(&r->tracker);
-    long end_step = stopped_early ? r->start_step : r->total_steps;
+    /* the step of the model at the end: resumed at or past the last step (or where
+     * early_stop had ended the run), the resumed one's */
+    long end_step =
+        stopped_early || r->start_step >= r->total_steps ? r->start_step : r->total_steps;
     double targets_per_step = (double)r->global_batch * r->model.targets_per_sample;
     if (r->ckpt.at_start && r->start_step == 0) {
         rc = save(r, 0, 0, 0);
@@ -1096,14 +1099,21 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             char took[64] = "";
             if (worst >= 0)
                 snprintf(took, sizeof took, " %.3f s after the signal,", worst);
+            /* a named checkpoint.resume (or none) would start the same command over */
+            char hint[TR_DECK_VALUE_MAX + 128] = "run again to resume";
+            if (strcmp(r->ckpt.resume, "auto"))
+                snprintf(hint, sizeof hint,
+                         "to resume, run again with checkpoint.resume = auto: resume = %s "
+                         "would start it over",
+                         r->ckpt.resume);
             if (w->rank == 0)
-                printf("%s: checkpointed at step %ld,%s exiting with %d (run again to resume)\n",
-                       sig == STOP_SLICE   ? "run.stop_after_steps reached"
-                       : sig == STOP_TIME  ? "run.max_minutes reached"
-                       : sig == SIGUSR1    ? "SIGUSR1"
-                       : sig == SIGTERM    ? "SIGTERM"
-                                           : "signal",
-                       done, took, TR_EXIT_TEMPFAIL);
+                printf("%s: checkpointed at step %ld,%s exiting with %d (%s)\n",
+                       sig == STOP_SLICE  ? "run.stop_after_steps reached"
+                       : sig == STOP_TIME ? "run.max_minutes reached"
+                       : sig == SIGUSR1   ? "SIGUSR1"
+                       : sig == SIGTERM   ? "SIGTERM"
+                                          : "signal",
+                       done, took, TR_EXIT_TEMPFAIL, hint);
             /* a session cut short (a Slurm time limit, preemption) says where its
              * time went too, and which rank was slow */
             tr_summary s = {0};
@@ -1146,10 +1156,10 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         s.best_val_loss = r->tracker.best_loss;
         s.best_val_step = r->tracker.best_step;
         s.parameters = (long)r->model.nparams_logical;
-        s.epochs = (double)r->total_steps / r->steps_per_epoch;
+        s.epochs = (double)end_step / r->steps_per_epoch;
         s.test_accuracy = test_acc;
         s.test_loss = test_loss;
-        s.final_train_loss = last_loss;
+        s.final_train_loss = steps_run ? last_loss : NAN; /* null: no step this session */
         s.samples_per_second = rate;
         s.gflops_per_second = tr_model_train_flops(&r->model) * rate / 1e9;
         s.peak_gflops = r->peak_gflops * w->size;

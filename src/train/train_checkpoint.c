@@ -322,9 +322,18 @@ int tr_train_ckpt_resume(tr_train_ckpt *c, const tr_world *w, long *step, int *r
         return 0;
     if (strcmp(c->resume, "auto"))
         return load(c, w, c->resume, step, err, errlen); /* a named file must work */
-    /* auto: the newest valid checkpoint; rank 0 lists so every rank tries the same */
+    /* auto: the checkpoint last.h5 names, the newest this directory's runs wrote, then
+     * the others newest first (a step past it is another branch's: a run resumed from
+     * an older file went on from there); rank 0 lists so every rank tries the same */
     long *listed = NULL;
     int n = w->rank == 0 ? tr_ckpt_list(c->dir, &listed) : 0;
+    long last = n ? tr_ckpt_last_step(c->dir) : -1;
+    for (int i = 1; i < n && last >= 0; i++)
+        if (listed[i] == last) { /* to the front, the rest in order */
+            memmove(listed + 1, listed, (size_t)i * sizeof *listed);
+            listed[0] = last;
+            break;
+        }
     tr_bcast(&n, 1, TR_I32, 0, w->world);
     long *steps = tr_alloc((size_t)(n ? n : 1) * sizeof *steps, "the checkpoint list");
     if (listed)
@@ -338,7 +347,7 @@ int tr_train_ckpt_resume(tr_train_ckpt *c, const tr_world *w, long *step, int *r
         loaded = !load(c, w, path, step, err, errlen);
         if (!loaded && w->rank == 0) {
             printf("warning: skipping checkpoint: %s; %s\n", err,
-                   i + 1 < n ? "trying the next older one" : "no older one left");
+                   i + 1 < n ? "trying the next one" : "no other one left");
             fflush(stdout);
         }
     }

@@ -54,6 +54,10 @@ check "no training past step $STOP" bash -c "! grep -q '^$((STOP + 1)),' '$A/met
 check "summary.json: steps $STOP, stopped early, best at $BEST" [ \
   "$(summary "$A" steps) $(summary "$A" stopped_early) $(summary "$A" best_val_step)" = \
   "$STOP True $BEST" ]
+EPOCH=$(grep "^$STOP,.*,train," "$A/metrics.csv" | cut -d, -f2)
+check "summary.json: the epochs run ($(summary "$A" epochs)), metrics.csv's at step $STOP ($EPOCH)" \
+  "$PYTHON" -c "import sys; sys.exit(abs(float(sys.argv[1]) - float(sys.argv[2])) > 1e-4)" \
+  "$(summary "$A" epochs)" "$EPOCH"
 check "the final checkpoint is step $STOP's" [ -f "$(ck "$A" $STOP)" ]
 check "best.h5 is step $BEST's checkpoint (one file, two names)" [ \
   "$(stat -c %i "$A/checkpoints/best.h5")" = "$(stat -c %i "$(ck "$A" $BEST)")" ]
@@ -87,6 +91,8 @@ check "it trains no further" grep -q "where train.early_stop = $PATIENCE had end
 check "no new checkpoint" bash -c "ls '$A/checkpoints' | cmp -s - '$WORK/before'"
 check "summary.json still says steps $STOP, stopped early" [ \
   "$(summary "$A" steps) $(summary "$A" stopped_early)" = "$STOP True" ]
+check "summary.json: no train loss from a session that trained no step" \
+  [ "$(summary "$A" final_train_loss)" = None ]
 
 # 4. early_stop with nothing to compare; a tracker attribute past the file's step
 run 2 "$WORK/out" "$WORK/err" "${common[@]}" train.eval_every=0 run.dir="$WORK/bad"

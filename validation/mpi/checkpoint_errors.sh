@@ -100,6 +100,20 @@ check "another model's later checkpoints: the new one kept beside them: $left" \
 check "another model's later checkpoints: last.h5 names the new one" \
   [ "$(readlink "$WORK/foreign/checkpoints/last.h5")" = step_00000003.h5 ]
 
+# a branch: resumed from an older checkpoint of the directory and stopped (75), the
+# run's message says how to go on from there, and resume = auto does, from the file
+# last.h5 names, not from the later step files of the run it branched from
+bdir=$WORK/branch
+run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$bdir" checkpoint.every=10 checkpoint.keep=0
+run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$bdir" checkpoint.every=10 checkpoint.keep=0 \
+  checkpoint.resume="$bdir/checkpoints/step_00000010.h5" run.stop_after_steps=5
+check "branch: stopped with 75 (got $RC)" [ "$RC" = 75 ]
+check "branch: the stop says to resume with auto" grep -q "checkpointed at step 15, .*exiting with 75 (to resume, run again with checkpoint.resume = auto: resume = $bdir/checkpoints/step_00000010.h5 would start it over)" "$WORK/out"
+check "branch: last.h5 names its checkpoint" [ "$(readlink "$bdir/checkpoints/last.h5")" = step_00000015.h5 ]
+run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$bdir" checkpoint.every=10 checkpoint.keep=0
+check "branch: auto resumes from last.h5's step 15, not step 30 of the run it left: $(grep resumed "$WORK/out")" \
+  grep -q "resumed from $bdir/checkpoints/step_00000015.h5: step 15" "$WORK/out"
+
 # kill -9 during a checkpoint write: the previous checkpoint stays the newest valid one
 big=(inputs/mnist.in model.hidden=2048,2048 train.steps=400 checkpoint.every=3 checkpoint.keep=0 run.progress=off)
 dir=$WORK/killed
