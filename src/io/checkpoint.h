@@ -172,6 +172,9 @@ int tr_ckpt_dir_check(const char *dir, tr_group *g, char *err, size_t errlen);
  * or NULL when the file has none that reads as one fixed-length string. Rank-local:
  * opens the file on its own, without MPI-IO. */
 char *tr_ckpt_read_deck(const char *path);
+/* The step attribute of the checkpoint at path (one rank, serial HDF5), or -1 when
+ * the file or the attribute cannot be read. */
+long tr_ckpt_read_step(const char *path);
 
 /* Every checkpoint file in dir, newest step first, into *steps (allocated; free()
  * it; NULL when none); returns the count. Temporary files of interrupted writes

@@ -463,3 +463,23 @@ char *tr_ckpt_read_deck(const char *path)
     H5Fclose(f);
     return text;
 }
+
+long tr_ckpt_read_step(const char *path)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        return -1;
+    long long step = -1;
+    hid_t a = H5Aexists(f, "step") > 0 ? H5Aopen(f, "step", H5P_DEFAULT) : -1;
+    if (a >= 0) {
+        hid_t space = H5Aget_space(a);
+        if (H5Sget_simple_extent_npoints(space) != 1 || H5Aread(a, H5T_NATIVE_LLONG, &step) < 0)
+            step = -1;
+        H5Sclose(space);
+        H5Aclose(a);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    H5Fclose(f);
+    return step < 0 ? -1 : (long)step;
+}
