@@ -70,18 +70,21 @@ void tr_dp_store_lowp(tr_dp *dp, int format)
     dp->lowp = format;
 }
 
-/* Rounds the gradients [lo, unrounded) that backward has just completed. */
-static void round_completed(tr_dp *dp, size_t lo)
+/* Mixed precision: the reduced gradients this rank updates with are stored in the
+ * format. Rounded once the sum over the group is complete, as one rank rounds the
+ * whole batch's: rounding each rank's share before the sum would make an fp16
+ * overflow (a sum past 65504 whose shares are not) depend on dp, and the pipeline's
+ * two tied-embedding copies overflow where their sum does not. */
+static void round_reduced(tr_dp *dp)
 {
-    if (dp->lowp && lo < dp->unrounded) {
-        dp->dev->k->round_lowp(dp->grads + lo, dp->unrounded - lo, dp->lowp);
-        dp->unrounded = lo;
-    }
+    if (!dp->lowp)
+        return;
+    size_t lo = dp->zero ? dp->lo : 0, hi = dp->zero ? dp->hi : dp->count;
+    dp->dev->k->round_lowp(dp->grads + lo, hi - lo, dp->lowp);
 }
 
 void tr_dp_begin(tr_dp *dp)
 {
-    dp->unrounded = dp->count;
     for (int b = 0; b < dp->nbuckets; b++)
         dp->buckets[b].started = 0;
 }
@@ -111,7 +114,6 @@ static int whole(const tr_dp *dp) { return tr_group_shares_memory(dp->group); }
 void tr_dp_grads_ready(void *ctx, size_t lo)
 {
     tr_dp *dp = ctx;
-    round_completed(dp, lo);
     if (dp->size == 1 || whole(dp))
         return;
     /* every rank of the group starts the same buckets in the same order: their
@@ -129,9 +131,10 @@ void tr_dp_grads_ready(void *ctx, size_t lo)
 
 void tr_dp_finish(tr_dp *dp)
 {
-    round_completed(dp, 0);
-    if (dp->size == 1)
+    if (dp->size == 1) {
+        round_reduced(dp);
         return;
+    }
     double t0 = tr_wtime();
     if (whole(dp) && dp->zero) {
         tr_reduce_scatterv(dp->grads, dp->part_counts, dp->part_displs, dp->group);
@@ -146,6 +149,7 @@ void tr_dp_finish(tr_dp *dp)
             tr_wait(&dp->buckets[i].req);
     }
     dp->comm_wait_s += tr_wtime() - t0;
+    round_reduced(dp);
     if (dp->zero == 2) {
         /* what this rank sent is now its owner's: only the owned slice accumulates */
         dp->dev->zero(dp->grads, dp->lo * sizeof(float));

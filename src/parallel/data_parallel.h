@@ -40,11 +40,8 @@ typedef struct tr_dp {
     tr_dp_bucket *buckets; /* ordered from the top of the buffer down */
     size_t hold_lo, hold_hi; /* buckets touching this range wait for tr_dp_finish */
     double comm_wait_s;      /* time blocked in tr_dp_finish and the gather */
-    /* mixed precision (tr_dp_store_lowp): gradients are rounded to this format as
-     * backward completes them, before they are reduced; [0, unrounded) is still to do */
     const tr_device *dev; /* where grads live */
-    int lowp;
-    size_t unrounded;
+    int lowp;             /* mixed precision (tr_dp_store_lowp): the reduced gradients' format */
 } tr_dp;
 
 /* The flat range [lo, hi) of count elements that data-parallel rank `rank` of
@@ -63,9 +60,11 @@ void tr_dp_free(tr_dp *dp);
  * tied embedding: its two copies' gradients are summed between the pipeline's ends
  * first). */
 void tr_dp_hold(tr_dp *dp, size_t lo, size_t hi);
-/* Mixed precision: the gradients of a step's last backward are stored in `format`
- * (lowp_math.h): each range is rounded when backward completes it, before its
- * bucket starts (also at dp = 1). Micro-batches before the last accumulate in fp32. */
+/* Mixed precision: the step's gradients, accumulated in fp32 over micro-batches and
+ * summed in fp32 over the group, are stored in `format` (lowp_math.h) by
+ * tr_dp_finish once the sum is complete (also at dp = 1; under ZeRO the owned slice,
+ * the only one the update reads), so whether an fp16 gradient overflows does not
+ * depend on the layout. */
 void tr_dp_store_lowp(tr_dp *dp, int format);
 /* Before the backward whose buckets the callbacks will start. */
 void tr_dp_begin(tr_dp *dp);
