@@ -1134,8 +1134,21 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
         free(r);
         return rc;
     }
-    if (!evaluated) /* resumed at or past the last step: still report the model */
+    if (!evaluated) { /* nothing trained (0 steps, or resumed at or past the last): the
+                       * model is still reported */
         evaluate(r, &test_loss, &test_acc);
+        /* a resumed run's metrics.csv has its evaluation at that step already */
+        if (r->start_step == 0) {
+            tr_metrics_row row = {.phase = "eval",
+                                  .loss = test_loss,
+                                  .accuracy = test_acc,
+                                  .lr = tr_optim_lr(&r->opt, 0),
+                                  .elapsed_s = tr_wtime() - rt->start_time,
+                                  .loss_scale = r->scaler.scale};
+            tr_metrics_write(r->metrics, &row);
+            tr_tb_row(r->tb, &row);
+        }
+    }
     tr_progress_break(&prog);
     double wall = tr_wtime() - rt->start_time;
     double rate = samples_done / (t_train > 0 ? t_train : 1e-9);

@@ -148,6 +148,8 @@ check "init_from, 0 steps: says so" \
 check "init_from, 0 steps: the original's $(cat "$WORK/a.val")" \
   [ "$(val "$WORK/out")" = "$(cat "$WORK/a.val")" -a -s "$WORK/a.val" ]
 check "init_from, 0 steps: no rates" grep -q "^done: no training step in" "$WORK/out"
+check "init_from, 0 steps: metrics.csv has the evaluation (step 0)" \
+  grep -q "^0,0.000000,eval," "$WORK/eval/metrics.csv"
 # device memory (the parameters reach it through host copies: cpu-guarded), ZeRO's
 # sliced master weights, fp16
 run 2 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=1 system.device=cpu-guarded parallel.zero=1 \
