@@ -446,6 +446,10 @@ int tr_comm_use_nccl(tr_world *w, char *err, size_t errlen)
         if (g->rank == 0)
             tr_nccl_unique_id(id);
         MPI_CHECK(MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, g->comm));
+        /* ncclCommInitRank blocks without calling MPI, and some MPIs (HPC-X with
+         * HCOLL) may leave a broadcast's progress to a later MPI call: the barrier
+         * finishes it on every rank first (NVIDIA/cuDecomp#24 hung without it) */
+        MPI_CHECK(MPI_Barrier(g->comm));
         g->nccl = tr_nccl_create(id, g->size, g->rank, 0);
     }
     if (w->pp > 1) /* after every group's communicator, on every rank */

@@ -68,7 +68,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("parallel", "schedule", TR_KEY_CHOICE, "1f1b", 0, 0, "1f1b|gpipe", "pipeline schedule over [train] micro_batches: 1f1b keeps at most pp micro-batches of activations per stage, gpipe all of them"),
     K("parallel", "zero", TR_KEY_INT, "0", 0, 2, 0, "sharded optimizer over the data-parallel ranks: 0 = off, 1 = optimizer state sharded (gradients reduced to their owner, parameters all-gathered), 2 = also the accumulated gradients"),
     K("parallel", "shm_allreduce", TR_KEY_BOOL, "true", 0, 0, 0, "on CPUs: all-reduce gradients (and tp activations) through a shared-memory window when every rank of the group runs on one node; false = MPI_Allreduce"),
-    K("parallel", "bucket_kib", TR_KEY_INT, "256", 4, 1 << 20, 0, "gradient all-reduce bucket size in KiB; each bucket starts as soon as backward fills it (MPI: groups across nodes, or shm_allreduce = false)"),
+    K("parallel", "bucket_kib", TR_KEY_INT, "0", 0, 1 << 20, 0, "gradient reduction bucket size in KiB, at least 4; each bucket starts as soon as backward fills it (MPI groups across nodes or with shm_allreduce = false, and NCCL); 0 = 256 over MPI, 25600 (25 MiB, PyTorch DDP's) over NCCL, whose calls each cost a kernel launch and its latency"),
 
     K("checkpoint", "dir", TR_KEY_STRING, "", 0, 0, 0, "checkpoint directory; empty = <run dir>/checkpoints"),
     K("checkpoint", "every", TR_KEY_INT, "0", 0, BIG, 0, "write a checkpoint every N steps (0 = only at the end)"),

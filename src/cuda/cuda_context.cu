@@ -340,9 +340,16 @@ void tr_cuda_stream_wait(cudaStream_t s)
     }
 }
 
+/* Both copies wait for the stream (with the watch) BEFORE the copy too: the host
+ * buffers are pageable, and a copy between pageable memory and the device may hold
+ * the host inside cudaMemcpyAsync until the stream's earlier work is done (CUDA's
+ * "API synchronization behavior"), where a communicator's failure would go unseen
+ * until run.hang_minutes. They wait for the stream afterwards anyway, so this costs
+ * no overlap. */
 extern "C" void tr_cuda_upload(void *dst_device, const void *src_host, size_t bytes)
 {
     cudaStream_t s = tr_cuda_stream();
+    tr_cuda_stream_wait(s);
     TR_CUDA_CHECK(cudaMemcpyAsync(dst_device, src_host, bytes, cudaMemcpyHostToDevice, s));
     tr_cuda_stream_wait(s);
 }
@@ -350,6 +357,7 @@ extern "C" void tr_cuda_upload(void *dst_device, const void *src_host, size_t by
 extern "C" void tr_cuda_download(void *dst_host, const void *src_device, size_t bytes)
 {
     cudaStream_t s = tr_cuda_stream();
+    tr_cuda_stream_wait(s);
     TR_CUDA_CHECK(cudaMemcpyAsync(dst_host, src_device, bytes, cudaMemcpyDeviceToHost, s));
     tr_cuda_stream_wait(s);
 }

@@ -50,6 +50,12 @@ static int check_layout(run *r)
                          "model %s trains data-parallel only: set [parallel] tp = 1 and pp = 1 "
                          "(tensor and pipeline parallelism are for the gpt model)",
                          model);
+    long bucket_kib = tr_deck_int(r->d, "parallel", "bucket_kib");
+    if (bucket_kib > 0 && bucket_kib < 4)
+        return tr_run_key_error(r, "parallel", "bucket_kib",
+                                "bucket_kib = %ld: a bucket is at least 4 KiB (0 chooses: 256 "
+                                "over MPI, 25600 over NCCL)",
+                                bucket_kib);
     char msg[1024];
     if (tr_comm_check_layout(r->w->size, &dp, tp, pp, msg, sizeof msg))
         return tr_run_key_error(r, "parallel", "dp", "%s", msg);
@@ -613,6 +619,8 @@ static int setup(run *r)
             tr_group_share_memory(r->w->tp_group, SIZE_MAX);
     }
     size_t bucket = (size_t)tr_deck_int(r->d, "parallel", "bucket_kib") * 1024 / sizeof(float);
+    if (!bucket) /* NCCL: some 20 buckets for GPT-2 124M, not 1900 latency-bound ones */
+        bucket = (tr_group_has_nccl(r->w->dp_group) ? 25600 : 256) * (size_t)1024 / sizeof(float);
     tr_dp_init(&r->dp, r->w->dp_group, r->dev, r->model.grads, r->model.nparams, bucket, zero);
     if (r->precision) {
         tr_dp_store_lowp(&r->dp, r->precision);
