@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,7 +51,7 @@ typedef struct options {
 
 static void usage(const char *why)
 {
-    if (why)
+    if (why && *why)
         fprintf(stderr, "tokenize: %s\n", why);
     fprintf(stderr,
             "usage: tokenize --encoder encoder.json --merges vocab.bpe [--split 0.9] -o PREFIX "
@@ -64,7 +65,8 @@ static void usage(const char *why)
             "  --threads N    encoding threads (default: OpenMP's, e.g. OMP_NUM_THREADS)\n"
             "  --piece-kib N  text read and encoded at a time, per piece (default 1024)\n"
             "files may be gzip-compressed; each FILE (--jsonl: each line) is one document,\n"
-            "followed by <|endoftext|> in the token files\n");
+            "followed by <|endoftext|> in the token files (--bytes: none, documents follow\n"
+            "each other directly: the byte vocabulary has no such token)\n");
     exit(why ? TR_EXIT_USAGE : TR_EXIT_OK);
 }
 
@@ -90,9 +92,40 @@ static long positive(const char *flag, const char *v, long max)
     return n;
 }
 
+static const char default_field[] = "text";
+
+/* -o PREFIX names the start of two files (PREFIX.train.tok): a directory would give
+ * hidden files in it (DIR/.train.tok), and a missing directory fails only after the
+ * BPE files are loaded. */
+static void check_prefix(const char *prefix)
+{
+    size_t n = strlen(prefix);
+    struct stat st;
+    if (n == 0 || prefix[n - 1] == '/' || (stat(prefix, &st) == 0 && S_ISDIR(st.st_mode))) {
+        fprintf(stderr,
+                "tokenize: -o %s: PREFIX is the start of the token files' names, not a "
+                "directory (-o data/corpus writes data/corpus.train.tok and "
+                "data/corpus.val.tok)\n",
+                prefix);
+        exit(TR_EXIT_USAGE);
+    }
+    const char *slash = strrchr(prefix, '/');
+    if (slash) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - prefix ? slash - prefix : 1), prefix);
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr,
+                    "tokenize: -o %s: the directory %s does not exist; create it "
+                    "(mkdir -p %s)\n",
+                    prefix, dir, dir);
+            exit(TR_EXIT_IOERR);
+        }
+    }
+}
+
 static options parse_args(int argc, char **argv)
 {
-    options o = {.split = 0.9, .field = "text", .piece_bytes = 1 << 20};
+    options o = {.split = 0.9, .field = default_field, .piece_bytes = 1 << 20};
     int i = 1;
     for (; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
         const char *a = argv[i];
@@ -140,6 +173,10 @@ static options parse_args(int argc, char **argv)
         usage("--encoder and --merges are both needed (or --bytes)");
     if (!o.print && !o.prefix)
         usage("-o PREFIX is needed");
+    if (o.field != default_field && !o.jsonl)
+        usage("--field names the member of a JSON line holding the text: it needs --jsonl");
+    if (o.prefix && !o.print)
+        check_prefix(o.prefix);
     if (!o.threads)
         o.threads = omp_get_max_threads();
     return o;

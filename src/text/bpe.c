@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+int tr_bpe_force_short_merge;
+
 uint64_t tr_bpe_hash_bytes(const void *p, size_t n)
 {
     const unsigned char *s = p;
@@ -62,6 +64,104 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
+/* A pair of neighbouring symbols that a merge could join: its rank, and where its
+ * left symbol starts in the piece. */
+typedef struct tr_bpe_candidate {
+    uint32_t rank;
+    size_t at;
+} tr_bpe_candidate;
+
+/* The lower rank first; of one rank, the leftmost */
+static int cand_before(const tr_bpe_candidate *a, const tr_bpe_candidate *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->at < b->at);
+}
+
+static void heap_push(tr_bpe_candidate *h, size_t *n, tr_bpe_candidate c)
+{
+    size_t i = (*n)++;
+    while (i > 0 && cand_before(&c, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = c;
+}
+
+static tr_bpe_candidate heap_pop(tr_bpe_candidate *h, size_t *n)
+{
+    tr_bpe_candidate top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && cand_before(&h[c + 1], &h[c]))
+            c++;
+        if (!cand_before(&h[c], &last))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n)
+        h[i] = last;
+    return top;
+}
+
+/* Pieces at least this long merge through a heap: the rounds of merge_piece each scan
+ * the whole piece, which a long run of letters (base64, DNA, minified data: no
+ * pre-token boundary for a megabyte) makes quadratic (1 MB took 47 s). */
+#define TR_BPE_LONG_PIECE 256
+
+/* merge_piece's result by another road: every candidate pair in a heap by (rank,
+ * position), the symbols in a list. Popping the lowest rank's leftmost pair and
+ * merging it merges what encoder.py's round of that rank merges, in its order: a
+ * merge makes a token that only pairs of higher rank contain (a merge's parts exist
+ * before it), so no pair of the rank being merged appears meanwhile, and of two
+ * overlapping occurrences the left one wins, as in its left-to-right pass. A popped
+ * pair whose symbols have changed since it was pushed is passed over: its position
+ * holds no symbol any more, or its pair's rank is another (ranks are one a pair).
+ * O(len log len). */
+static size_t merge_long(tr_bpe *b, size_t len)
+{
+    if (grow((void **)&b->link, &b->link_cap, 2 * len, sizeof *b->link) ||
+        grow((void **)&b->heap, &b->heap_cap, 3 * len, sizeof *b->heap))
+        return 0;
+    uint32_t *sym = b->sym; /* sym[i]: the symbol starting at byte i, where one does */
+    size_t *prev = b->link, *next = b->link + len, none = SIZE_MAX, nh = 0;
+    for (size_t i = 0; i < len; i++) {
+        prev[i] = i ? i - 1 : none;
+        next[i] = i + 1 < len ? i + 1 : none;
+    }
+    for (size_t i = 0; i + 1 < len; i++) {
+        const tr_bpe_pair_slot *s = pair_find(b, sym[i], sym[i + 1]);
+        if (s)
+            heap_push(b->heap, &nh, (tr_bpe_candidate){s->rank, i});
+    }
+    while (nh) {
+        tr_bpe_candidate c = heap_pop(b->heap, &nh);
+        size_t i = c.at, j = next[i];
+        if (sym[i] == TR_BPE_EMPTY || j == none)
+            continue;
+        const tr_bpe_pair_slot *s = pair_find(b, sym[i], sym[j]);
+        if (!s || s->rank != c.rank)
+            continue;
+        sym[i] = s->merged;
+        sym[j] = TR_BPE_EMPTY;
+        next[i] = next[j];
+        if (next[j] != none)
+            prev[next[j]] = i;
+        /* each merge pushes at most two pairs: the heap never outgrows 3 len */
+        if (prev[i] != none && (s = pair_find(b, sym[prev[i]], sym[i])))
+            heap_push(b->heap, &nh, (tr_bpe_candidate){s->rank, prev[i]});
+        if (next[i] != none && (s = pair_find(b, sym[i], sym[next[i]])))
+            heap_push(b->heap, &nh, (tr_bpe_candidate){s->rank, i});
+    }
+    size_t n = 0;
+    for (size_t i = 0; i != none; i = next[i])
+        sym[n++] = sym[i];
+    return n;
+}
+
 /* BPE of one piece into b->sym; returns the symbol count, or 0 when out of memory. */
 static size_t merge_piece(tr_bpe *b, const uint8_t *w, size_t len)
 {
@@ -71,6 +171,8 @@ static size_t merge_piece(tr_bpe *b, const uint8_t *w, size_t len)
     size_t n = len;
     for (size_t i = 0; i < n; i++)
         sym[i] = b->byte_id[w[i]];
+    if (len >= TR_BPE_LONG_PIECE && !tr_bpe_force_short_merge)
+        return merge_long(b, len);
     while (n > 1) {
         const tr_bpe_pair_slot *best = NULL;
         for (size_t i = 0; i + 1 < n; i++) {
@@ -237,5 +339,7 @@ void tr_bpe_free(tr_bpe *b)
     free(b->cache_words);
     free(b->cache_ids);
     free(b->sym);
+    free(b->link);
+    free(b->heap);
     free(b);
 }

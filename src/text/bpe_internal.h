@@ -46,7 +46,17 @@ struct tr_bpe {
     /* scratch for one piece's symbols */
     uint32_t *sym;
     size_t sym_cap;
+    /* scratch of a long piece's merge (bpe.c, merge_long): its symbols' neighbours
+     * and the heap of its candidate pairs */
+    size_t *link;
+    size_t link_cap;
+    struct tr_bpe_candidate *heap;
+    size_t heap_cap;
 };
+
+/* For tests: nonzero makes every piece merge round by round, as short ones do (the
+ * heap that long ones take must give the same ids). */
+extern int tr_bpe_force_short_merge;
 
 uint64_t tr_bpe_hash_bytes(const void *p, size_t n);
 static inline uint64_t tr_bpe_hash_pair(uint64_t key)

@@ -348,6 +348,8 @@ tr_bpe *tr_bpe_clone(const tr_bpe *parent)
     b->cache_words = NULL, b->cache_words_len = b->cache_words_cap = 0;
     b->cache_ids = NULL, b->cache_ids_len = b->cache_ids_cap = 0;
     b->sym = NULL, b->sym_cap = 0;
+    b->link = NULL, b->link_cap = 0;
+    b->heap = NULL, b->heap_cap = 0;
     if (!b->byte_mode && new_cache(b)) {
         tr_bpe_free(b);
         return NULL;

@@ -50,6 +50,17 @@ tr_corpus_reader *tr_corpus_reader_open(char *const *files, int nfiles, int json
     return r;
 }
 
+/* zlib's error, without the "PATH: " that zlib puts before it (the caller's message
+ * names the file once) */
+static const char *gz_why(gzFile gz, const char *path, int *code)
+{
+    const char *why = gzerror(gz, code);
+    size_t n = strlen(path);
+    if (why && !strncmp(why, path, n) && !strncmp(why + n, ": ", 2))
+        why += n + 2;
+    return why;
+}
+
 /* Reads into piece until it holds want bytes or the file ends. */
 static int fill(tr_corpus_reader *r, tr_corpus_piece *p, size_t want, char *err, size_t errlen)
 {
@@ -64,7 +75,7 @@ static int fill(tr_corpus_reader *r, tr_corpus_piece *p, size_t want, char *err,
         int got = gzread(r->gz, p->text + p->len, (unsigned)ask);
         if (got < 0) {
             int code;
-            const char *why = gzerror(r->gz, &code);
+            const char *why = gz_why(r->gz, path, &code);
             snprintf(err, errlen, "%s: %s", path,
                      code == Z_ERRNO ? strerror(errno)
                      : why           ? why
@@ -73,7 +84,7 @@ static int fill(tr_corpus_reader *r, tr_corpus_piece *p, size_t want, char *err,
         }
         if (got == 0) {
             int code;
-            const char *why = gzerror(r->gz, &code);
+            const char *why = gz_why(r->gz, path, &code);
             if (code != Z_OK && code != Z_BUF_ERROR) { /* Z_BUF_ERROR: a truncated .gz */
                 snprintf(err, errlen, "%s: %s", path, why ? why : "read failed");
                 return TR_EXIT_DATA;

@@ -170,6 +170,29 @@ head -c 20000 "$WORK/doc4.txt.gz" > "$WORK/cut.txt.gz"
 rc=$?
 check "truncated gzip: exit 65 ($rc): $(cat "$WORK/out")" [ $rc = 65 ]
 check "truncated gzip: nothing written" no_outputs "$WORK/bad"
+printf '\x1f\x8bnot gzip at all' > "$WORK/fake.txt"
+"$TOKENIZE" --bytes -o "$WORK/bad" "$WORK/fake.txt" > "$WORK/out" 2>&1
+rc=$?
+check "not gzip after all: exit 65 ($rc), the file named once: $(cat "$WORK/out")" \
+  [ $rc = 65 -a "$(grep -o "fake.txt" "$WORK/out" | wc -l)" = 1 ]
+# -o names the start of the files, not a directory; its directory must exist; --field
+# is for --jsonl
+mkdir -p "$WORK/outdir"
+for o in "$WORK/outdir" "$WORK/outdir/"; do
+  "$TOKENIZE" --bytes -o "$o" "$WORK/doc0.txt" > "$WORK/out" 2>&1
+  rc=$?
+  check "-o $o: exit 64 ($rc): $(cat "$WORK/out")" \
+    [ $rc = 64 -a -z "$(ls -A "$WORK/outdir")" ]
+done
+"$TOKENIZE" --bytes -o "$WORK/nodir/x" "$WORK/doc0.txt" > "$WORK/out" 2>&1
+rc=$?
+said=$(grep -c "mkdir -p $WORK/nodir" "$WORK/out")
+check "-o in a missing directory: exit 74 ($rc), how to make it: $(cat "$WORK/out")" \
+  [ $rc = 74 -a "$said" = 1 ]
+"$TOKENIZE" --bytes --field body -o "$WORK/bad" "$WORK/doc0.txt" > "$WORK/out" 2>&1
+rc=$?
+said=$(grep -c "needs --jsonl" "$WORK/out")
+check "--field without --jsonl: exit 64 ($rc): $(head -1 "$WORK/out")" [ $rc = 64 -a "$said" = 1 ]
 
 # --- memory: the corpus streams ------------------------------------------------
 if [[ $(ldd "$TOKENIZE" 2>/dev/null) == *libasan* ]]; then # (not ldd | grep -q: lib.sh's sanitized)

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "text/bpe.h"
+#include "text/bpe_internal.h" /* tr_bpe_force_short_merge */
 #include "text/json_object.h"
 #include "text/pretokenize.h"
 #include "text/token_file.h"
@@ -299,6 +300,35 @@ static void test_gpt2(const char *gpt2, const char *dir)
             free(ids);
         }
     }
+    /* long pieces (no pre-token boundary for thousands of bytes) merge through a heap;
+     * their ids must be those of the round-by-round merge of short ones */
+    const char *alphabets[] = {"abcdefghijklmnopqrstuvwxyz", "aeiou", "ab", "0123456789",
+                               "thequickbrownfox",           "ACGT"};
+    int same = 1, long_ones = 0;
+    uint64_t r = 7;
+    char *text = malloc(5000);
+    for (int t = 0; t < 60 && text; t++) {
+        const char *a = alphabets[t % 6];
+        size_t al = strlen(a), tl = 257 + (size_t)(t * 4723 % 4700);
+        for (size_t i = 0; i < tl; i++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            text[i] = a[(r >> 33) % al];
+        }
+        uint32_t *fast = NULL, *slow = NULL;
+        size_t nf = 0, ns = 0;
+        tr_bpe_force_short_merge = 0;
+        int rf = tr_bpe_encode(b, text, tl, &fast, &nf);
+        tr_bpe_force_short_merge = 1;
+        int rs = tr_bpe_encode(b, text, tl, &slow, &ns);
+        tr_bpe_force_short_merge = 0;
+        same &= rf == 0 && rs == 0 && nf == ns && !memcmp(fast, slow, nf * sizeof *fast);
+        long_ones += nf > 1;
+        free(fast);
+        free(slow);
+    }
+    free(text);
+    CHECK(same && long_ones == 60, "60 long pieces: the heap's ids are the rounds' (%d merged)",
+          long_ones);
     tr_bpe_free(b);
 
     /* load errors name the file */
