@@ -642,8 +642,8 @@ int tr_deck_set(tr_deck *d, const char *section, const char *name, const char *v
 }
 
 /* The keys whose help starts with a scope (and, where key is set, that key only):
- * used only where the deciding key has (or, used_if_equal 0, has not) the value. The
- * first rule that matches a key decides. */
+ * used only where the deciding key has (or, used_if_equal 0, has not) the value. A
+ * key is unused where any rule that matches it says so (the first such names it). */
 static const struct scope_rule {
     const char *prefix, *section, *name, *value;
     int used_if_equal;
@@ -657,6 +657,9 @@ static const struct scope_rule {
     {"tokens: ", "data", "format", "tokens", 1, "data.format = tokens", "train_tokens"},
     {"tokens: ", "data", "format", "tokens", 1, "data.format = tokens", "val_tokens"},
     {"tokens: ", "data", "format", "idx", 0, "data.format = tokens or random_tokens", NULL},
+    /* greedy sampling draws nothing */
+    {"gpt: ", "sample", "top_k", "1", 0, "sample.top_k > 1", "top_p"},
+    {"gpt: ", "sample", "top_k", "1", 0, "sample.top_k > 1", "temperature"},
 };
 
 /* The rule that scopes key k and leaves it unused in d, or NULL */
@@ -666,8 +669,10 @@ static const struct scope_rule *unused_by(const tr_deck *d, const tr_key_spec *k
         const struct scope_rule *s = &scope_rules[r];
         if (strncmp(k->help, s->prefix, strlen(s->prefix)) || (s->key && strcmp(k->name, s->key)))
             continue;
-        int equal = !strcmp(tr_deck_str(d, s->section, s->name), s->value);
-        return equal == s->used_if_equal ? NULL : s;
+        int key = find_key(s->section, s->name);
+        int equal = same_value(key, d->values[key].text, s->value);
+        if (equal != s->used_if_equal)
+            return s;
     }
     return NULL;
 }
@@ -692,7 +697,7 @@ int tr_deck_unused_keys(const tr_deck *d, char *buf, size_t len)
                          "[%s] %s = %s (%s) applies where %s; this run has %s.%s = %s and "
                          "ignores it\n",
                          k->section, k->name, d->values[i].text, d->values[i].origin, s->where,
-                         s->section, s->name, tr_deck_str(d, s->section, s->name));
+                         s->section, s->name, d->values[find_key(s->section, s->name)].text);
         used += n < 0 ? 0 : (size_t)n < len - used ? (size_t)n : len - used - 1;
     }
     return count;

@@ -55,6 +55,8 @@ static void top_k(const float *lg, int V, int k, int *top)
 
 int tr_pick_token(const float *lg, int V, const tr_sampling *s, uint64_t draw)
 {
+    if (s->vocab > 0 && s->vocab < V)
+        V = s->vocab;
     int k = s->top_k < V ? s->top_k : V;
     if (k <= 1) {
         int best = 0;
@@ -98,7 +100,7 @@ tr_sampling tr_sampling_from_deck(const struct tr_deck *d)
     tr_sampling s = {(int)tr_deck_int(d, "sample", "top_k"),
                      (float)tr_deck_float(d, "sample", "top_p"),
                      (float)tr_deck_float(d, "sample", "temperature"),
-                     (uint64_t)tr_deck_int(d, "train", "seed")};
+                     (uint64_t)tr_deck_int(d, "train", "seed"), 0};
     return s;
 }
 

@@ -11,6 +11,8 @@ typedef struct tr_sampling {
     float top_p;       /* of those, the fewest whose probability reaches p (1: all) */
     float temperature; /* logits divided by it */
     uint64_t seed;     /* with the draw's number, the RNG's counter */
+    int vocab;         /* > 0: draw among ids [0, vocab) only, the tokenizer's (a model's larger
+                        * vocab_size has ids no text decodes); 0: all V */
 } tr_sampling;
 
 /* The [sample] keys top_k, top_p and temperature, and the run's seed. */

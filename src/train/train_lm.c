@@ -26,9 +26,11 @@ static int load_tokenizer(run *r)
         const char *merges = tr_deck_str(r->d, "data", "merges");
         r->bpe = tr_bpe_load(encoder, merges, msg, sizeof msg);
         if (!r->bpe) {
-            /* the message starts with the file it is about */
-            int is_merges =
-                !strncmp(msg, merges, strlen(merges)) && strncmp(msg, encoder, strlen(encoder));
+            /* the message starts with the file it is about, then a colon (a path can be
+             * the start of the other one: vocab and vocab.bpe) */
+            size_t nm = strlen(merges), ne = strlen(encoder);
+            int is_merges = !strncmp(msg, merges, nm) && msg[nm] == ':' &&
+                            !(!strncmp(msg, encoder, ne) && msg[ne] == ':');
             const char *file = is_merges ? merges : encoder;
             tr_run_key_error(r, "data", is_merges ? "merges" : "encoder",
                              "%s (run scripts/fetch_gpt2_bpe.sh, or set [sample] length = 0)", msg);
@@ -162,6 +164,10 @@ void tr_lm_sample(run *r, long step)
     if (split)
         tr_bcast(tok, n, TR_I32, 0, r->w->world);
     tr_sampling how = tr_sampling_from_deck(r->d);
+    int32_t vocab = r->bpe ? (int32_t)tr_bpe_vocab_size(r->bpe) : 0; /* rank 0's */
+    if (split)
+        tr_bcast(&vocab, 1, TR_I32, 0, r->w->world);
+    how.vocab = vocab;
     double t0 = tr_wtime();
     if (split)
         tr_pipeline_generate(r, tok, (int)n, (int)total, &how);

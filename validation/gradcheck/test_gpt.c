@@ -264,7 +264,7 @@ static void test_init_and_generation(void)
     CHECK(found == 4, "layers named as GPT-2's checkpoints (found %d of 4)", found);
 
     int32_t a[12] = {1, 2, 3}, b[12] = {1, 2, 3};
-    tr_sampling greedy = {1, 1.0f, 1.0f, 1}, top4 = {4, 1.0f, 1.0f, 9};
+    tr_sampling greedy = {1, 1.0f, 1.0f, 1, 0}, top4 = {4, 1.0f, 1.0f, 9, 0};
     tr_gpt_generate(&m, a, 3, 12, &greedy);
     tr_gpt_generate(&m, b, 3, 12, &greedy);
     CHECK(!memcmp(a, b, sizeof a), "greedy generation is deterministic");
@@ -332,7 +332,7 @@ static void test_decode(int format)
               worst);
     }
     /* generation: the cache's picks against a forward per token, prompt 1 and 3 */
-    tr_sampling greedy = {1, 1.0f, 1.0f, 1};
+    tr_sampling greedy = {1, 1.0f, 1.0f, 1, 0};
     for (int np = 1; np <= 3; np += 2) {
         int32_t a[T] = {1, 2, 3}, b[T];
         tr_gpt_generate(&m, a, np, T, &greedy);

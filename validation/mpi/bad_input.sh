@@ -181,6 +181,11 @@ done
 if [ -f data/gpt2/encoder.json ]; then
   expect gpt-merges-missing 2 66 "command line 'data.merges=.*nowhere.bpe': .*nowhere.bpe: cannot open" \
     "$gdeck" "${gtok[@]}" model.vocab_size=300 sample.length=4 data.merges="$WORK/nowhere.bpe"
+  # the encoder's path the start of the merges' (vocab, vocab.bpe): still the merges
+  cp data/gpt2/encoder.json "$WORK/vocab"
+  expect gpt-merges-missing-prefix 2 66 "command line 'data.merges=.*vocab.bpe': .*vocab.bpe: cannot open" \
+    "$gdeck" "${gtok[@]}" model.vocab_size=300 sample.length=4 data.encoder="$WORK/vocab" \
+    data.merges="$WORK/vocab.bpe"
 fi
 printf 'not a token file at all, just some text that is long enough' >"$WORK/bad.tok"
 expect gpt-corrupt-tokens 2 65 "bad.tok" "$gdeck" "${gtok[@]}" model.vocab_size=300 data.val_tokens="$WORK/bad.tok"

@@ -291,6 +291,25 @@ static void test_unused_keys(void)
                           "applies where data.format = idx"),
           "random_tokens: train_tokens and test_labels unused, got %d: %s", n, buf);
 
+    /* greedy sampling (top_k 1) draws nothing: top_p and temperature named, at 01 too;
+     * with top_k 40 they are used */
+    tr_deck gr;
+    char *ov4[] = {"model.name=gpt", "sample.top_k=01", "sample.top_p=0.9"};
+    CHECK(!tr_deck_load_text(&gr, "s.in", "[sample]\ntemperature = 0.7\n", 3, ov4), "load s: %s",
+          gr.errors);
+    n = tr_deck_unused_keys(&gr, buf, sizeof buf);
+    CHECK(n == 2 &&
+              strstr(buf, "[sample] top_p = 0.9 (command line 'sample.top_p=0.9') applies where "
+                          "sample.top_k > 1; this run has sample.top_k = 01") &&
+              strstr(buf, "[sample] temperature = 0.7 (s.in:2) applies where sample.top_k > 1"),
+          "greedy: top_p and temperature unused, got %d: %s", n, buf);
+    tr_deck_free(&gr);
+    char *ov5[] = {"model.name=gpt", "sample.top_k=40", "sample.top_p=0.9"};
+    CHECK(!tr_deck_load_text(&gr, "s.in", "", 3, ov5), "load s40: %s", gr.errors);
+    n = tr_deck_unused_keys(&gr, buf, sizeof buf);
+    CHECK(n == 0, "top_k 40: top_p used, got %d: %s", n, buf);
+    tr_deck_free(&gr);
+
     /* a resolved deck (deck.in) sets every key, the other model's at their defaults:
      * read back, it names none of those */
     char *text = tr_deck_resolved_text(&g);

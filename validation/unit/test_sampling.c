@@ -62,7 +62,7 @@ int main(void)
             lg[j] = (float)((r >> 33) % 23) * 0.25f - 2.0f;
         }
         int k = 1 + row % 40;
-        tr_sampling s = {k, 1.0f, 0.7f + 0.01f * (float)(row % 9), (uint64_t)row};
+        tr_sampling s = {k, 1.0f, 0.7f + 0.01f * (float)(row % 9), (uint64_t)row, 0};
         for (uint64_t d = 0; d < 20; d++) {
             int got = tr_pick_token(lg, V, &s, d);
             same &= got == (k > 1 ? old_pick(lg, V, k, s.temperature, s.seed, d) : got);
@@ -76,15 +76,26 @@ int main(void)
     CHECK(inside, "top-k never picks outside the k best (ties by index)");
 
     float tie[6] = {1, 3, 3, 0, 3, 2};
-    tr_sampling greedy = {1, 1.0f, 1.0f, 7};
+    tr_sampling greedy = {1, 1.0f, 1.0f, 7, 0};
     CHECK(tr_pick_token(tie, 6, &greedy, 0) == 1, "greedy: the lowest index of the largest");
-    tr_sampling two = {2, 1.0f, 1.0f, 7};
+    tr_sampling two = {2, 1.0f, 1.0f, 7, 0};
     int seen[6] = {0};
     for (uint64_t d = 0; d < 400; d++)
         seen[tr_pick_token(tie, 6, &two, d)]++;
     CHECK(seen[1] > 100 && seen[2] > 100 && seen[1] + seen[2] == 400,
           "top-2 of a three-way tie: indices 1 and 2 only (%d, %d, %d)", seen[1], seen[2],
           seen[4]);
+
+    /* a model vocabulary larger than the tokenizer's: its ids past the tokenizer's are
+     * never drawn, however likely (greedy and sampled) */
+    float wide[6] = {0, 1, 2, 3, 9, 8};
+    tr_sampling narrow = {1, 1.0f, 1.0f, 7, .vocab = 4};
+    CHECK(tr_pick_token(wide, 6, &narrow, 0) == 3, "greedy within the tokenizer's 4 ids");
+    narrow.top_k = 6;
+    int past = 0;
+    for (uint64_t d = 0; d < 400; d++)
+        past += tr_pick_token(wide, 6, &narrow, d) >= 4;
+    CHECK(past == 0, "top-k 6 within the tokenizer's 4 ids: %d of 400 draws past them", past);
 
     const double p[4] = {0.5, 0.3, 0.15, 0.05};
     float pl[4];
@@ -98,7 +109,7 @@ int main(void)
                  {0.5f, {1, 0, 0, 0}},
                  {1e-6f, {1, 0, 0, 0}}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        tr_sampling s = {50, cases[c].top_p, 1.0f, 3}; /* k past V: all four */
+        tr_sampling s = {50, cases[c].top_p, 1.0f, 3, 0}; /* k past V: all four */
         int count[4] = {0};
         for (uint64_t d = 0; d < 20000; d++)
             count[tr_pick_token(pl, 4, &s, d)]++;
@@ -113,7 +124,7 @@ int main(void)
               count[0], count[1], count[2], count[3]);
     }
 
-    tr_sampling s = {40, 0.9f, 0.8f, 11};
+    tr_sampling s = {40, 0.9f, 0.8f, 11, 0};
     CHECK(tr_pick_token(lg, V, &s, 5) == tr_pick_token(lg, V, &s, 5), "same draw, same token");
     char buf[96];
     tr_sampling_describe(&s, buf, sizeof buf);
