@@ -332,14 +332,58 @@ static int read_tensor(hid_t f, const char *path, const tr_ckpt_tensor *t, uint3
     return rc;
 }
 
+/* H5Lvisit: counts the datasets the trainer wrote as parameters ("kind" attribute
+ * "parameter"); others (a user's own data beside them) are not the model's. */
+static herr_t count_parameter(hid_t g, const char *name, const H5L_info_t *info, void *count)
+{
+    (void)info;
+    hid_t ds = H5Dopen2(g, name, H5P_DEFAULT); /* a group fails: not counted */
+    if (ds >= 0) {
+        char kind[32];
+        if (ckpt_attr_read_str(ds, "kind", kind, sizeof kind) == 0 && !strcmp(kind, "parameter"))
+            ++*(int *)count;
+        H5Dclose(ds);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    return 0;
+}
+
+/* The parameter tensors the file's /model holds (0 without one). */
+static int file_parameters(hid_t f)
+{
+    int count = 0;
+    if (H5Lexists(f, "/model", H5P_DEFAULT) > 0) {
+        hid_t g = H5Gopen2(f, "/model", H5P_DEFAULT);
+        if (g >= 0) {
+            H5Lvisit(g, H5_INDEX_NAME, H5_ITER_NATIVE, count_parameter, &count);
+            H5Gclose(g);
+        }
+    }
+    H5Eclear2(H5E_DEFAULT);
+    return count;
+}
+
 /* Collective: every tensor's CRC combined from the owners' runs of what they read,
  * against the file's crc32 (expect, per caller tensor). The verdict and the
- * message are the same on every rank: the first bad tensor in file order. */
+ * message are the same on every rank: the first bad tensor in file order. Before
+ * that, the file's parameters (in_file of them) must all be the model's: each of the
+ * model's was found in the file, so more there are another model's (a deeper one's
+ * layers, which a shallower model would otherwise load without them). */
 static int verify(const char *path, const tr_ckpt_tensor *t, int n, const uint32_t *expect,
-                  tr_group *g, char *err, size_t errlen)
+                  int in_file, tr_group *g, char *err, size_t errlen)
 {
     catalogue c = {0};
     int code = ckpt_agree(g, ckpt_cat_build(&c, t, n, g, err, errlen), err, errlen);
+    int in_model = 0;
+    for (int i = 0; !code && i < c.n; i++)
+        in_model += !strcmp(c.e[i].kind, "parameter") && !strncmp(c.e[i].path, "/model/", 7);
+    if (!code && in_model && in_file > in_model) {
+        ckpt_fail(err, errlen,
+                  "'%s' holds %d parameter tensors and this model %d: written for another "
+                  "model (more layers?); h5dump -d /deck shows the deck that wrote it",
+                  path, in_file, in_model);
+        code = TR_EXIT_DATA;
+    }
     if (!code) {
         uint32_t *crc = NULL;
         int *status = NULL;
@@ -421,13 +465,14 @@ int tr_ckpt_read(const char *path, tr_ckpt_meta *meta, const tr_ckpt_tensor *t, 
     for (int i = 0; !code && i < n; i++)
         if (read_tensor(f, path, &t[i], &expect[i], err, errlen))
             code = TR_EXIT_DATA;
+    int in_file = code ? 0 : file_parameters(f);
     if (H5Fclose(f) < 0 && !code) {
         ckpt_fail(err, errlen, "'%s': closing failed: %s", path, ckpt_h5_why(why));
         code = TR_EXIT_DATA;
     }
     code = ckpt_agree(g, code, err, errlen);
     if (!code)
-        code = verify(path, t, n, expect, g, err, errlen);
+        code = verify(path, t, n, expect, in_file, g, err, errlen);
     tr_free(expect);
     return code;
 }

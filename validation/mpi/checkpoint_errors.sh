@@ -45,6 +45,9 @@ expect_resume flipped-byte 65 "'$WORK/flip.h5': checksum mismatch in /model/fc1/
 # other model, other shapes, other optimizer
 expect_resume wrong-model 65 "was written for model 'mlp'; this deck trains 'cnn'" "$ck/step_00000030.h5" model.name=cnn
 expect_resume wrong-shape 65 "/model/fc1/weight has shape \[256, 784\], the model has \[128, 784\]" "$ck/step_00000030.h5" model.hidden=128,256
+# a deeper model's checkpoint: this one's tensors all in it, same shapes (fc1, and fc2
+# of 256 x 256 as the classes) and one layer more (fc3), which it would have lost
+expect_resume fewer-layers 65 "holds 6 parameter tensors and this model 4: written for another model" "$ck/step_00000030.h5" model.hidden=256 model.classes=256
 expect_resume wrong-optimizer 65 "holds sgd optimizer state; this deck uses adamw" "$ck/step_00000030.h5" optim.name=adamw
 
 # foreign files
