@@ -193,10 +193,16 @@ static int parse_double(const char *v, double *out)
 
 static void fmt_num(char *buf, size_t len, double x)
 {
-    if (x == floor(x) && fabs(x) < 1e15)
+    if (x == floor(x) && fabs(x) < 1e15) {
         snprintf(buf, len, "%.0f", x);
-    else
-        snprintf(buf, len, "%g", x);
+        return;
+    }
+    /* the fewest digits that give x back: a range's end of 0.999999999 is not "1" */
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, len, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x)
+            return;
+    }
 }
 
 /* Checks one value against its spec; appends "where: message" on failure. */

@@ -46,7 +46,7 @@ const tr_key_spec tr_deck_keys[] = {
     K("train", "loss_scale_window", TR_KEY_INT, "1000", 1, BIG, 0, "fp16-mixed, dynamic: good steps in a row before the loss scale doubles"),
     K("train", "micro_batches", TR_KEY_INT, "1", 1, 65536, 0, "split each rank's batch into this many micro-batches and accumulate gradients"),
     K("train", "eval_every", TR_KEY_INT, "0", 0, BIG, 0, "evaluate on the test split every N steps (0 = only at the end)"),
-    K("train", "eval_batch_size", TR_KEY_INT, "1000", 1, 1 << 24, 0, "samples per evaluation batch over all ranks"),
+    K("train", "eval_batch_size", TR_KEY_INT, "1000", 1, 1 << 24, 0, "samples per evaluation batch over all ranks (a rank takes at most 4096, and no more than its share of the test set; gpt: at most its micro-batch)"),
     K("train", "early_stop", TR_KEY_INT, "0", 0, BIG, 0, "stop training once this many evaluations in a row (train.eval_every) have not lowered the lowest validation loss so far, with the checkpoint of the end (0 = off)"),
     K("train", "log_every", TR_KEY_INT, "10", 1, BIG, 0, "write a metrics.csv row every N steps (the progress line keeps its own pace: run.progress)"),
 

@@ -9,10 +9,12 @@ static int build_mlp(tr_model *m, const tr_deck *d, tr_shape input,
                      const tr_model_layout *layout, char *err, size_t errlen)
 {
     (void)layout; /* data parallel only: the trainer refuses tp and pp for it */
-    int hidden[16];
-    int n = tr_deck_intlist(d, "model", "hidden", hidden, 16);
+    int hidden[9];
+    int n = tr_deck_intlist(d, "model", "hidden", hidden, 9); /* 9: one too many */
     if (n > 8) {
-        snprintf(err, errlen, "[model] hidden lists %d layers; the mlp takes at most 8", n);
+        snprintf(err, errlen,
+                 "[model] hidden lists more than 8 widths; the mlp takes at most 8 "
+                 "hidden layers");
         return TR_EXIT_USAGE;
     }
     int width = (int)tr_shape_numel(input);

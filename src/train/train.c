@@ -533,9 +533,14 @@ static int setup(run *r)
     if (!rc && !r->lm) {
         char msg[1024];
         tr_shape input = {r->train.c, r->train.h, r->train.w};
-        if (tr_model_build(&r->model, tr_deck_str(r->d, "model", "name"), r->d, input, NULL,
-                           msg, sizeof msg))
-            rc = tr_run_key_error(r, "model", "name", "%s", msg);
+        if (tr_model_build(&r->model, tr_deck_str(r->d, "model", "name"), r->d, input, NULL, msg,
+                           sizeof msg)) {
+            /* where the message names a key first ("[model] hidden ..."), its line */
+            char section[32] = "model", key[64] = "name";
+            if (sscanf(msg, "[%31[a-z]] %63[a-z_0-9]", section, key) != 2)
+                snprintf(section, sizeof section, "model"), snprintf(key, sizeof key, "name");
+            rc = tr_run_key_error(r, section, key, "%s", msg);
+        }
     }
     rc = tr_comm_agree(r->w, rc, r->err);
     if (rc)
@@ -575,6 +580,10 @@ static int setup(run *r)
     r->eval_local_batch = (eval_global + r->w->dp - 1) / r->w->dp;
     if (r->eval_local_batch > 4096)
         r->eval_local_batch = 4096;
+    /* no larger than a rank's share of the test set: memory for batches it never has */
+    long shard = r->lm ? 0 : (r->test.n + r->w->dp - 1) / r->w->dp;
+    if (shard > 0 && r->eval_local_batch > shard)
+        r->eval_local_batch = shard;
     if (r->lm && r->eval_local_batch > r->micro_batch)
         r->eval_local_batch = r->micro_batch; /* sequences are large: eval as trained */
     long max_batch = r->micro_batch > r->eval_local_batch ? r->micro_batch : r->eval_local_batch;

@@ -22,6 +22,14 @@ check "a plan trains nothing" [ ! -e "$WORK/run" ]
 check "plan names the logits' part of the activations" \
   grep -q "^  activations .*(batch 4; the logits 49.1 MiB of it, fp32)" "$WORK/plan"
 check "the CPU's plan has no backend workspace" bash -c "! grep -q 'backend workspace' '$WORK/plan'"
+# a classifier's evaluation batch: no larger than a rank's share of the test set (2000
+# images over 4 ranks), however large eval_batch_size
+if [ -f data/mnist/t10k-images-idx3-ubyte ] || [ -f data/mnist/t10k-images-idx3-ubyte.gz ]; then
+  "$TRAINER" --plan inputs/mnist_cnn.in --ranks 4 train.eval_batch_size=16777216 \
+    >"$WORK/plan_cnn" 2>"$WORK/err"
+  check "CNN plan: the evaluation batch is a rank's share of the test set: $(grep activations "$WORK/plan_cnn")" \
+    grep -q "^  activations .*(batch 500)" "$WORK/plan_cnn"
+fi
 # a CUDA build plans a GPU run without a GPU: cuBLAS's workspace (32 MiB) and the
 # backend's scratch (2.3 MiB of partial sums, 256 MiB of 16-bit GEMM operands) are a line
 # of their own, counted in the total (the reservation's size)

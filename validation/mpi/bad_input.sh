@@ -71,6 +71,7 @@ expect unwritable-run-dir 2 74 "cannot create the run directory '/proc/nope/run'
 expect batch-not-divisible 4 64 "global batch_size 126 is not divisible by the 4 data-parallel ranks" "$deck" train.batch_size=126
 expect more-ranks-than-samples 4 64 "global batch_size 8 is larger than the 4 training samples" "$deck" train.batch_size=8 data.train_limit=4
 expect micro-not-divisible 2 64 "not divisible into 3 micro-batches" "$deck" train.micro_batches=3
+expect mlp-too-deep 2 64 "command line 'model.hidden=1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1': \[model\] hidden lists more than 8 widths" "$deck" model.hidden=1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1
 expect bucket-too-small 2 64 "command line 'parallel.bucket_kib=2': bucket_kib = 2: a bucket is at least 4 KiB" "$deck" parallel.bucket_kib=2
 expect dp-mismatch 4 64 "dp=3 x tp=1 x pp=1 = 3 ranks, but the job has 4" "$deck" parallel.dp=3
 expect tp-for-mlp 2 64 "model mlp trains data-parallel only" "$deck" parallel.tp=2

@@ -344,6 +344,12 @@ static void test_bom_and_big_integers(void)
           "20 digits: %s", d.errors);
     CHECK(strstr(d.errors, "[train] seed expects an integer, got '2.5'"), "2.5: %s", d.errors);
     tr_deck_free(&d);
+    /* a range's end as it is (beta2's 0.999999999 was printed "1", refusing 1 "in" it) */
+    char *one[] = {"optim.beta2=1"};
+    rc = tr_deck_load_text(&d, "o.in", "", 1, one);
+    CHECK(rc == TR_EXIT_USAGE && strstr(d.errors, "beta2 = 1 is out of range [0, 0.999999999]"),
+          "beta2 = 1: %s", d.errors);
+    tr_deck_free(&d);
 }
 
 int main(void)
