@@ -103,12 +103,23 @@ static MPI_Op mpi_op(tr_redop op)
 }
 
 #ifdef TRAINER_HAVE_CUDA
+static int g_nccl_on; /* tr_comm_use_nccl made the communicators */
+
 /* The group's NCCL communicator when it has one and buf is device memory (then
- * other, a second buffer of the same call, must be device memory too); else NULL. */
+ * other, a second buffer of the same call, must be device memory too); else NULL.
+ * Device memory on a group without one (the world, the pipeline group) is a bug:
+ * MPI would be handed memory it cannot read. */
 static tr_nccl *nccl_for(const tr_group *g, const void *buf, const void *other)
 {
-    if (!g->nccl)
+    if (!g->nccl) {
+        if (g_nccl_on && buf && tr_nccl_is_device(buf))
+            tr_fatal(TR_EXIT_SOFTWARE,
+                     "bug: a call on device memory over a group of %d ranks "
+                     "without an NCCL communicator (the world and the pipeline group carry "
+                     "host memory only)",
+                     g->size);
         return NULL;
+    }
     int device = tr_nccl_is_device(buf);
     if (other && other != buf && tr_nccl_is_device(other) != device)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: one call with a host and a device buffer");
@@ -120,16 +131,16 @@ static tr_nccl *nccl_for(const tr_group *g, const void *buf, const void *other)
  * nccl_for. sending: 1 for a send, 0 for a receive. */
 static tr_nccl *nccl_p2p_for(const tr_group *g, const void *buf, int *peer, int sending)
 {
-    tr_nccl *n = nccl_for(g, buf, NULL);
     int above = *peer == g->rank + 1;
-    if (!n || (!above && *peer != g->rank - 1))
-        return n;
-    /* up: I send to the rank above, or receive from the rank below */
-    tr_nccl *l = g->link[above][sending == above ? LINK_UP : LINK_DOWN];
-    if (!l)
-        return n;
-    *peer = above; /* the upper rank of a link is 1 */
-    return l;
+    if (above || *peer == g->rank - 1) {
+        /* up: I send to the rank above, or receive from the rank below */
+        tr_nccl *l = g->link[above][sending == above ? LINK_UP : LINK_DOWN];
+        if (l && buf && tr_nccl_is_device(buf)) {
+            *peer = above; /* the upper rank of a link is 1 */
+            return l;
+        }
+    }
+    return nccl_for(g, buf, NULL);
 }
 
 /* When `find` (an expression) gives an NCCL communicator: runs `call` (which names
@@ -436,8 +447,12 @@ int tr_comm_use_nccl(tr_world *w, char *err, size_t errlen)
     /* Making a communicator waits for all of its ranks. Every rank goes through the
      * kinds in this order and the groups of one kind are disjoint, so nobody waits
      * on a rank that is busy with another kind. A group seen twice (dp, tp and pp
-     * are the world until tr_comm_make_grid) is made once. */
-    tr_group *groups[] = {w->world, w->dp_group, w->tp_group, w->pp_group, w->emb_group};
+     * are the world until tr_comm_make_grid) is made once. Only the groups that sum
+     * device memory get one: the world's calls (losses, agreements, timings) and the
+     * pipeline group's (its messages go over the links below; a sampled token) are
+     * on host memory, and a communicator of all of a large job's ranks would cost
+     * its start-up time and memory for nothing (nccl_for stops a device call on them). */
+    tr_group *groups[] = {w->dp_group, w->tp_group, w->emb_group};
     for (size_t i = 0; i < sizeof groups / sizeof *groups; i++) {
         tr_group *g = groups[i];
         if (!g || g->nccl)
@@ -454,6 +469,7 @@ int tr_comm_use_nccl(tr_world *w, char *err, size_t errlen)
     }
     if (w->pp > 1) /* after every group's communicator, on every rank */
         make_links(w->pp_group);
+    g_nccl_on = 1;
     return 0;
 #endif
 }
