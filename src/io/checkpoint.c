@@ -132,6 +132,27 @@ int tr_ckpt_list(const char *dir, long **steps)
     return n;
 }
 
+/* Deletes the temporary files of writes that never finished (a killed run's: they
+ * would count against the free space the next write checks for). */
+static void remove_unfinished(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char path[4096];
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if ((!strncmp(e->d_name, "step_", 5) || !strcmp(e->d_name, TR_CKPT_BEST ".tmp") ||
+             !strcmp(e->d_name, TR_CKPT_LAST ".tmp")) &&
+            len > 7 && !strcmp(e->d_name + len - 7, ".h5.tmp")) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    }
+    closedir(d);
+}
+
 void tr_ckpt_prune(const char *dir, int keep, long newest)
 {
     long *steps;
@@ -144,24 +165,13 @@ void tr_ckpt_prune(const char *dir, int keep, long newest)
         if (steps[i] > newest || kept++ < keep)
             continue;
         tr_ckpt_path(path, sizeof path, dir, steps[i]);
-        unlink(path);
+        if (unlink(path) && errno != ENOENT)
+            printf("warning: [checkpoint] keep = %d: cannot delete %s: %s; it stays, with the "
+                   "newer ones\n",
+                   keep, path, strerror(errno));
     }
     free(steps);
-    /* temporary files of writes that never finished */
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if ((!strncmp(e->d_name, "step_", 5) || !strcmp(e->d_name, TR_CKPT_BEST ".tmp") ||
-             !strcmp(e->d_name, TR_CKPT_LAST ".tmp")) &&
-            len > 7 && !strcmp(e->d_name + len - 7, ".h5.tmp")) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-    }
-    closedir(d);
+    remove_unfinished(dir);
 }
 
 /* ---- the directory every rank must see ------------------------------------------- */
@@ -189,6 +199,8 @@ int tr_ckpt_dir_check(const char *dir, tr_group *g, char *err, size_t errlen)
             ckpt_fail(err, errlen, "cannot write in the checkpoint directory '%s': %s", dir,
                       strerror(errno));
             code = TR_EXIT_IOERR;
+        } else {
+            remove_unfinished(dir); /* before this run writes any */
         }
     }
     code = ckpt_agree(g, code, err, errlen);

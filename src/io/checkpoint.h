@@ -165,7 +165,8 @@ int tr_ckpt_read(const char *path, tr_ckpt_meta *meta, const tr_ckpt_tensor *t, 
  * file there; every rank reads it back. Returns 0, or TR_EXIT_IOERR (rank 0 cannot
  * make or write it) or TR_EXIT_USAGE (some rank does not see it: the directory is
  * node-local), with the same message on every rank. Checkpoints are written and
- * read by all ranks together, so a run checks this before it resumes or writes. */
+ * read by all ranks together, so a run checks this before it resumes or writes.
+ * Rank 0 also deletes the temporary files a killed run's writes left there. */
 int tr_ckpt_dir_check(const char *dir, tr_group *g, char *err, size_t errlen);
 
 /* The resolved deck of the run that wrote path (its /deck), allocated (free() it),

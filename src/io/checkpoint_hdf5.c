@@ -119,18 +119,11 @@ int ckpt_attr_read_str(hid_t obj, const char *name, char *buf, size_t len)
 
 /* ---- file access ------------------------------------------------------------ */
 
-/* Collective metadata operations make HDF5 read metadata on one rank and share it,
- * which needs every rank to make the same calls: right for writes, where every rank
- * creates every dataset, wrong for reads, where each rank opens only its tensors. */
-hid_t ckpt_mpio_fapl(tr_group *g, int collective_metadata)
+/* Reading: each rank opens only its own tensors, so metadata operations are not
+ * collective (collective ones need every rank to make the same calls). */
+hid_t ckpt_mpio_fapl(tr_group *g)
 {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5Pset_fapl_mpio(fapl, tr_group_mpi_comm(g), MPI_INFO_NULL);
-    /* large datasets on 1 MiB boundaries: whole file-system blocks per writer */
-    H5Pset_alignment(fapl, 1 << 20, 1 << 20);
-    if (collective_metadata) {
-        H5Pset_all_coll_metadata_ops(fapl, 1);
-        H5Pset_coll_metadata_write(fapl, 1);
-    }
     return fapl;
 }

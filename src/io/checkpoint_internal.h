@@ -29,7 +29,7 @@ int ckpt_attr_i64(hid_t obj, const char *name, int64_t v);
 enum { CKPT_ATTR_MISSING = -1, CKPT_ATTR_WRONG_KIND = -2 };
 int ckpt_attr_read(hid_t obj, const char *name, hid_t type, void *v);
 int ckpt_attr_read_str(hid_t obj, const char *name, char *buf, size_t len);
-hid_t ckpt_mpio_fapl(tr_group *g, int collective_metadata);
+hid_t ckpt_mpio_fapl(tr_group *g);
 
 /* ---- where a rank's elements are (checkpoint_layout.c) ------------------------ */
 

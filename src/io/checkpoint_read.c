@@ -443,7 +443,7 @@ int tr_ckpt_read(const char *path, tr_ckpt_meta *meta, const tr_ckpt_tensor *t, 
     hid_t f = -1;
     if (!code) {
         /* opened collectively; each rank then reads its own tensors independently */
-        hid_t fapl = ckpt_mpio_fapl(g, 0);
+        hid_t fapl = ckpt_mpio_fapl(g);
         f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
         H5Pclose(fapl);
         if (f < 0) {

@@ -1,6 +1,6 @@
-/* checkpoint_write.c: tr_ckpt_write. The structure through parallel HDF5, the data
- * straight through MPI-IO into the places HDF5 allocated, synced, then renamed into
- * place (checkpoint.h). */
+/* checkpoint_write.c: tr_ckpt_write. The structure through HDF5 on rank 0, the data
+ * straight through MPI-IO from every rank into the places HDF5 allocated, synced,
+ * then renamed into place (checkpoint.h). */
 #include "io/checkpoint_internal.h"
 #include "core/watchdog.h"
 #include "version.h"
@@ -20,9 +20,8 @@ typedef struct wctx {
     int collective; /* tensor data through MPI-IO collective buffering */
 } wctx;
 
-/* Creates tensor e's dataset with its attributes (collective: every rank passes
- * the same values, crc included) and returns where its data starts in the file;
- * the data itself is written later, by write_runs. */
+/* Creates tensor e's dataset with its attributes (crc included) and returns where
+ * its data starts in the file; the data itself is written later, by write_runs. */
 static int create_tensor(hid_t f, const cat_entry *e, uint32_t crc, uint64_t *offset, char *err,
                          size_t errlen)
 {
@@ -133,7 +132,7 @@ static int write_runs(const char *file, const tr_ckpt_tensor *t, const run *runs
     return bad ? -1 : 0;
 }
 
-static int write_deck(hid_t f, const char *text, int rank, char *err, size_t errlen)
+static int write_deck(hid_t f, const char *text, char *err, size_t errlen)
 {
     char why[256];
     size_t len = strlen(text);
@@ -143,14 +142,7 @@ static int write_deck(hid_t f, const char *text, int rank, char *err, size_t err
     hid_t ds = H5Dcreate2(f, "/deck", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     herr_t rc = -1;
     if (ds >= 0) {
-        hid_t sel = H5Scopy(sp);
-        if (rank)
-            H5Sselect_none(sel);
-        hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-        H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-        rc = H5Dwrite(ds, t, sel, sel, dxpl, len ? text : " ");
-        H5Pclose(dxpl);
-        H5Sclose(sel);
+        rc = H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, len ? text : " ");
         H5Dclose(ds);
     }
     H5Sclose(sp);
@@ -258,41 +250,59 @@ static int prepare_write(const char *dir, const tr_ckpt_meta *meta, const tr_ckp
     return ckpt_agree(g, code, err, errlen);
 }
 
-/* Collective: the structure, attributes and checksums through HDF5; where[i] gets
- * the file offset of the caller's tensor i. */
-static int write_structure(const char *tmp, const tr_ckpt_meta *meta, const catalogue *c,
-                           const uint32_t *crc, int n, uint64_t *where, tr_group *g, char *err,
-                           size_t errlen)
+/* Rank 0: the file's structure through HDF5's serial driver (the attributes, /deck,
+ * and every tensor's dataset, contiguous and allocated at a fixed place, 1 MiB
+ * aligned where large: whole file-system blocks per writer); offset[i] gets where
+ * catalogue tensor i's data starts. */
+static int lay_out(const char *tmp, const tr_ckpt_meta *meta, const catalogue *c,
+                   const uint32_t *crc, uint64_t *offset, char *err, size_t errlen)
 {
     char why[256];
-    int rank = tr_group_rank(g), bad = 0;
-    hid_t fapl = ckpt_mpio_fapl(g, 1);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_alignment(fapl, 1 << 20, 1 << 20);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
-    if (f < 0)
+    if (f < 0) {
         ckpt_fail(err, errlen, "cannot create checkpoint '%s': %s (%s)", tmp, ckpt_h5_why(why),
                   strerror(errno));
-    if (ckpt_agree(g, f < 0 ? TR_EXIT_IOERR : 0, err, errlen)) {
-        if (f >= 0)
-            H5Fclose(f);
         return TR_EXIT_IOERR;
     }
-    uint64_t *offset = tr_alloc((size_t)(c->n ? c->n : 1) * sizeof *offset, "checkpoint offsets");
+    int bad = 0;
     if (write_meta(f, meta)) {
         ckpt_fail(err, errlen, "writing attributes of '%s' failed: %s", tmp, ckpt_h5_why(why));
         bad = 1;
     }
-    bad |= write_deck(f, meta->deck_text ? meta->deck_text : "", rank, err, errlen) ? 1 : 0;
-    for (int i = 0; i < c->n; i++)
+    bad |= write_deck(f, meta->deck_text ? meta->deck_text : "", err, errlen) ? 1 : 0;
+    for (int i = 0; i < c->n && !bad; i++)
         bad |= create_tensor(f, &c->e[i], crc[i], &offset[i], err, errlen) ? 1 : 0;
-    if (H5Fclose(f) < 0) {
-        ckpt_fail(err, errlen, "closing '%s' failed: %s", tmp, ckpt_h5_why(why));
+    if (H5Fclose(f) < 0 && !bad) {
+        ckpt_fail(err, errlen, "closing '%s' failed: %s (%s)", tmp, ckpt_h5_why(why),
+                  strerror(errno));
         bad = 1;
     }
-    for (int i = 0; i < n; i++)
-        where[i] = offset[c->gid[i]];
+    return bad ? TR_EXIT_IOERR : 0;
+}
+
+/* Collective: rank 0 lays the file out alone, every rank learns the verdict and
+ * where[i], the file offset of its tensor i. Not parallel HDF5: it does not recover
+ * from a write that fails on some ranks only (a disk filling, an I/O error, a quota):
+ * its collective close then waits in two different collectives for ever (a failed
+ * write on rank 1 hung the job until run.hang_minutes). The data goes in next
+ * through MPI-IO, where each rank's failure is its own (write_runs). */
+static int write_structure(const char *tmp, const tr_ckpt_meta *meta, const catalogue *c,
+                           const uint32_t *crc, int n, uint64_t *where, tr_group *g, char *err,
+                           size_t errlen)
+{
+    uint64_t *offset = tr_alloc((size_t)(c->n ? c->n : 1) * sizeof *offset, "checkpoint offsets");
+    int code = tr_group_rank(g) == 0 ? lay_out(tmp, meta, c, crc, offset, err, errlen) : 0;
+    code = ckpt_agree(g, code, err, errlen);
+    if (!code) {
+        tr_bcast(offset, (size_t)c->n, TR_I64, 0, g);
+        for (int i = 0; i < n; i++)
+            where[i] = offset[c->gid[i]];
+    }
     tr_free(offset);
-    return ckpt_agree(g, bad ? TR_EXIT_IOERR : 0, err, errlen);
+    return code;
 }
 
 void ckpt_names_of(ckpt_names *nm, const char *dir, const char *name, long step)

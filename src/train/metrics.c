@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static const char HEADER[] = "step,epoch,phase,loss,accuracy,lr,grad_norm,samples_per_s,elapsed_s,loss_scale\n";
 
@@ -49,21 +51,35 @@ FILE *tr_metrics_open(const char *dir, long resume_step)
     }
     free(line);
     fclose(old);
-    if (fclose(f) || rename(tmp, path))
+    int bad = ferror(f);
+    if (fclose(f) || bad || rename(tmp, path)) {
+        int e = errno ? errno : EIO;
+        unlink(tmp); /* metrics.csv stays as it was */
+        errno = e;
         return NULL;
+    }
     f = fopen(path, "a");
     return f;
 }
 
 void tr_metrics_write(FILE *f, const tr_metrics_row *r)
 {
-    if (!f)
+    static const FILE *failed; /* a file whose write failed: said once, then left alone */
+    if (!f || f == failed)
         return;
     /* %.9g keeps every bit of a float loss, so two runs can be compared exactly */
-    fprintf(f, "%ld,%.6f,%s,%.9g,%.6f,%.9g,%.9g,%.1f,%.3f,%.9g\n", r->step, r->epoch, r->phase,
-            r->loss, r->accuracy, r->lr, r->grad_norm, r->samples_per_s, r->elapsed_s,
-            r->loss_scale);
-    fflush(f); /* a crash or preemption keeps every row written so far */
+    int n = fprintf(f, "%ld,%.6f,%s,%.9g,%.6f,%.9g,%.9g,%.1f,%.3f,%.9g\n", r->step, r->epoch,
+                    r->phase, r->loss, r->accuracy, r->lr, r->grad_norm, r->samples_per_s,
+                    r->elapsed_s, r->loss_scale);
+    /* flushed: a crash or preemption keeps every row written so far */
+    if (n < 0 || fflush(f) || ferror(f)) {
+        fprintf(stderr,
+                "warning: cannot write metrics.csv: %s; its rows stop at step %ld (that one may be "
+                "cut short; the "
+                "training, its log and summary.json go on)\n",
+                strerror(errno), r->step);
+        failed = f;
+    }
 }
 
 FILE *tr_run_file_open(tr_run_file *rf, const char *dir, const char *name)
@@ -75,10 +91,14 @@ FILE *tr_run_file_open(tr_run_file *rf, const char *dir, const char *name)
 
 int tr_run_file_commit(tr_run_file *rf, FILE *f)
 {
-    int bad = ferror(f);
+    int bad = ferror(f), e = 0;
     if (fclose(f) || bad)
-        return errno ? errno : EIO;
-    return rename(rf->tmp, rf->path) ? errno : 0;
+        e = errno ? errno : EIO;
+    else if (rename(rf->tmp, rf->path))
+        e = errno;
+    if (e)
+        unlink(rf->tmp); /* the file before it stays as it was; no half-written copy beside */
+    return e;
 }
 
 int tr_summary_write(const char *dir, const tr_summary *s)

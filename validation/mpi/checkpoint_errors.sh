@@ -162,6 +162,22 @@ if mkdir -p "$WORK/small" && mount -t tmpfs -o size=5m tmpfs "$WORK/small" 2>/de
 else
   echo "skipped: full-disk case (cannot mount a small tmpfs here)"
 fi
+# a run directory that fills up while the run goes on (its checkpoints elsewhere):
+# metrics.csv says so once and stops; the run finishes; no .tmp is left beside the
+# files it could not write
+if mkdir -p "$WORK/tiny" && mount -t tmpfs -o size=64k tmpfs "$WORK/tiny" 2>/dev/null; then
+  dd if=/dev/zero of="$WORK/tiny/fill" bs=1k count=36 2>/dev/null
+  run 1 "$WORK/out" "$WORK/err" inputs/mnist.in model.hidden=16 train.steps=400 \
+    train.log_every=1 run.tensorboard=false run.progress=off run.dir="$WORK/tiny/run" \
+    checkpoint.dir="$WORK/tiny_ck"
+  check "run directory full: the run finishes (exit $RC)" [ "$RC" = 0 ]
+  said=$(grep -c "warning: cannot write metrics.csv: No space left on device; its rows stop at step" "$WORK/err")
+  check "run directory full: metrics.csv's failure said once: $(cat "$WORK/err")" [ "$said" = 1 ]
+  check "run directory full: no .tmp left" bash -c "! ls '$WORK/tiny/run'/*.tmp 2>/dev/null"
+  umount "$WORK/tiny"
+else
+  echo "skipped: full run directory (cannot mount a small tmpfs here)"
+fi
 # a disk that fills up while a checkpoint is written in the background
 # (checkpoint.async; fault_preload.c fails one rank's writer thread): exit 74 at the
 # step where the ranks learn it, the message names the file, nothing half-written is
@@ -183,5 +199,17 @@ else
     checkpoint.resume="$WORK/bgfull/checkpoints/step_00000000.h5"
   check "background write on a full disk: the checkpoint before it still loads: $(cat "$WORK/err")" \
     [ "$RC" = 0 ]
+  # a disk or quota that fills on one node only, as a checkpoint is written: every
+  # write to it fails on that rank. Exit 74, not a hang: parallel HDF5, which laid the
+  # file out collectively, waited in two different collectives for ever (the
+  # watchdog's 71 after run.hang_minutes)
+  for r in 0 1; do
+    LD_PRELOAD="$FAULT_PRELOAD" TR_TEST_TMP_ENOSPC_RANK=$r run 2 "$WORK/out" "$WORK/err" \
+      "${base[@]}" run.dir="$WORK/onefull$r" checkpoint.at_start=true checkpoint.keep=0 \
+      checkpoint.every=10 run.hang_minutes=1
+    check "rank $r's disk full: exit 74 (got $RC): $(grep -m1 error "$WORK/err")" [ "$RC" = 74 ]
+    check "rank $r's disk full: no temporary file left" \
+      bash -c "! ls '$WORK/onefull$r/checkpoints'/*.tmp 2>/dev/null"
+  done
 fi
 finish

@@ -14,16 +14,22 @@
  *                        ENOSPC on rank R, as a disk that fills up while a
  *                        checkpoint is written in the background (checkpoint.async:
  *                        only its writer thread writes off the main thread;
- *                        mpi.checkpoint_errors). */
+ *                        mpi.checkpoint_errors).
+ *   TR_TEST_TMP_ENOSPC_RANK=R  every write to a file whose name ends in .h5.tmp (a
+ *                        checkpoint being written) fails with ENOSPC on rank R, as a
+ *                        disk or a quota that fills up on one node only
+ *                        (mpi.checkpoint_errors). */
 #define _GNU_SOURCE
 #include <cblas.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static int is_rank(const char *var)
@@ -61,11 +67,23 @@ void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta,
     real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+/* TR_TEST_TMP_ENOSPC_RANK: fd is a checkpoint being written on the chosen rank */
+static int full_checkpoint(int fd)
+{
+    if (!is_rank("TR_TEST_TMP_ENOSPC_RANK"))
+        return 0;
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    return n > 7 && !memcmp(path + n - 7, ".h5.tmp", 7);
+}
+
 typedef ssize_t pwrite_fn(int, const void *, size_t, off_t);
 
 static ssize_t pwrite_or_full(const char *name, int fd, const void *buf, size_t n, off_t at)
 {
-    if (is_rank("TR_TEST_THREAD_ENOSPC_RANK") && syscall(SYS_gettid) != getpid()) {
+    if ((is_rank("TR_TEST_THREAD_ENOSPC_RANK") && syscall(SYS_gettid) != getpid()) ||
+        full_checkpoint(fd)) {
         errno = ENOSPC;
         return -1;
     }
@@ -81,4 +99,39 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t at)
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t at)
 {
     return pwrite_or_full("pwrite64", fd, buf, n, at);
+}
+
+typedef ssize_t pwritev_fn(int, const struct iovec *, int, off_t);
+
+static ssize_t pwritev_or_full(const char *name, int fd, const struct iovec *v, int count, off_t at)
+{
+    if (full_checkpoint(fd)) {
+        errno = ENOSPC;
+        return -1;
+    }
+    pwritev_fn *real = (pwritev_fn *)dlsym(RTLD_NEXT, name);
+    return real(fd, v, count, at);
+}
+
+/* MPI-IO's writes (OpenMPI's fbtl) */
+ssize_t pwritev(int fd, const struct iovec *v, int count, off_t at)
+{
+    return pwritev_or_full("pwritev", fd, v, count, at);
+}
+
+ssize_t pwritev64(int fd, const struct iovec *v, int count, off_t at)
+{
+    return pwritev_or_full("pwritev64", fd, v, count, at);
+}
+
+typedef ssize_t write_fn(int, const void *, size_t);
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+    if (full_checkpoint(fd)) {
+        errno = ENOSPC;
+        return -1;
+    }
+    write_fn *real = (write_fn *)dlsym(RTLD_NEXT, "write");
+    return real(fd, buf, n);
 }
