@@ -1067,17 +1067,18 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
                            100 * test_acc, best);
             }
         }
+        int timed = 0, written = 0;
+        int sig = done < r->total_steps && !stopped_early
+                      ? agree_stop(r, done - r->start_step, &timed, &written)
+                      : 0;
+        /* not on the way out: a signal's grace time is for the checkpoint */
         if (r->lm && sample_every && done % sample_every == 0 && done < r->total_steps &&
-            !stopped_early) {
+            !stopped_early && !sig) {
             tr_progress_break(&prog);
             double ts = tr_wtime();
             tr_lm_sample(r, done);
             r->t_sample += tr_wtime() - ts;
         }
-        int timed = 0, written = 0;
-        int sig = done < r->total_steps && !stopped_early
-                      ? agree_stop(r, done - r->start_step, &timed, &written)
-                      : 0;
         /* a checkpoint written in the background is made visible at the first step's
          * end where every rank's part is on disk */
         if (written && tr_train_ckpt_pending(&r->ckpt)) {

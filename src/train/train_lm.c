@@ -143,15 +143,17 @@ static uint32_t *encode_prompt(run *r, size_t *n)
 void tr_lm_sample(run *r, long step)
 {
     long length = tr_deck_int(r->d, "sample", "length");
-    /* a model split over ranks generates through all of them; a whole one on rank 0 */
+    /* a model split over ranks generates through all of them; a whole one on every
+     * rank too, each the same text (rank 0 prints it), rather than on rank 0 while the
+     * others wait for it in their next collective without a sign of life for their
+     * watchdogs (run.hang_minutes ended healthy jobs that sampled long) */
     int split = r->w->tp > 1 || r->w->pp > 1;
-    if (length == 0 || (!split && r->w->rank != 0))
+    if (length == 0)
         return;
     size_t n = 0;
     uint32_t *ids = r->w->rank == 0 && r->bpe ? encode_prompt(r, &n) : NULL;
     int64_t n64 = (int64_t)n;
-    if (split)
-        tr_bcast(&n64, 1, TR_I64, 0, r->w->world);
+    tr_bcast(&n64, 1, TR_I64, 0, r->w->world);
     n = (size_t)n64;
     if (n == 0) {
         free(ids);
@@ -161,12 +163,10 @@ void tr_lm_sample(run *r, long step)
     int32_t *tok = tr_alloc(total * sizeof *tok, "sample tokens");
     for (size_t i = 0; ids && i < n; i++)
         tok[i] = (int32_t)ids[i];
-    if (split)
-        tr_bcast(tok, n, TR_I32, 0, r->w->world);
+    tr_bcast(tok, n, TR_I32, 0, r->w->world);
     tr_sampling how = tr_sampling_from_deck(r->d);
     int32_t vocab = r->bpe ? (int32_t)tr_bpe_vocab_size(r->bpe) : 0; /* rank 0's */
-    if (split)
-        tr_bcast(&vocab, 1, TR_I32, 0, r->w->world);
+    tr_bcast(&vocab, 1, TR_I32, 0, r->w->world);
     how.vocab = vocab;
     double t0 = tr_wtime();
     if (split)

@@ -86,4 +86,28 @@ check "the message names the rank and where it was" \
   grep -q "^\[rank 1\] .*: no progress .* since the start of shutdown" "$WORK/err"
 check "the run itself finished first" grep -q "^done: 20 steps" "$WORK/out"
 check "no rank left running" no_leftover_ranks
+
+# 4. a long sample during training (a GPT held whole by each of 2 ranks) is progress
+# on every rank: each generates it, where the others used to wait for rank 0's in
+# their next collective and their watchdogs ended a healthy job
+bytes=$SRC/data/brown/bytes
+if [ -f "$bytes.train.tok" ]; then
+  len=1000
+  sanitized && len=100 # (the release build checks the long one)
+  printf '[model]\nname = gpt\n' >"$WORK/gpt.in"
+  timeout -k 5 300 mpirun -np 2 "$TRAINER" "$WORK/gpt.in" model.n_layer=2 model.n_head=2 \
+    model.n_embd=64 model.seq_len=64 model.vocab_size=256 data.format=tokens \
+    data.tokenizer=bytes data.train_tokens="$bytes.train.tok" data.val_tokens="$bytes.val.tok" \
+    data.val_limit=8 train.batch_size=4 train.steps=10 sample.every=5 sample.length=$len \
+    run.hang_minutes=$TIMEOUT_MIN run.progress=off run.dir="$WORK/sampling" \
+    >"$WORK/out" 2>"$WORK/err"
+  code=$?
+  check "a sample of $len tokens during training: the job finishes (got $code) $(cat "$WORK/err")" \
+    [ "$code" = 0 ]
+  check "... and rank 0 printed it once: $(grep 'tokens in' "$WORK/out")" \
+    [ "$(grep -c "^sample at step 5 (.*$len tokens in" "$WORK/out")" = 1 ]
+else
+  echo "skipped: a long sample (no Brown token files; run scripts/prepare_text.sh)"
+fi
+check "no rank left running" no_leftover_ranks
 finish
