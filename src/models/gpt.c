@@ -197,7 +197,9 @@ static tr_layer wte_params(const gpt *g, int copy)
     tr_layer l = params_layer("wte", 1);
     tr_param *p = &l.params[0];
     *p = tensor("weight", c->V, c->C, TR_INIT_NORMAL, 0.02f, 1);
-    tr_shard_block b = {g->v0, 0, g->nreal, c->C};
+    /* a rank whose rows are all padding (a vocabulary smaller than the padded rows
+     * before its shard) holds none of the tensor: an empty block at its end */
+    tr_shard_block b = {g->v0 < c->V ? g->v0 : c->V, 0, g->nreal, c->C};
     shard(p, 1, &b);
     p->numel = (size_t)g->Vl * c->C; /* padded rows: zero, never stored */
     p->tied_copy = copy;

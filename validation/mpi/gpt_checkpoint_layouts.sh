@@ -96,4 +96,16 @@ check "step 10 at dp2 tp2 pp2 zero1 holds the single-rank run's tensors" \
 check "step 20 at pp 5 (the head alone on a stage) holds the single-rank run's tensors" \
   same_tensors "$WORK/at_pp5/checkpoints/step_00000020.h5" \
   "$WORK/straight/checkpoints/step_00000020.h5"
+
+# a vocabulary smaller than the padded rows before the last tp shard (50 tokens padded
+# to 128: rank 1's 64 rows are all padding, it holds none of wte): written at tp 2
+# (its empty block was described past the tensor's end, exit 70) and read at 1 rank
+small=("$WORK/gpt.in" model.n_layer=1 model.n_head=2 model.n_embd=32 model.seq_len=8
+  model.vocab_size=50 data.format=random_tokens train.batch_size=2 run.progress=off)
+run 2 "$WORK/out" "$WORK/err" "${small[@]}" train.steps=2 parallel.tp=2 run.dir="$WORK/v50"
+check "vocabulary 50 at tp 2: checkpoint written (exit $RC) $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
+run 1 "$WORK/out" "$WORK/err" "${small[@]}" train.steps=3 run.dir="$WORK/v50"
+resumed=$(grep -c "resumed from .*step_00000002.h5" "$WORK/out")
+check "vocabulary 50: tp 2's checkpoint resumes at 1 rank (exit $RC) $(tail -2 "$WORK/err")" \
+  [ "$RC" = 0 -a "$resumed" = 1 ]
 finish
