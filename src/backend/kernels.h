@@ -15,6 +15,11 @@
 
 #include <stddef.h>
 
+/* The largest head size (C / NH) the CUDA backend's fused attention takes (its kernels
+ * pad heads to 32, 64, 128 or 256); the CPU's has no limit. Here, not in the CUDA
+ * headers, so that a deck for a GPU is checked where it is read, in any build. */
+#define TR_CUDA_MAX_HEAD_SIZE 256
+
 /* Shape of a 2-D convolution, stride 1, square kernel, symmetric zero padding. */
 typedef struct tr_conv_shape {
     int B, cin, h, w;   /* input  [B, cin, h, w] */

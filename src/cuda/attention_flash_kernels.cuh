@@ -20,6 +20,7 @@
 #include "backend/dropout_math.h" /* tr_dropout_att_factor */
 #include "backend/lowp_math.h"   /* tr_stored_load, tr_stored_store */
 #include "backend/scalar_math.h" /* tr_expf */
+#include "backend/kernels.h"     /* TR_CUDA_MAX_HEAD_SIZE */
 #include "cuda/cuda_launch.cuh"  /* tr_warp_sum, tr_warp_max, TR_CUDA_BLOCK */
 
 #include <math.h>
@@ -27,7 +28,7 @@
 
 #define FA_WARPS 8
 #define FA_THREADS (FA_WARPS * 32)
-#define FA_MAX_HS 256
+#define FA_MAX_HS TR_CUDA_MAX_HEAD_SIZE
 
 /* Rows (or keys) per warp for a padded head size D: R D / 32 <= 16 per-lane
  * accumulators of each kind, which keeps the wider heads from spilling registers. */

@@ -1051,6 +1051,20 @@ static int build_from_deck(tr_model *m, const tr_deck *d, tr_shape input,
         .seed = (uint64_t)tr_deck_int(d, "train", "seed"),
         .layout = *layout,
     };
+    /* a GPU's limit, found here rather than at the first forward pass after set-up
+     * (and by --plan, which allocates nothing) */
+    if (!strcmp(tr_deck_str(d, "system", "device"), "cuda") && c.NH > 0 && c.C % c.NH == 0 &&
+        c.C / c.NH > TR_CUDA_MAX_HEAD_SIZE) {
+        int nh = c.NH;
+        while (c.C % nh || c.C / nh > TR_CUDA_MAX_HEAD_SIZE)
+            nh++;
+        snprintf(err, errlen,
+                 "[model] n_head = %d makes heads of %d (n_embd / n_head), above the %d the "
+                 "GPU's fused attention takes: use n_head = %d or more (dividing n_embd = %d), "
+                 "or [system] device = cpu",
+                 c.NH, c.C / c.NH, TR_CUDA_MAX_HEAD_SIZE, nh, c.C);
+        return TR_EXIT_USAGE;
+    }
     return tr_gpt_build(m, &c, err, errlen);
 }
 

@@ -55,6 +55,13 @@ if "$TRAINER" --version | grep -q "^CUDA"; then
   check "cuda plan warns of a host too small" \
     grep -q "^warning: the host memory does not fit on this node: 1.7 TiB per rank needed, .*; use parallel.zero = 1" \
     "$WORK/plan_cuda_host"
+  # a head size the GPU's attention does not take: refused by the plan, not the first step
+  check "cuda plan refuses heads above 256 (exit 64) and names n_head's fix" \
+    bash -c '"$@" >/dev/null 2>"'"$WORK/err_hs"'"; [ $? = 64 ]' _ "$TRAINER" --plan "${args[@]}" \
+    system.device=cuda model.n_head=2
+  check "cuda plan: the head size's message" \
+    grep -q "n_head = 2 makes heads of 384 (n_embd / n_head), above the 256 .*: use n_head = 3 or more" \
+    "$WORK/err_hs"
   "$TRAINER" --plan "${args[@]}" system.device=cuda checkpoint.async=true \
     >"$WORK/plan_cuda_async" 2>"$WORK/err"
   check "cuda plan with checkpoint.async: the same host memory" \
