@@ -69,7 +69,8 @@ DEVICE=${DEVICE:-cuda}
 #  - pp = 8 inside the node: pure data parallelism would all-reduce the 6.2 GB of fp32
 #    gradients (they accumulate in fp32) per GPU per step across the network, each GPU
 #    sending 11.6 GiB, about 0.5 s at 25 GB/s per GPU against about 50 ms of compute
-#    for a 1M-token step; 8 stages of 6 blocks cut that to an eighth, each GPU on its
+#    for a 1M-token step; 8 stages (blocks 0-5, ..., 30-36, 37-43, then 44-47 and the
+#    head, split by cost) cut that to an eighth, each GPU on its
 #    own network rail, while the activations between stages (3 MB per sequence) stay
 #    on NVLink. `trainer --plan inputs/gpt2_1558m.in --ranks 512 --ranks-per-node 8
 #    --device-memory 80GiB --layouts --tflops 400 --node-gbps 150 --network-gbps 25

@@ -187,8 +187,9 @@ static int info_flag(int argc, char **argv)
     return 0;
 }
 
-/* Threads per rank: the deck's value, else OMP_NUM_THREADS, else this rank's share
- * of the node (cores / ranks on the node), never more than the cores it may run on. */
+/* Threads per rank: the deck's value, else OMP_NUM_THREADS (taken as it is: jobs/launch.sh
+ * sets it to Slurm's --cpus-per-task), else this rank's share of the node (cores / ranks
+ * on the node), never more than the cores it may run on. */
 static int choose_threads(const tr_deck *d, const tr_world *w)
 {
     long t = tr_deck_int(d, "system", "threads");
@@ -211,6 +212,29 @@ static int choose_threads(const tr_deck *d, const tr_world *w)
     if (given > 0 && share > given)
         share = given;
     return share > 0 ? (int)share : 1;
+}
+
+/* More threads on rank 0's node than it has cores (OMP_NUM_THREADS or [system] threads
+ * set for one rank per node, then run with several): every thread waits for the
+ * slowest at each parallel loop, so a step can take many times as long. A warning, not
+ * an error: the user may know better (hyper-threads, a deliberate test). */
+static void warn_oversubscribed(const tr_deck *d, const tr_world *w, int threads)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = w->local_size > 0 ? w->local_size : 1;
+    if (cores <= 0 || threads == 1 || n * threads <= cores)
+        return; /* (more ranks than cores, a thread each: the ranks' own choice) */
+    const char *env = getenv("OMP_NUM_THREADS");
+    char from[64];
+    if (tr_deck_int(d, "system", "threads") > 0)
+        snprintf(from, sizeof from, "[system] threads");
+    else
+        snprintf(from, sizeof from, "OMP_NUM_THREADS=%.40s", env ? env : "?");
+    fprintf(stderr,
+            "warning: %ld rank%s x %d threads (%s) = %ld threads on a node of %ld cores: the "
+            "threads fight over the cores and each step waits for the slowest; set [system] "
+            "threads = %ld, or 0 without OMP_NUM_THREADS (a share of the node per rank)\n",
+            n, n == 1 ? "" : "s", threads, from, n * threads, cores, cores / n > 0 ? cores / n : 1);
 }
 
 /* Every rank must train the same deck: ranks given other overrides (an MPMD command
@@ -312,6 +336,8 @@ int main(int argc, char **argv)
         return rc;
     }
     tr_cpu_backend_init(rt.threads);
+    if (w.rank == 0 && !job.env.active) /* (under Slurm, its own check refused it) */
+        warn_oversubscribed(&deck, &w, rt.threads);
     if (w.rank == 0) {
         printf("trainer %s: %d rank%s on %d node%s, %d thread%s per rank; %s\n", TR_VERSION,
                w.size, w.size == 1 ? "" : "s", w.node_count, w.node_count == 1 ? "" : "s",

@@ -53,7 +53,7 @@ static void usage(const char *why)
 {
     if (why && *why)
         fprintf(stderr, "tokenize: %s\n", why);
-    fprintf(stderr,
+    fprintf(why ? stderr : stdout, /* --help: the text asked for, on stdout */
             "usage: tokenize --encoder encoder.json --merges vocab.bpe [--split 0.9] -o PREFIX "
             "FILE...\n"
             "       tokenize --bytes [--split 0.9] -o PREFIX FILE...\n"

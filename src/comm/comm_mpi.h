@@ -1,5 +1,6 @@
 /* comm_mpi.h: the MPI communicator under a group, for the one other place that
- * must hand it to a library: parallel HDF5 in src/io. Nothing else includes this. */
+ * calls MPI: src/io, whose checkpoints write through MPI-IO and read through parallel
+ * HDF5 (checkpoint_internal.h). Nothing else includes this. */
 #ifndef TR_COMM_MPI_H
 #define TR_COMM_MPI_H
 

@@ -658,6 +658,7 @@ static const struct scope_rule {
 } scope_rules[] = {
     {"gpt: ", "model", "name", "gpt", 1, "model.name = gpt", NULL},
     {"mlp: ", "model", "name", "mlp", 1, "model.name = mlp", NULL},
+    {"mlp, cnn: ", "model", "name", "gpt", 0, "model.name = mlp or cnn", NULL},
     {"idx: ", "data", "format", "idx", 1, "data.format = idx", NULL},
     /* random_tokens reads no files */
     {"tokens: ", "data", "format", "tokens", 1, "data.format = tokens", "train_tokens"},

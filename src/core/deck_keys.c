@@ -9,7 +9,7 @@
 const tr_key_spec tr_deck_keys[] = {
     K("model", "name", TR_KEY_CHOICE, "mlp", 0, 0, "mlp|cnn|gpt", "compiled-in model to train (trainer --list-models)"),
     K("model", "hidden", TR_KEY_INTLIST, "256,256", 1, 65536, 0, "mlp: widths of the hidden layers, e.g. 256,256"),
-    K("model", "classes", TR_KEY_INT, "10", 2, 65536, 0, "number of output classes; labels must lie in [0, classes)"),
+    K("model", "classes", TR_KEY_INT, "10", 2, 65536, 0, "mlp, cnn: number of output classes; labels must lie in [0, classes)"),
     K("model", "n_layer", TR_KEY_INT, "12", 1, 48, 0, "gpt: transformer blocks"),
     K("model", "n_head", TR_KEY_INT, "12", 1, 1024, 0, "gpt: attention heads (must divide n_embd)"),
     K("model", "n_embd", TR_KEY_INT, "768", 8, 65536, 0, "gpt: width of the residual stream"),
@@ -30,11 +30,11 @@ const tr_key_spec tr_deck_keys[] = {
     K("data", "val_tokens", TR_KEY_PATH, "", 0, 0, 0, "tokens: validation token file, or a glob pattern of shards"),
     K("data", "val_limit", TR_KEY_INT, "0", 0, BIG, 0, "tokens: evaluate on at most the first N validation windows (0 = all; random_tokens: 0 = one global batch)"),
     K("data", "unigram_baseline", TR_KEY_BOOL, "true", 0, 0, 0, "tokens: print the validation perplexity of the training set's unigram distribution, the bar a language model must clear"),
-    K("data", "tokenizer", TR_KEY_CHOICE, "gpt2", 0, 0, "gpt2|bytes", "how [sample] text is encoded and decoded: gpt2 = GPT-2's BPE (encoder, merges), bytes = one token per byte"),
+    K("data", "tokenizer", TR_KEY_CHOICE, "gpt2", 0, 0, "gpt2|bytes", "gpt: how [sample] text is encoded and decoded: gpt2 = GPT-2's BPE (encoder, merges), bytes = one token per byte"),
     K("data", "encoder", TR_KEY_PATH, "data/gpt2/encoder.json", 0, 0, 0, "gpt2 tokenizer: encoder.json (scripts/fetch_gpt2_bpe.sh)"),
     K("data", "merges", TR_KEY_PATH, "data/gpt2/vocab.bpe", 0, 0, 0, "gpt2 tokenizer: vocab.bpe"),
     K("data", "shuffle", TR_KEY_BOOL, "true", 0, 0, 0, "reshuffle the training set every epoch (seeded, same on every rank count)"),
-    K("data", "prefetch", TR_KEY_BOOL, "true", 0, 0, 0, "prepare the next batch in a background thread"),
+    K("data", "prefetch", TR_KEY_BOOL, "true", 0, 0, 0, "idx: prepare the next batch of images in a background thread (token windows are read at the step)"),
 
     K("train", "seed", TR_KEY_INT, "1234", 0, 4294967295.0, 0, "seed of initialisation and data order"),
     K("train", "epochs", TR_KEY_INT, "1", 0, 1000000, 0, "passes over the training set (used when steps = 0)"),
@@ -98,7 +98,7 @@ const tr_key_spec tr_deck_keys[] = {
 
     K("system", "device", TR_KEY_CHOICE, "cpu", 0, 0, "cpu|cuda|cpu-guarded", "where the math runs: cpu, or cuda (one GPU per rank, NCCL between them); cpu-guarded = the CPU with the model's memory readable only by kernels, transfers and collectives, as on a GPU (a check of the GPU code path; slow, for tests)"),
     K("system", "peak_gflops", TR_KEY_FLOAT, "0", 0, 1e12, 0, "peak GFLOP/s of one rank's device for MFU; 0 = the device's figure: a short GEMM calibration on a CPU, the datasheet's dense peak for the run's precision on a listed GPU, else a measured GEMM"),
-    K("system", "threads", TR_KEY_INT, "0", 0, 1024, 0, "threads per rank; 0 = cores of the node / ranks on the node"),
+    K("system", "threads", TR_KEY_INT, "0", 0, 1024, 0, "threads per rank; 0 = OMP_NUM_THREADS where it is set (jobs/launch.sh sets it to --cpus-per-task), else cores of the node / ranks on the node, no more than the cores the rank may run on"),
 };
 
 const int tr_deck_nkeys = (int)(sizeof tr_deck_keys / sizeof tr_deck_keys[0]);

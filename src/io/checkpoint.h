@@ -21,9 +21,11 @@
  * Ranks may hold different tensors (pipeline stages): the file gets the union,
  * each tensor described by the rank that owns its first element.
  *
- * Writes: the datasets are created collectively through HDF5 (allocated early, so
- * each has a fixed place in the file); then each rank writes its own elements
- * straight through MPI-IO, one contiguous run of the file at a time, into
+ * Writes: rank 0 alone lays the file out through HDF5's serial driver (attributes,
+ * /deck, and every dataset allocated early, so each has a fixed place in the file;
+ * not parallel HDF5, whose collective close hangs when a write fails on some ranks
+ * only) and the ranks learn the datasets' offsets; then each rank writes its own
+ * elements straight through MPI-IO, one contiguous run of the file at a time, into
  * DIR/step_NNNNNNNN.h5.tmp; the file is synced and only then renamed into place,
  * so a crash mid-write leaves the previous checkpoint as the newest valid one.
  * A tensor's checksum is combined from the CRCs of every rank's runs (sent to one

@@ -5,8 +5,9 @@
  * takes to take the data (GPT-2 124M with AdamW: 1.4 GiB, about 6 s on this
  * project's test machine), which at a checkpoint every few hundred fast GPU steps is
  * a large share of the run. Here the main thread does the collective part (checks,
- * checksums, the file's structure through parallel HDF5) and copies this rank's part
- * of the tensors into a buffer of its own, then goes back to training; a thread
+ * checksums, the file's structure, which rank 0 lays out through HDF5) and copies
+ * this rank's part of the tensors into a buffer of its own, then goes back to
+ * training; a thread
  * writes the copy into the places HDF5 allocated with pwrite and syncs it. The
  * thread makes no MPI or HDF5 call (the library runs MPI_THREAD_FUNNELED, and HDF5
  * is not built thread-safe). The end is collective and on the main thread, as in

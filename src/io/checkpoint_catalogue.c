@@ -1,6 +1,6 @@
 /* checkpoint_catalogue.c: what the ranks agree on: the worst failure code and its
  * message, and the catalogue of every tensor of the file (pipeline stages hold
- * different tensors; HDF5 creates datasets only collectively). */
+ * different tensors, and rank 0, which lays the file out, creates every dataset). */
 #include "io/checkpoint_internal.h"
 
 #include <limits.h>

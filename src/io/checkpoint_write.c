@@ -195,9 +195,9 @@ static double file_bytes(const catalogue *c, const char *deck)
     return b;
 }
 
-/* Parallel HDF5 does not recover from a write that fails on some ranks: its
- * collective close can then wait forever. So a checkpoint that cannot fit is
- * refused before the file is created (the previous one stays as it is). */
+/* A checkpoint that cannot fit is refused before the file is created (the previous
+ * one stays as it is), with the sizes, rather than failing part-way through its
+ * data (which write_runs reports too: exit 74 either way). */
 static int check_space(const char *dir, double need, char *err, size_t errlen)
 {
     struct statvfs v;
@@ -323,7 +323,7 @@ int ckpt_write_begin(const char *dir, const ckpt_names *nm, const tr_ckpt_meta *
     catalogue c = {0};
     uint32_t *crc = NULL;
     int code = prepare_write(dir, meta, t, n, g, &c, &crc, err, errlen);
-    /* the structure, attributes and checksums, through HDF5 (collective) */
+    /* the structure, attributes and checksums: rank 0 through HDF5, the offsets to all */
     if (!code)
         code = write_structure(nm->tmp, meta, &c, crc, n, where, g, err, errlen);
     *bytes = tensor_bytes(&c);

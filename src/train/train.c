@@ -454,6 +454,19 @@ static int setup(run *r)
     if (rc)
         return rc;
     const char *device = tr_deck_str(r->d, "system", "device");
+#ifndef TRAINER_HAVE_CUDA
+    /* a plan skips tr_device_select, but it cannot plan a GPU it has no model of:
+     * the CPU device's figures (fp32 logits, no backend workspace, no host-memory
+     * line) would pass for the GPU's */
+    if (r->rt->plan_ranks && !strcmp(device, "cuda"))
+        return tr_comm_agree(
+            r->w,
+            tr_run_key_error(r, "system", "device",
+                             "[system] device = cuda, but this trainer was built without CUDA, "
+                             "so it cannot plan a GPU's memory: plan with a CUDA build "
+                             "(cmake -DTRAINER_CUDA=ON; README, Building), or set device = cpu"),
+            r->err);
+#endif
     r->dev = &tr_cpu_device;
     if (!strcmp(device, "cpu-guarded"))
         r->dev = &tr_guarded_device;

@@ -25,4 +25,20 @@ check "no arguments: usage on stderr" grep -q "usage: trainer DECK" "$WORK/noarg
 OPENBLAS_CORETYPE=Prescott "$TRAINER" --version >"$WORK/v2"
 check "a forced fallback kernel is replaced or reported: $(cat "$WORK/v2")" \
   bash -c "! grep -q 'OpenBLAS kernel Prescott$' '$WORK/v2'"
+# threads that oversubscribe the node (OMP_NUM_THREADS above the cores): a warning that
+# names where they came from and the share that fits; a thread a rank, however many
+# ranks, none
+cores=$(nproc --all)
+over=(inputs/gpt2_124m.in model.n_layer=1 model.n_head=2 model.n_embd=16 model.seq_len=8
+  model.vocab_size=64 data.format=random_tokens data.val_limit=0 train.batch_size=2 train.steps=1
+  checkpoint.at_end=false sample.length=0 run.progress=off system.peak_gflops=100)
+OMP_NUM_THREADS=$((cores + 1)) timeout 60 "$TRAINER" "${over[@]}" run.dir="$WORK/over" \
+  >/dev/null 2>"$WORK/over_err"
+check "threads above the cores: a warning naming OMP_NUM_THREADS: $(cat "$WORK/over_err")" \
+  grep -q "^warning: 1 rank x $((cores + 1)) threads (OMP_NUM_THREADS=$((cores + 1))) = .* cores: .*set \[system\] threads = $cores" \
+  "$WORK/over_err"
+OMP_NUM_THREADS=1 timeout 60 mpirun -np $((cores + 1)) "$TRAINER" "${over[@]}" \
+  run.dir="$WORK/over1" >/dev/null 2>"$WORK/over1_err"
+check "more ranks than cores, a thread each: no warning: $(cat "$WORK/over1_err")" \
+  bash -c "! grep -q 'threads fight' '$WORK/over1_err'"
 finish

@@ -85,6 +85,14 @@ def total(f):
     return float(m.group(1)) * {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}[m.group(2)]
 d = total('$WORK/plan_cuda') - total('$WORK/plan')
 sys.exit(0 if abs(d - 290 * 2**20) <= 0.1 * 2**30 else 1)"
+else
+  # a CPU-only build has no model of a GPU: it refuses such a plan rather than give
+  # the CPU's figures (fp32 logits, no backend workspace) for the GPU's
+  "$TRAINER" --plan "${args[@]}" system.device=cuda >"$WORK/plan_cuda" 2>"$WORK/err"
+  rc=$?
+  check "cuda --plan without CUDA: exit $rc" [ "$rc" = 64 ]
+  check "cuda --plan without CUDA says why" \
+    grep -q "device = cuda, but this trainer was built without CUDA, so it cannot plan" "$WORK/err"
 fi
 # total_bytes PLAN: the plan's total, in bytes
 total_bytes() {

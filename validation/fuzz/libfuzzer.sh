@@ -29,7 +29,7 @@ cc=${CC_FUZZ:-clang}
 command -v "$cc" >/dev/null || { echo "libfuzzer.sh: $cc not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 69; }
 
 # the readers and what they call: pure C, zlib the only library
-lib_sources=(src/core/deck.c src/core/deck_keys.c src/core/error.c src/core/slurm.c
+lib_sources=(src/core/alloc.c src/core/deck.c src/core/deck_keys.c src/core/error.c src/core/slurm.c
              src/core/rng.c src/data/idx.c src/text/bpe.c src/text/bpe_load.c
              src/text/json_object.c src/text/json_string.c src/text/jsonl.c
              src/text/pretokenize.c src/text/token_file.c

@@ -291,6 +291,28 @@ static void test_unused_keys(void)
                           "applies where data.format = idx"),
           "random_tokens: train_tokens and test_labels unused, got %d: %s", n, buf);
 
+    /* the classifiers' keys under a GPT: the image prefetcher and the class count;
+     * the GPT's tokenizer under a classifier */
+    tr_deck c;
+    char *ov6[] = {"model.name=gpt", "data.format=tokens", "data.prefetch=false",
+                   "model.classes=5"};
+    CHECK(!tr_deck_load_text(&c, "c.in", "", 4, ov6), "load c: %s", c.errors);
+    n = tr_deck_unused_keys(&c, buf, sizeof buf);
+    CHECK(n == 2 &&
+              strstr(buf, "[data] prefetch = false (command line 'data.prefetch=false') applies "
+                          "where data.format = idx") &&
+              strstr(buf, "[model] classes = 5 (command line 'model.classes=5') applies where "
+                          "model.name = mlp or cnn"),
+          "gpt: prefetch and classes unused, got %d: %s", n, buf);
+    tr_deck_free(&c);
+    char *ov7[] = {"model.name=cnn", "data.tokenizer=bytes", "model.classes=5"};
+    CHECK(!tr_deck_load_text(&c, "c.in", "", 3, ov7), "load c2: %s", c.errors);
+    n = tr_deck_unused_keys(&c, buf, sizeof buf);
+    CHECK(n == 1 && strstr(buf, "[data] tokenizer = bytes (command line 'data.tokenizer=bytes') "
+                                "applies where model.name = gpt"),
+          "cnn: tokenizer unused, classes used, got %d: %s", n, buf);
+    tr_deck_free(&c);
+
     /* greedy sampling (top_k 1) draws nothing: top_p and temperature named, at 01 too;
      * with top_k 40 they are used */
     tr_deck gr;
