@@ -41,7 +41,15 @@ if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
   export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 fi
 
-echo "job ${SLURM_JOB_ID:-?} (${SLURM_JOB_NAME:-?}), restart ${SLURM_RESTART_COUNT:-0}," \
+# A task of a job array is named ARRAY_TASK: one of them has the array's own id as
+# SLURM_JOB_ID, and that id names every task (scontrol show lists them all, scontrol
+# requeue would requeue them all).
+job_ref=${SLURM_JOB_ID:-0}
+if [ -n "${SLURM_ARRAY_JOB_ID:-}" ] && [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then
+  job_ref=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}
+fi
+
+echo "job $job_ref (${SLURM_JOB_NAME:-?}), restart ${SLURM_RESTART_COUNT:-0}," \
   "$(date '+%F %T'): ${SLURM_JOB_NUM_NODES:-?} node(s) ${SLURM_JOB_NODELIST:-?}," \
   "tasks per node ${SLURM_TASKS_PER_NODE:-?}, ${SLURM_CPUS_PER_TASK:-?} CPUs per task," \
   "GPUs per node ${SLURM_GPUS_ON_NODE:-0}"
@@ -50,13 +58,19 @@ echo "+ srun --mpi=pmix ${SRUN_ARGS[*]} $TRAINER $DECK ${ARGS[*]}"
 got_term=0
 srun_pid=
 forward() { # the batch shell's signal, on to the ranks (srun forwards it to its tasks)
-  echo "job ${SLURM_JOB_ID:-?}: batch shell got SIG$1 at $(date +%T); forwarding to the ranks"
+  echo "job $job_ref: batch shell got SIG$1 at $(date +%T); forwarding to the ranks"
   [ -n "$srun_pid" ] && kill -"$1" "$srun_pid" 2>/dev/null
 }
 trap 'forward USR1' USR1
 trap 'forward USR2' USR2
-trap 'got_term=1; echo "job ${SLURM_JOB_ID:-?}: SIGTERM at $(date +%T); waiting for the ranks to checkpoint"' TERM
+trap 'got_term=1; echo "job $job_ref: SIGTERM at $(date +%T); waiting for the ranks to checkpoint"' TERM
 
+# srun returns 0 when every task failed to launch (seen with Slurm 22.05: a PMIx
+# set-up failure, "task N launch failed"): rank 0 creates this file once it runs, so
+# such a step is not taken for a finished training (the job's directory, shared by
+# the nodes like the run directory it holds)
+export TR_STARTED_FILE=$PWD/.trainer-started-$job_ref
+rm -f "$TR_STARTED_FILE"
 srun --mpi=pmix "${SRUN_ARGS[@]}" "$TRAINER" "$DECK" "${ARGS[@]}" &
 srun_pid=$!
 # `wait` returns early when a trapped signal arrives: wait again until srun is done
@@ -65,24 +79,37 @@ while :; do
   rc=$?
   kill -0 "$srun_pid" 2>/dev/null || break
 done
+if [ "$rc" = 0 ] && [ ! -e "$TR_STARTED_FILE" ]; then
+  echo "job $job_ref: srun returned 0, but the trainer never started (the job step failed" \
+    "to launch: srun's errors above); ending the job with 69" >&2
+  rc=69
+fi
+rm -f "$TR_STARTED_FILE"
 
 # Slurm ending the job itself: the SIGTERM may reach the ranks (and end them) before
 # it reaches this shell, so ask Slurm too: requeue only a job that is still RUNNING
-state=$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p')
-echo "job ${SLURM_JOB_ID:-?}: trainer exited with $rc at $(date +%T) (job ${state:-?})"
+state=$(scontrol show job "$job_ref" 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p' | head -1)
+echo "job $job_ref: trainer exited with $rc at $(date +%T) (job ${state:-?})"
 if [ "$rc" = 75 ] && [ "$got_term" = 0 ] && [ "${state:-RUNNING}" = RUNNING ]; then
   if [ "${SLURM_RESTART_COUNT:-0}" -ge "$MAX_RESTARTS" ]; then
-    echo "job ${SLURM_JOB_ID:-?}: checkpointed, but already restarted $MAX_RESTARTS times" \
-      "(MAX_RESTARTS); not requeueing: submit again to continue" >&2
+    echo "job $job_ref: checkpointed, but already restarted $MAX_RESTARTS times" \
+      "(MAX_RESTARTS); not requeueing: to continue, requeue it (scontrol requeue $job_ref;" \
+      "MAX_RESTARTS counts on), or submit again with the same run directory (the trainer's" \
+      "exit message above says which)" >&2
     exit 75
   fi
-  echo "job ${SLURM_JOB_ID:-?}: checkpointed; requeueing (scontrol requeue)"
+  echo "job $job_ref: checkpointed; requeueing (scontrol requeue)"
   # requeueing ends this shell too (SIGTERM); the rerun starts in Slurm's own time
-  scontrol requeue "$SLURM_JOB_ID" || {
-    echo "job ${SLURM_JOB_ID:-?}: scontrol requeue failed (is the job requeueable: --requeue," \
-      "JobRequeue?); submit again to resume from the checkpoint" >&2
+  scontrol requeue "$job_ref" || {
+    echo "job $job_ref: scontrol requeue failed (is the job requeueable: --requeue," \
+      "JobRequeue?); submit again with the same run directory to resume from the" \
+      "checkpoint" >&2
     exit 75
   }
   exit 0
+fi
+if [ "$rc" = 75 ] && [ "$got_term" = 0 ]; then
+  echo "job $job_ref: checkpointed, not requeued by this script: Slurm reports the job" \
+    "${state:-?} (it ends or requeues the job itself)" >&2
 fi
 exit "$rc"

@@ -304,6 +304,14 @@ int main(int argc, char **argv)
     tr_world w;
     tr_comm_init(&argc, &argv, &w);
     rt.start_time = tr_wtime();
+    /* jobs/launch.sh names a file here to tell a trainer that ran from a job step that
+     * never started (srun returns 0 when every task fails to launch) */
+    const char *started = getenv("TR_STARTED_FILE");
+    if (started && *started && w.rank == 0) {
+        FILE *f = fopen(started, "w");
+        if (f)
+            fclose(f);
+    }
     rt.blas_core = core;
 
     tr_deck deck;

@@ -78,7 +78,8 @@ slurm_start() {
   local cpus=${1:-8} gpus=${2:-8}
   local d=$WORK/slurm host
   host=$(hostname -s)
-  mkdir -p "$d"/{munge,spool,state,log,dev}
+  mkdir -p "$d"/{munge,spool,state,log,dev,tmp}
+  chmod 1777 "$d/tmp"
   # munged refuses a socket whose directories others cannot search (mktemp -d is 0700)
   chmod 0755 "$WORK" "$d" "$d/munge"
   trap 'slurm_stop; rm -rf "$WORK"' EXIT
@@ -107,6 +108,11 @@ CredType=cred/munge
 # (Slurm's default, 120 s, would dominate the tests; with 5 it restarts in about 6 s)
 AuthInfo=socket=$d/munge/munge.socket,cred_expire=5
 StateSaveLocation=$d/state
+# Slurm's PMIx plugin makes TmpFS/spmix_appdir_UID_JOB.STEP for every step: under the
+# default /tmp two private clusters (tests side by side, job ids from 1) or a leftover
+# directory would collide ("File exists"), and every task of the step would fail to
+# launch
+TmpFS=$d/tmp
 SlurmdSpoolDir=$d/spool
 SlurmctldPidFile=$d/slurmctld.pid
 SlurmdPidFile=$d/slurmd.pid

@@ -32,6 +32,8 @@ void tr_signals_install(void)
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART; /* interrupted reads and writes carry on */
     sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL); /* as USR1: jobs/launch.sh forwards both, and a site's
+                                      --signal may name either */
     sigaction(SIGTERM, &sa, NULL);
 }
 

@@ -17,6 +17,7 @@
 #include "tensorboard.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -24,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* "FILE:LINE: " prefix for a message about one deck key */
 int tr_run_key_error(run *r, const char *section, const char *name, const char *fmt, ...)
@@ -137,6 +140,59 @@ static int mkdir_p(const char *path)
     return 0;
 }
 
+/* One run at a time in a run directory: two (the tasks of a Slurm job array with a
+ * deck that sets [run] dir, a second submission of the same job script while the
+ * first runs) would overwrite each other's deck.in, metrics.csv and checkpoints, and
+ * one would resume from, or prune, the other's. Rank 0 holds an flock on DIR/.lock
+ * for the life of the process (the kernel drops it when the process ends, however it
+ * ends: no stale lock after a crash or SIGKILL); the file says who holds it. A file
+ * system without flock leaves the directory unguarded, as before. */
+static int lock_run_dir(run *r)
+{
+    static int held = -1; /* open for the life of the process */
+    char path[2200];
+    snprintf(path, sizeof path, "%s/.lock", r->dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0664);
+    if (fd < 0)
+        return 0; /* an unwritable directory is reported by the deck.in write next */
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        char host[256] = "?", who[600];
+        gethostname(host, sizeof host - 1);
+        const char *job = getenv("SLURM_JOB_ID");
+        const char *arr = getenv("SLURM_ARRAY_JOB_ID"), *task = getenv("SLURM_ARRAY_TASK_ID");
+        int n;
+        if (arr && *arr && task && *task)
+            n = snprintf(who, sizeof who, "Slurm job %s_%s, ", arr, task);
+        else if (job && *job)
+            n = snprintf(who, sizeof who, "Slurm job %s, ", job);
+        else
+            n = 0;
+        n += snprintf(who + n, sizeof who - (size_t)n, "pid %ld on %s\n", (long)getpid(), host);
+        if (ftruncate(fd, 0) == 0 && pwrite(fd, who, (size_t)n, 0) < 0) {
+            /* only a label for the message of a second run: not worth failing */
+        }
+        if (held >= 0)
+            close(held);
+        held = fd;
+        return 0;
+    }
+    int e = errno;
+    char who[600] = "";
+    ssize_t k = pread(fd, who, sizeof who - 1, 0);
+    close(fd);
+    if (e != EWOULDBLOCK && e != EAGAIN)
+        return 0; /* no flock on this file system */
+    who[k > 0 ? k : 0] = '\0';
+    who[strcspn(who, "\n")] = '\0';
+    return tr_run_key_error(
+        r, "run", "dir",
+        "the run directory '%s' is in use by another run (%s): two runs in one directory "
+        "would overwrite each other's checkpoints and metrics.csv, and one would resume from "
+        "the other's; give this run a directory of its own (run.dir=..., e.g. with the job "
+        "id: a deck without [run] dir under Slurm gets runs/<deck>-<job id>)",
+        r->dir, *who ? who : "its holder unknown");
+}
+
 /* Rank 0 prepares the run directory; the others wait for its verdict. */
 static int open_run_dir(run *r)
 {
@@ -147,6 +203,11 @@ static int open_run_dir(run *r)
     if (r->w->rank != 0)
         return 0;
     int e = mkdir_p(r->dir);
+    if (!e) {
+        int rc = lock_run_dir(r);
+        if (rc)
+            return rc;
+    }
     char path[2200];
     snprintf(path, sizeof path, "%s/deck.in", r->dir);
     FILE *f = e ? NULL : fopen(path, "w");
@@ -1132,16 +1193,24 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
                 snprintf(took, sizeof took, " %.3f s after the signal,", worst);
             /* a named checkpoint.resume (or none) would start the same command over */
             char hint[TR_DECK_VALUE_MAX + 128] = "run again to resume";
+            char dir_from[64];
+            tr_deck_where(r->d, "run", "dir", dir_from, sizeof dir_from);
             if (strcmp(r->ckpt.resume, "auto"))
                 snprintf(hint, sizeof hint,
                          "to resume, run again with checkpoint.resume = auto: resume = %s "
                          "would start it over",
                          r->ckpt.resume);
+            else if (!strncmp(dir_from, "Slurm job", 9)) /* runs/<deck>-<job id> */
+                snprintf(hint, sizeof hint,
+                         "a requeue of this Slurm job resumes; a new job resumes with "
+                         "run.dir=%.900s, the run directory named after this job",
+                         r->dir);
             if (w->rank == 0)
                 printf("%s: checkpointed at step %ld,%s exiting with %d (%s)\n",
                        sig == STOP_SLICE  ? "run.stop_after_steps reached"
                        : sig == STOP_TIME ? "run.max_minutes reached"
                        : sig == SIGUSR1   ? "SIGUSR1"
+                       : sig == SIGUSR2   ? "SIGUSR2"
                        : sig == SIGTERM   ? "SIGTERM"
                                           : "signal",
                        done, took, TR_EXIT_TEMPFAIL, hint);

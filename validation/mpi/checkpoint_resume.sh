@@ -54,11 +54,11 @@ for np in 2 8; do
     --rtol 1e-5 "$WORK/straight/metrics.csv" "$WORK/relayout$np/metrics.csv"
 done
 
-# 4. a signal to one rank: all ranks checkpoint at the next step boundary, exit 75,
+# 4. a signal (USR1, USR2, TERM) to one rank: all ranks checkpoint at the next step boundary, exit 75,
 #    and the resumed run ends where the straight one does
 sig=(inputs/mnist.in model.name=cnn train.steps=$SIG_STEPS train.log_every=1 run.progress=off)
 run 4 "$WORK/out" "$WORK/err" "${sig[@]}" run.dir="$WORK/sig_straight"
-for s in USR1 TERM; do
+for s in USR1 USR2 TERM; do
   dir=$WORK/sig_$s
   timeout 120 mpirun -np 4 "$TRAINER" "${sig[@]}" run.dir="$dir" >"$WORK/sout" 2>"$WORK/serr" &
   launcher=$!
