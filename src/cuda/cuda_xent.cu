@@ -25,8 +25,17 @@ double tr_cuda_xent_padded_forward(float *stats, float *losses, const void *logi
     tr_cuda_check_tokens(targets, BT, V, "xent_padded_forward");
     if (BT == 0)
         return 0.0;
-    xent_padded_forward_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(
-        stats, losses, logits, targets, V, Vp, format, lfmt);
+    if (lfmt == format && format == TR_PREC_BF16)
+        xent_padded_forward_16_kernel<TR_PREC_BF16><<<(unsigned)BT, XENT_BLOCK, 0,
+                                                      tr_cuda_stream()>>>(stats, losses, logits,
+                                                                          targets, V, Vp);
+    else if (lfmt == format && format == TR_PREC_FP16)
+        xent_padded_forward_16_kernel<TR_PREC_FP16><<<(unsigned)BT, XENT_BLOCK, 0,
+                                                      tr_cuda_stream()>>>(stats, losses, logits,
+                                                                          targets, V, Vp);
+    else
+        xent_padded_forward_kernel<<<(unsigned)BT, XENT_BLOCK, 0, tr_cuda_stream()>>>(
+            stats, losses, logits, targets, V, Vp, format, lfmt);
     TR_CUDA_LAUNCHED();
     return tr_cuda_sum_in_order(losses, BT);
 }
@@ -81,6 +90,23 @@ void tr_cuda_xent_shard_backward(void *dlogits, const void *logits, const float 
 {
     if (BT == 0 || Vl <= 0)
         return;
+    if (tr_is_lowp(format) && lfmt == format && Vl % 8 == 0 &&
+        ((uintptr_t)logits | (uintptr_t)dlogits) % 16 == 0) {
+        /* 16-bit logits in rows of whole 16-byte chunks (GPT-2's 50304): a row a block */
+        unsigned blocks = (unsigned)(BT < 65535 ? BT : 65535);
+        if (format == TR_PREC_BF16)
+            xent_backward_rows16_kernel<TR_PREC_BF16><<<blocks, TR_CUDA_BLOCK, 0,
+                                                        tr_cuda_stream()>>>(
+                (uint16_t *)dlogits, (const uint16_t *)logits, stats, targets, scale, BT, Vl,
+                v0, nreal);
+        else
+            xent_backward_rows16_kernel<TR_PREC_FP16><<<blocks, TR_CUDA_BLOCK, 0,
+                                                        tr_cuda_stream()>>>(
+                (uint16_t *)dlogits, (const uint16_t *)logits, stats, targets, scale, BT, Vl,
+                v0, nreal);
+        TR_CUDA_LAUNCHED();
+        return;
+    }
     xent_backward_kernel<<<tr_cuda_grid(BT * Vl), TR_CUDA_BLOCK, 0, tr_cuda_stream()>>>(
         dlogits, logits, stats, targets, scale, BT, Vl, v0, nreal, format, lfmt);
     TR_CUDA_LAUNCHED();

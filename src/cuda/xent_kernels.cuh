@@ -10,6 +10,7 @@
 #include "cuda/cuda_launch.cuh"
 
 #include <math.h>
+#include <stdint.h>
 
 #define XENT_BLOCK 512 /* threads of the block-per-row kernels */
 
@@ -45,12 +46,22 @@ __device__ static float row_max(const void *x, size_t x0, int n, float *shared, 
  * 1 / sum (stats). A GPT-2 row is 50 K logits, 3.3 GB a step at 16 x 1024 in fp32
  * (1.6 GB in 16 bits): a pass over them is about 1.1 ms of an H100's bandwidth (0.5),
  * writing them another. */
-__global__ static void xent_padded_forward_kernel(float *stats, float *losses,
-                                                  const void *logits, const int *targets,
-                                                  int V, int Vp, int format, int lfmt)
+/* The kernel's body; LF and F, where not -1, are lfmt and format as constants (a GPU's
+ * 16-bit logits of the run's format): the same float operations on the same elements
+ * in the same order, without the run-time formats' branches in the loop over the row
+ * (the instructions, rather than the bytes, set a pass's time over 50 K 16-bit logits
+ * a row). */
+template <int LF, int F>
+__device__ static inline void xent_padded_forward_row(float *stats, float *losses,
+                                                      const void *logits, const int *targets,
+                                                      int V, int Vp, int format, int lfmt)
 {
     __shared__ float fsh[32];
     __shared__ double dsh[32];
+    if (LF >= 0)
+        lfmt = LF;
+    if (F >= 0)
+        format = F;
     size_t r = blockIdx.x, x0 = r * Vp;
     float m = -INFINITY, s = 0.0f;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
@@ -72,6 +83,22 @@ __global__ static void xent_padded_forward_kernel(float *stats, float *losses,
         stats[2 * r + 1] = (float)(1.0 / sum);
         losses[r] = (float)(log(sum) - ((double)xtarget - mx));
     }
+}
+
+__global__ static void xent_padded_forward_kernel(float *stats, float *losses,
+                                                  const void *logits, const int *targets,
+                                                  int V, int Vp, int format, int lfmt)
+{
+    xent_padded_forward_row<-1, -1>(stats, losses, logits, targets, V, Vp, format, lfmt);
+}
+
+/* logits stored in the format F itself (lfmt == format == F, a 16-bit one) */
+template <int F>
+__global__ static void xent_padded_forward_16_kernel(float *stats, float *losses,
+                                                     const void *logits, const int *targets,
+                                                     int V, int Vp)
+{
+    xent_padded_forward_row<F, F>(stats, losses, logits, targets, V, Vp, F, F);
 }
 
 /* dlogits (stored in lfmt too) = scale (softmax - onehot(target)) on real columns,
@@ -96,6 +123,55 @@ __global__ static void xent_backward_kernel(void *dlogits, const void *logits,
             d = tr_round_lowp(scale * (p - (j == t ? 1.0f : 0.0f)), format);
         }
         tr_stored_store(dlogits, i, d, lfmt);
+    }
+}
+
+/* xent_backward_kernel where the logits (and dlogits) are stored in the 16-bit format F
+ * itself (a GPU's logits_format) and every row starts 16 bytes aligned (W a multiple of
+ * 8, both pointers 16-byte aligned): a block per row, eight values a thread per 16-byte
+ * load and store, the row's statistics and target read once a row, F a constant. Each
+ * element takes xent_backward_kernel's float operations, so dlogits has its bits (the
+ * value rounded to F once: rounding a value of F to F again changes nothing). The
+ * grid-stride form spends most of its instructions per element on finding the element's
+ * row and column (a division), the run-time format's branches, 2-byte accesses and a
+ * second rounding; at GPT-2's 16 x 1024 x 50304 (824 M values) those instructions,
+ * rather than its 3.3 GB of traffic, would set its time. dlogits may be logits: each
+ * 16 bytes are read before they are written, by one thread. */
+template <int F>
+__global__ static void xent_backward_rows16_kernel(uint16_t *dlogits, const uint16_t *logits,
+                                                   const float *stats, const int *targets,
+                                                   float scale, size_t BT, int W, int v0,
+                                                   int nreal)
+{
+    int nv = W / 8;
+    for (size_t r = blockIdx.x; r < BT; r += gridDim.x) {
+        float mx = stats[2 * r], inv = stats[2 * r + 1];
+        long t = (long)targets[r] - v0;
+        const uint4 *src = reinterpret_cast<const uint4 *>(logits + r * (size_t)W);
+        uint4 *dst = reinterpret_cast<uint4 *>(dlogits + r * (size_t)W);
+        for (int v = threadIdx.x; v < nv; v += blockDim.x) {
+            uint4 u = src[v];
+            uint32_t in[4] = {u.x, u.y, u.z, u.w}, out[4];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                int j = 8 * v + k;
+                uint16_t h = (uint16_t)(in[k / 2] >> (16 * (k % 2))), o = 0;
+                if (j < nreal) {
+                    float x = F == TR_PREC_BF16 ? tr_bf16_to_f32(h) : tr_f16_to_f32(h);
+                    /* __fmul_rn: p rounded as the CPU rounds it, never fused */
+                    float p = __fmul_rn(tr_expf(x - mx), inv);
+                    float d = scale * (p - (j == t ? 1.0f : 0.0f));
+                    o = F == TR_PREC_BF16 ? tr_f32_to_bf16(d) : tr_f32_to_f16(d);
+                }
+                if (k % 2)
+                    out[k / 2] |= (uint32_t)o << 16;
+                else
+                    out[k / 2] = o;
+            }
+            uint4 w;
+            w.x = out[0], w.y = out[1], w.z = out[2], w.w = out[3];
+            dst[v] = w;
+        }
     }
 }
 

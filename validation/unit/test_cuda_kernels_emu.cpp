@@ -134,6 +134,19 @@ static void test_xent_padded(int BT, int V, int Vp, int format, int lfmt)
                                TR_PREC_FP32);
     check_close("forward stats (max, 1/sum)", stats, cpu_stats, 1e-6);
     check_close("forward losses", losses, cpu_losses, 1e-6);
+    if (lfmt == format && lfmt != TR_PREC_FP32) {
+        /* the constant-format instantiation: the run-time kernel's bits */
+        vec stats16(2 * BT, 7.0f), losses16(BT, 7.0f);
+        float *s16 = stats16.data(), *l16 = losses16.data();
+        emu::launch(dim3(BT), dim3(XENT_BLOCK), 0, [&] {
+            if (lfmt == TR_PREC_BF16)
+                xent_padded_forward_16_kernel<TR_PREC_BF16>(s16, l16, xk, t, V, Vp);
+            else
+                xent_padded_forward_16_kernel<TR_PREC_FP16>(s16, l16, xk, t, V, Vp);
+        });
+        same_bits("forward stats (16-bit instantiation)", stats16, stats);
+        same_bits("forward losses (16-bit instantiation)", losses16, losses);
+    }
     /* backward from the CPU's statistics: the same float operations, so the same bits */
     float scale = 1.0f / BT;
     size_t n = (size_t)BT * Vp;
@@ -154,6 +167,32 @@ static void test_xent_padded(int BT, int V, int Vp, int format, int lfmt)
         xent_backward_kernel(xp, xp, cs, t, scale, (size_t)BT, Vp, 0, V, format, lfmt);
     });
     same_bits("backward dlogits (in place)", widened(xs, n, lfmt), cpu_d);
+    if (Vp % 8)
+        return;
+    /* the row kernel of 16-bit logits (cuda_xent.cu takes it where rows are whole 16-byte
+     * chunks): out of place into a copy, then in place, a grid smaller than the rows */
+    vec d16(n, 12345.0f), x16 = stored_in(logits, lfmt);
+    uint16_t *d16p = (uint16_t *)d16.data(), *x16p = (uint16_t *)x16.data();
+    for (int grid : {BT, 5}) {
+        emu::launch(dim3(grid), dim3(TR_CUDA_BLOCK), 0, [&] {
+            if (lfmt == TR_PREC_BF16)
+                xent_backward_rows16_kernel<TR_PREC_BF16>(d16p, x16p, cs, t, scale, (size_t)BT,
+                                                          Vp, 0, V);
+            else
+                xent_backward_rows16_kernel<TR_PREC_FP16>(d16p, x16p, cs, t, scale, (size_t)BT,
+                                                          Vp, 0, V);
+        });
+        same_bits("backward dlogits (16-bit rows)", widened(d16, n, lfmt), cpu_d);
+    }
+    emu::launch(dim3(BT), dim3(TR_CUDA_BLOCK), 0, [&] {
+        if (lfmt == TR_PREC_BF16)
+            xent_backward_rows16_kernel<TR_PREC_BF16>(x16p, x16p, cs, t, scale, (size_t)BT, Vp,
+                                                      0, V);
+        else
+            xent_backward_rows16_kernel<TR_PREC_FP16>(x16p, x16p, cs, t, scale, (size_t)BT, Vp,
+                                                      0, V);
+    });
+    same_bits("backward dlogits (16-bit rows, in place)", widened(x16, n, lfmt), cpu_d);
 }
 
 /* The four shard steps at tp = 2 (the second shard holding padding only past V). */

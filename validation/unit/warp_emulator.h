@@ -79,6 +79,9 @@ struct float4 {
 struct alignas(8) uint2 {
     unsigned x, y;
 };
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
 struct __nv_bfloat16 {
     uint16_t bits;
 };
