@@ -142,6 +142,9 @@ int tr_group_share_memory(tr_group *g, size_t max_count);
 size_t tr_shm_window_bytes(size_t max_count);
 int tr_group_shares_memory(const tr_group *g);
 
+/* The most a blocking all-reduce over MPI sends in one call: MPI's own buffers for it
+ * (as large as the message) stay within this, which the plan counts. */
+#define TR_MPI_PIECE_BYTES ((size_t)32 << 20)
 void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dtype, tr_redop op,
                   tr_group *g);
 /* Non-blocking all-reduce; call tr_test now and then so MPI makes progress while

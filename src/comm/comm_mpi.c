@@ -519,8 +519,12 @@ void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dty
         return;
     }
     size_t es = tr_dtype_size(dtype);
-    for (size_t off = 0; off < count; off += CHUNK) {
-        int n = (int)(count - off < CHUNK ? count - off : CHUNK);
+    /* in pieces of TR_MPI_PIECE_BYTES: MPI reduces through a buffer of its own as large
+     * as the message (Open MPI's reduce-scatter/all-gather: the whole message), which
+     * for the pipeline's tied embedding (GPT-2 124M: 147 MiB) the plan did not count */
+    size_t piece = TR_MPI_PIECE_BYTES / es;
+    for (size_t off = 0; off < count; off += piece) {
+        int n = (int)(count - off < piece ? count - off : piece);
         const void *s = sendbuf == recvbuf ? MPI_IN_PLACE : (const char *)sendbuf + off * es;
         MPI_CHECK(MPI_Allreduce(s, (char *)recvbuf + off * es, n, mpi_reduce_type(dtype),
                                 mpi_op(op), g->comm));

@@ -86,17 +86,48 @@ static void round_reduced(tr_dp *dp)
 void tr_dp_begin(tr_dp *dp)
 {
     for (int b = 0; b < dp->nbuckets; b++)
-        dp->buckets[b].started = 0;
+        dp->buckets[b].started = dp->buckets[b].open = 0;
+    dp->open_bytes = 0;
+}
+
+static size_t bucket_bytes(const tr_dp_bucket *b) { return (b->hi - b->lo) * sizeof(float); }
+
+/* A bucket seen complete: its MPI buffers are given back */
+static void closed(tr_dp *dp, tr_dp_bucket *b)
+{
+    b->open = 0;
+    dp->open_bytes -= bucket_bytes(b);
+}
+
+/* Before starting a bucket of `bytes` over MPI: waits for the oldest open buckets
+ * (started first: the lowest index) until it fits under TR_DP_OPEN_BYTES. */
+static void make_room(tr_dp *dp, size_t bytes)
+{
+    for (int i = 0; i < dp->nbuckets && dp->open_bytes && dp->open_bytes + bytes > TR_DP_OPEN_BYTES;
+         i++) {
+        tr_dp_bucket *b = &dp->buckets[i];
+        if (b->open) {
+            tr_wait(&b->req);
+            closed(dp, b);
+        }
+    }
 }
 
 static void start(tr_dp *dp, tr_dp_bucket *b)
 {
+    int mpi = !tr_group_has_nccl(dp->group);
+    if (mpi)
+        make_room(dp, bucket_bytes(b));
     float *p = dp->grads + b->lo;
     if (dp->zero)
         tr_ireduce(p, b->hi - b->lo, TR_F32, TR_SUM, b->owner, dp->group, &b->req);
     else
         tr_iallreduce(p, p, b->hi - b->lo, TR_F32, TR_SUM, dp->group, &b->req);
     b->started = 1;
+    if (mpi) {
+        b->open = 1;
+        dp->open_bytes += bucket_bytes(b);
+    }
 }
 
 static int held(const tr_dp *dp, const tr_dp_bucket *b)
@@ -125,8 +156,8 @@ void tr_dp_grads_ready(void *ctx, size_t lo)
     }
     /* MPI moves non-blocking collectives only inside MPI calls: poke the open ones */
     for (int i = 0; i < dp->nbuckets; i++)
-        if (dp->buckets[i].started)
-            tr_test(&dp->buckets[i].req);
+        if (dp->buckets[i].started && tr_test(&dp->buckets[i].req) && dp->buckets[i].open)
+            closed(dp, &dp->buckets[i]);
 }
 
 void tr_dp_finish(tr_dp *dp)
@@ -145,8 +176,11 @@ void tr_dp_finish(tr_dp *dp)
             if (!dp->buckets[i].started)
                 start(dp, &dp->buckets[i]);
         t0 = tr_wtime();
-        for (int i = 0; i < dp->nbuckets; i++)
+        for (int i = 0; i < dp->nbuckets; i++) {
             tr_wait(&dp->buckets[i].req);
+            if (dp->buckets[i].open)
+                closed(dp, &dp->buckets[i]);
+        }
     }
     dp->comm_wait_s += tr_wtime() - t0;
     round_reduced(dp);

@@ -20,6 +20,7 @@ typedef struct tr_dp_bucket {
     size_t lo, hi; /* flat offsets [lo, hi) */
     int owner;     /* ZeRO: the dp rank that owns the range; -1 without */
     int started;
+    int open;      /* started over MPI and not yet seen complete (counted in open_bytes) */
     tr_request req;
 } tr_dp_bucket;
 
@@ -38,6 +39,7 @@ typedef struct tr_dp {
     size_t *part_counts, *part_displs; /* ZeRO: every rank's slice (else NULL) */
     int nbuckets;
     tr_dp_bucket *buckets; /* ordered from the top of the buffer down */
+    size_t open_bytes;     /* of the buckets open over MPI (TR_DP_OPEN_BYTES at most) */
     size_t hold_lo, hold_hi; /* buckets touching this range wait for tr_dp_finish */
     double comm_wait_s;      /* time blocked in tr_dp_finish and the gather */
     const tr_device *dev; /* where grads live */
@@ -52,6 +54,14 @@ static inline void tr_dp_slice(size_t count, int size, int rank, size_t *lo, siz
     *lo = count * (size_t)rank / (size_t)size;
     *hi = count * (size_t)(rank + 1) / (size_t)size;
 }
+
+/* MPI's non-blocking collectives reduce through buffers of their own as large as the
+ * message (Open MPI's libnbc: one per bucket, held until the bucket completes), so a
+ * backward that starts every bucket before the first completes held a whole gradient's
+ * worth more than the plan (GPT-2 124M at dp 2 across nodes: 0.4 GB a rank). At most
+ * this many bytes of buckets are open over MPI at once, the oldest waited for first;
+ * the plan counts them. NCCL works in place and is not limited. */
+#define TR_DP_OPEN_BYTES ((size_t)32 << 20)
 
 void tr_dp_init(tr_dp *dp, tr_group *group, const tr_device *dev, float *grads, size_t count,
                 size_t bucket_floats, int zero);

@@ -36,7 +36,14 @@ static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int
         fprintf(out, "  backend workspace  %12s  (CUDA: cuBLAS's workspace, the backend's "
                 "scratch)\n", B(a, sizeof a, p->backend));
     fprintf(out, "  data buffers       %12s\n", B(a, sizeof a, p->data));
-    if (p->comm > 0)
+    if (p->comm > p->comm_mpi && p->comm_mpi > 0)
+        fprintf(out, "  communication      %12s  (at most: shared-memory windows of the sums on "
+                "a node, %s of MPI's own buffers where a group sums through MPI)\n",
+                B(a, sizeof a, p->comm), B(b, sizeof b, p->comm_mpi));
+    else if (p->comm_mpi > 0)
+        fprintf(out, "  communication      %12s  (MPI's own buffers: the gradient buckets open "
+                "at once, a piece of an all-reduce)\n", B(a, sizeof a, p->comm));
+    else if (p->comm > 0)
         fprintf(out, "  communication      %12s  (shared-memory windows of the sums on a node; "
                 "messages work in place)\n", B(a, sizeof a, p->comm));
     else

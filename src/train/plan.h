@@ -14,7 +14,9 @@ typedef struct tr_plan {
     double optimizer;    /* optimizer state bytes */
     double backend;      /* the device backend's own (CUDA: cuBLAS workspace, scratch) */
     double data;         /* batch buffers bytes */
-    double comm;         /* shared-memory windows of the CPU's sums on a node */
+    double comm;         /* shared-memory windows of the CPU's sums on a node, and comm_mpi */
+    double comm_mpi;     /* MPI's own buffers where a group sums through MPI: the dp
+                          * buckets open at once, one piece of a blocking all-reduce */
     /* host memory of checkpoints beyond the model's buffers: the staging copies of
      * the weights and optimizer state of a device host code cannot touch (a GPU,
      * cpu-guarded), or the CPU's checkpoint.async copy of this rank's share */

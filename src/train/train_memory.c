@@ -71,6 +71,29 @@ static tr_plan make_plan(run *r, tr_model *m, int max_batch)
     if (r->dev->host_memory && tr_deck_bool(r->d, "parallel", "shm_allreduce"))
         p.comm = (dp > 1 ? (double)tr_shm_window_bytes(m->nparams) : 0) +
                  (r->w->tp > 1 ? (double)tr_shm_window_bytes(SIZE_MAX) : 0);
+    if (r->dev->host_memory) {
+        /* MPI's own buffers where a group sums through MPI (ranks on other nodes, or
+         * shm_allreduce off): the dp buckets open at once (data_parallel.h), and one
+         * piece (comm.h) of the largest blocking all-reduce: a tp all-reduce of a
+         * micro-batch's residual stream, the tied embedding's gradient at the
+         * pipeline's ends */
+        const tr_gpt_config *c = tr_gpt_config_of(m);
+        int shm = tr_deck_bool(r->d, "parallel", "shm_allreduce");
+        int per_node = r->w->local_size > 0 ? r->w->local_size : r->w->size;
+        /* dp is the outermost: its groups span nodes unless the job is on one node;
+         * tp's consecutive ranks unless they lie within one */
+        int dp_mpi = !shm || r->w->size > per_node;
+        int tp_mpi = !shm || r->w->tp > per_node || per_node % r->w->tp != 0;
+        if (dp > 1 && dp_mpi)
+            p.comm_mpi += fmin((double)TR_DP_OPEN_BYTES, (double)m->nparams * sizeof(float));
+        double largest = 0;
+        if (c && r->w->tp > 1 && tp_mpi)
+            largest = (double)max_batch * c->T * c->C * sizeof(float);
+        if (c && r->w->pp > 1 && (r->w->pp_rank == 0 || r->w->pp_rank == r->w->pp - 1))
+            largest = fmax(largest, (double)c->Vp / r->w->tp * c->C * sizeof(float));
+        p.comm_mpi += fmin((double)TR_MPI_PIECE_BYTES, largest);
+        p.comm += p.comm_mpi;
+    }
 #ifdef TRAINER_HAVE_CUDA
     p.gpu = r->dev == &tr_gpu_device;
 #endif

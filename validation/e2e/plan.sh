@@ -178,12 +178,14 @@ check "pp 2 with GPipe: no count fits: $(fit_line "${pp2[@]}" parallel.schedule=
   "; more micro-batches do not make it fit: at \[train\] micro_batches = 32 (micro-batches of 1) the largest stage's ranks would still need" \
   <<<"$(fit_line "${pp2[@]}" parallel.schedule=gpipe)"
 # the CPU's sums on a node: a shared-memory window of 2 x 269,322 floats per rank for
-# the MLP's gradients (2.1 MiB), none with parallel.shm_allreduce = false
+# the MLP's gradients (2.1 MiB); with parallel.shm_allreduce = false none, but MPI's
+# own buffers of the gradient buckets open at once (all of its 1.0 MiB of gradients)
 "$TRAINER" --plan inputs/mnist.in --ranks 4 >"$WORK/plan_shm" 2>&1
 check "4 CPU ranks: the shared-memory window in the plan" \
   grep -q "communication *2.1 MiB  (shared-memory windows" "$WORK/plan_shm"
 "$TRAINER" --plan inputs/mnist.in --ranks 4 parallel.shm_allreduce=false >"$WORK/plan_mpi" 2>&1
-check "4 CPU ranks through MPI: no window" grep -q "communication *0 B" "$WORK/plan_mpi"
+check "4 CPU ranks through MPI: no window, MPI's buffers" \
+  grep -q "communication *1.0 MiB  (MPI's own buffers" "$WORK/plan_mpi"
 # --layouts: every dp x tp x pp of N ranks, each row what --plan of that layout says
 # (memory, fit, micro-batches raised to the fewest that fit (a pipeline's first stage
 # then keeps more of them), pipeline use, bytes sent in and across nodes), in order,
