@@ -44,11 +44,27 @@ void tr_sampler_permutation(int64_t *perm, long n, uint64_t seed, long epoch, in
     if (!shuffle)
         return;
     uint64_t stream = (uint64_t)TR_STREAM_SHUFFLE + (uint64_t)epoch;
-    for (long i = n - 1; i > 0; i--) {
-        long j = (long)(tr_rng_u64(seed, stream, (uint64_t)i) % (uint64_t)(i + 1));
-        int64_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
+    /* The same swaps in the same order. Each swap's j is drawn first, a block of them
+     * at a time (a draw depends on i alone), so perm[j] can be prefetched some swaps
+     * ahead: the loop was bound by one cache miss per swap into a permutation much
+     * larger than the caches (7.8M windows, 62 MB: 0.9-1.2 s, 0.14-0.18 s with the
+     * prefetch, the same permutation). */
+    enum { BLOCK = 4096, AHEAD = 32 };
+    long js[BLOCK];
+    for (long hi = n - 1; hi > 0; hi -= BLOCK) {
+        long lo = hi - BLOCK + 1 > 1 ? hi - BLOCK + 1 : 1, m = hi - lo + 1;
+        for (long k = 0; k < m; k++) {
+            long i = hi - k;
+            js[k] = (long)(tr_rng_u64(seed, stream, (uint64_t)i) % (uint64_t)(i + 1));
+        }
+        for (long k = 0; k < m; k++) {
+            if (k + AHEAD < m)
+                __builtin_prefetch(&perm[js[k + AHEAD]], 1, 0);
+            long i = hi - k, j = js[k];
+            int64_t t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
     }
 }
 

@@ -164,18 +164,35 @@ static uint64_t count_tokens(tr_token_data *td, tr_token_file *f, uint64_t first
     return n;
 }
 
-double tr_token_data_unigram_perplexity(tr_token_data *td)
+void tr_token_data_count_train(tr_token_data *td, int part, int parts, uint64_t *counts)
+{
+    if (td->random)
+        return;
+    /* part's share [lo, hi) of the set's tokens, its files one after another */
+    uint64_t all = 0;
+    for (int i = 0; i < td->train.n; i++)
+        all += tr_token_file_count(td->train.files[i]);
+    uint64_t lo = all * (uint64_t)part / (uint64_t)parts;
+    uint64_t hi = all * (uint64_t)(part + 1) / (uint64_t)parts;
+    uint64_t at = 0; /* the set's index of file i's first token */
+    for (int i = 0; i < td->train.n && at < hi; i++) {
+        uint64_t n = tr_token_file_count(td->train.files[i]);
+        uint64_t a = lo > at ? lo - at : 0, b = hi - at < n ? hi - at : n;
+        if (a < b)
+            count_tokens(td, td->train.files[i], a, b - a, counts);
+        at += n;
+    }
+}
+
+double tr_token_data_unigram_from_counts(tr_token_data *td, const uint64_t *train)
 {
     if (td->random)
         return 0;
-    uint64_t *train = tr_alloc((size_t)td->V * sizeof *train, "unigram counts");
     uint64_t *val = tr_alloc((size_t)td->V * sizeof *val, "unigram counts");
-    memset(train, 0, (size_t)td->V * sizeof *train);
     memset(val, 0, (size_t)td->V * sizeof *val);
     uint64_t ntrain = 0;
     for (int i = 0; i < td->train.n; i++)
-        ntrain +=
-            count_tokens(td, td->train.files[i], 0, tr_token_file_count(td->train.files[i]), train);
+        ntrain += tr_token_file_count(td->train.files[i]);
     /* the targets of the evaluated windows: in each file, tokens 1 .. windows * T */
     for (int i = 0; i < td->val.n && td->val.first[i] < td->val_windows; i++) {
         long hi = td->val.first[i + 1] < td->val_windows ? td->val.first[i + 1] : td->val_windows;
@@ -189,9 +206,20 @@ double tr_token_data_unigram_perplexity(tr_token_data *td)
             nll -= (double)val[t] * log(((double)train[t] + 1.0) / denom);
             nval += (double)val[t];
         }
-    tr_free(train);
     tr_free(val);
     return nval > 0 ? exp(nll / nval) : 0;
+}
+
+double tr_token_data_unigram_perplexity(tr_token_data *td)
+{
+    if (td->random)
+        return 0;
+    uint64_t *train = tr_alloc((size_t)td->V * sizeof *train, "unigram counts");
+    memset(train, 0, (size_t)td->V * sizeof *train);
+    tr_token_data_count_train(td, 0, 1, train);
+    double p = tr_token_data_unigram_from_counts(td, train);
+    tr_free(train);
+    return p;
 }
 
 void tr_token_data_close(tr_token_data *td)

@@ -68,8 +68,15 @@ int tr_token_data_digest(tr_token_data *td, int with_val, uint64_t *digest, cons
                          char *err, size_t errlen);
 /* Per-token perplexity of the validation windows' targets under the training
  * tokens' unigram distribution (add-one smoothed): the baseline a model must beat.
- * Reads both files whole in chunks; call on one rank. Returns 0 in random mode. */
+ * Reads both files whole in chunks (one rank; tr_token_data_count_train shares the
+ * training files' reading). Returns 0 in random mode. */
 double tr_token_data_unigram_perplexity(tr_token_data *td);
+/* The same in parts, so that ranks share the reading: the counts of part's share
+ * (of parts) of the training tokens, added to counts[V]; then, from every part's
+ * counts summed, the perplexity (which reads the validation targets). Integer
+ * counts: the same figure however the parts are cut. */
+void tr_token_data_count_train(tr_token_data *td, int part, int parts, uint64_t *counts);
+double tr_token_data_unigram_from_counts(tr_token_data *td, const uint64_t *train);
 void tr_token_data_close(tr_token_data *td);
 
 #endif

@@ -93,8 +93,9 @@ void tr_run_print_layouts(run *r);
 int tr_lm_setup_data(run *r, uint64_t seed);
 /* Validation loss (mean per token) and next-token accuracy over the val windows. */
 void tr_lm_evaluate(run *r, double *loss, double *acc);
-/* Rank 0: the validation perplexity of the training set's unigram distribution
- * (0 when off or in random mode), printed beside the model's. */
+/* Collective (every rank counts a share of the training tokens): the validation
+ * perplexity of the training set's unigram distribution on rank 0 (0 elsewhere, and
+ * when off or in random mode), printed there beside the model's. */
 double tr_lm_unigram_baseline(run *r, double val_loss);
 /* Prints (rank 0) [sample] length tokens generated after the prompt (nothing when
  * 0): after training (step < 0), or during it after `step` steps (sample.every).
