@@ -404,13 +404,15 @@ def main():
     i = sub.add_parser("import", help="Hugging Face GPT-2 -> trainer checkpoint")
     i.add_argument("source", help="model directory, model.safetensors or pytorch_model.bin")
     i.add_argument("out", help="the checkpoint to write (.h5)")
-    i.add_argument("--n-head", type=int, default=0)
+    i.add_argument("--n-head", type=int, default=0,
+                   help="attention heads (default: n_head of the config.json beside SOURCE)")
     i.add_argument("--seq-len", type=int, default=0,
                    help="keep the first T positions of wpe (a shorter context)")
     e = sub.add_parser("export", help="trainer checkpoint -> Hugging Face GPT-2")
     e.add_argument("checkpoint")
     e.add_argument("out", help="directory for config.json and model.safetensors")
-    e.add_argument("--n-head", type=int, default=0)
+    e.add_argument("--n-head", type=int, default=0,
+                   help="attention heads (default: model.n_head of the checkpoint's /deck)")
     a = p.parse_args()
     try:
         return do_import(a) if a.cmd == "import" else do_export(a)

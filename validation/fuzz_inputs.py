@@ -1,4 +1,4 @@
-"""fuzz_inputs.py: random bad input against the trainer, looking for crashes, hangs,
+r"""fuzz_inputs.py: random bad input against the trainer, looking for crashes, hangs,
 sanitizer reports and exit codes outside the documented ones. Not a test (random,
 and minutes long): run it after changing the deck parser or a data reader, best on
 the AddressSanitizer + UBSan build, which turns a silent overrun into a report.
@@ -148,11 +148,14 @@ def idx_cases(args, rng):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('mode', choices=['deck', 'idx'])
-    ap.add_argument('--trainer', default=os.path.join(ROOT, 'trainer'))
-    ap.add_argument('--cases', type=int, default=200)
-    ap.add_argument('--seed', type=int, default=1)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('mode', choices=['deck', 'idx'], help='what to mutate (above)')
+    ap.add_argument('--trainer', default=os.path.join(ROOT, 'trainer'),
+                    help='the binary to run (default: the repository\'s ./trainer)')
+    ap.add_argument('--cases', type=int, default=200, help='how many mutated inputs')
+    ap.add_argument('--seed', type=int, default=1, help='seed of the mutations (the same seed '
+                    'gives the same cases)')
     ap.add_argument('--timeout', type=float, default=60.0, help='seconds a case may run')
     ap.add_argument('--out', default='/tmp/trainer_fuzz', help='scratch and failing inputs')
     args = ap.parse_args()

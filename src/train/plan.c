@@ -144,10 +144,14 @@ static void print_model_parallel_comm(const tr_model *m, const tr_world *w, cons
         double act = pp_activation_bytes(m, stream);
         fprintf(out,
                 "  pp group (%d stages): per micro-batch %s of activations forward and %s "
-                "of gradients back across each stage boundary; %s sent per step by a middle "
-                "stage\n",
-                w->pp, B(a, sizeof a, act), B(b, sizeof b, stream),
-                B(e, sizeof e, micro * (act + stream)));
+                "of gradients back across each stage boundary; ",
+                w->pp, B(a, sizeof a, act), B(b, sizeof b, stream));
+        if (w->pp > 2) /* a middle stage sends both ways */
+            fprintf(out, "%s sent per step by a middle stage\n",
+                    B(e, sizeof e, micro * (act + stream)));
+        else
+            fprintf(out, "sent per step: %s by the first stage, %s by the last\n",
+                    B(e, sizeof e, micro * act), B(b, sizeof b, micro * stream));
         fprintf(out,
                 "  embedding group (first and last stage): all-reduce of the tied wte's "
                 "gradient, %s per step\n",

@@ -137,7 +137,8 @@ lay=(parallel.tp=2 parallel.pp=2 train.micro_batches=2 run.dir="$WORK/run4")
 rc=$?
 check "tp x pp plan: exit $rc $(cat "$WORK/err")" grep -q "memory per rank by pipeline stage" \
   "$WORK/plan_tp_pp"
-for what in "tp group (2 ranks)" "pp group (2 stages)" "embedding group" "stage 1 " "stage work: 0: "; do
+for what in "tp group (2 ranks)" "pp group (2 stages)" "embedding group" "stage 1 " "stage work: 0: " \
+  "sent per step: .* by the first stage, .* by the last"; do
   check "tp x pp plan shows $what" grep -q "$what" "$WORK/plan_tp_pp"
 done
 planned=$(total_bytes "$WORK/plan_tp_pp")
