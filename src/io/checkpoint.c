@@ -3,6 +3,7 @@
  * themselves: checkpoint_write.c and checkpoint_read.c, on checkpoint_layout.c
  * (where a rank's elements are), checkpoint_catalogue.c (what the ranks agree on),
  * checkpoint_checksums.c and checkpoint_hdf5.c; see checkpoint.h. */
+#include "core/dir_lock.h"
 #include "io/checkpoint_internal.h"
 
 #include <dirent.h>
@@ -181,7 +182,7 @@ int tr_ckpt_dir_check(const char *dir, tr_group *g, char *err, size_t errlen)
     err[0] = '\0';
     int rank = tr_group_rank(g), code = 0;
     int64_t token = 0;
-    char probe[4200];
+    char probe[4200], who[600];
     if (rank == 0) {
         /* a name and content only this start of this run knows */
         struct timespec ts;
@@ -194,13 +195,23 @@ int tr_ckpt_dir_check(const char *dir, tr_group *g, char *err, size_t errlen)
             ckpt_fail(err, errlen, "cannot create the checkpoint directory '%s': %s", dir,
                       strerror(errno));
             code = TR_EXIT_IOERR;
+        } else if (tr_dir_lock(dir, who, sizeof who)) {
+            /* checkpoint.dir shared by two runs with run directories of their own */
+            ckpt_fail(err, errlen,
+                      "the checkpoint directory '%s' is in use by another run (%s): two runs "
+                      "writing checkpoints in one directory would prune, resume from and "
+                      "delete the unfinished writes of each other's; give this run a "
+                      "checkpoint directory of its own (checkpoint.dir=..., or leave it empty "
+                      "for <run dir>/checkpoints)",
+                      dir, who);
+            code = TR_EXIT_USAGE;
         } else if (!(f = fopen(probe, "w")) || fprintf(f, "%lld\n", (long long)token) < 0 ||
                    fclose(f)) {
             ckpt_fail(err, errlen, "cannot write in the checkpoint directory '%s': %s", dir,
                       strerror(errno));
             code = TR_EXIT_IOERR;
         } else {
-            remove_unfinished(dir); /* before this run writes any */
+            remove_unfinished(dir); /* before this run writes any, and only its own */
         }
     }
     code = ckpt_agree(g, code, err, errlen);

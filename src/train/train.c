@@ -3,6 +3,7 @@
 #include "train.h"
 #include "backend/calibrate.h"
 #include "backend/lowp_math.h"
+#include "core/dir_lock.h"
 #include "core/error.h"
 #include "core/sysmem.h"
 #include "core/watchdog.h"
@@ -140,57 +141,20 @@ static int mkdir_p(const char *path)
     return 0;
 }
 
-/* One run at a time in a run directory: two (the tasks of a Slurm job array with a
- * deck that sets [run] dir, a second submission of the same job script while the
- * first runs) would overwrite each other's deck.in, metrics.csv and checkpoints, and
- * one would resume from, or prune, the other's. Rank 0 holds an flock on DIR/.lock
- * for the life of the process (the kernel drops it when the process ends, however it
- * ends: no stale lock after a crash or SIGKILL); the file says who holds it. A file
- * system without flock leaves the directory unguarded, as before. */
+/* One run at a time in a run directory (core/dir_lock.h): rank 0 holds its lock for
+ * the life of the process. */
 static int lock_run_dir(run *r)
 {
-    static int held = -1; /* open for the life of the process */
-    char path[2200];
-    snprintf(path, sizeof path, "%s/.lock", r->dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0664);
-    if (fd < 0)
-        return 0; /* an unwritable directory is reported by the deck.in write next */
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-        char host[256] = "?", who[600];
-        gethostname(host, sizeof host - 1);
-        const char *job = getenv("SLURM_JOB_ID");
-        const char *arr = getenv("SLURM_ARRAY_JOB_ID"), *task = getenv("SLURM_ARRAY_TASK_ID");
-        int n;
-        if (arr && *arr && task && *task)
-            n = snprintf(who, sizeof who, "Slurm job %s_%s, ", arr, task);
-        else if (job && *job)
-            n = snprintf(who, sizeof who, "Slurm job %s, ", job);
-        else
-            n = 0;
-        n += snprintf(who + n, sizeof who - (size_t)n, "pid %ld on %s\n", (long)getpid(), host);
-        if (ftruncate(fd, 0) == 0 && pwrite(fd, who, (size_t)n, 0) < 0) {
-            /* only a label for the message of a second run: not worth failing */
-        }
-        if (held >= 0)
-            close(held);
-        held = fd;
+    char who[600];
+    if (!tr_dir_lock(r->dir, who, sizeof who))
         return 0;
-    }
-    int e = errno;
-    char who[600] = "";
-    ssize_t k = pread(fd, who, sizeof who - 1, 0);
-    close(fd);
-    if (e != EWOULDBLOCK && e != EAGAIN)
-        return 0; /* no flock on this file system */
-    who[k > 0 ? k : 0] = '\0';
-    who[strcspn(who, "\n")] = '\0';
     return tr_run_key_error(
         r, "run", "dir",
         "the run directory '%s' is in use by another run (%s): two runs in one directory "
         "would overwrite each other's checkpoints and metrics.csv, and one would resume from "
         "the other's; give this run a directory of its own (run.dir=..., e.g. with the job "
         "id: a deck without [run] dir under Slurm gets runs/<deck>-<job id>)",
-        r->dir, *who ? who : "its holder unknown");
+        r->dir, who);
 }
 
 /* Rank 0 prepares the run directory; the others wait for its verdict. */

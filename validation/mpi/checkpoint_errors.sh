@@ -119,6 +119,37 @@ run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$bdir" checkpoint.every=10 c
 check "branch: auto resumes from last.h5's step 15, not step 30 of the run it left: $(grep resumed "$WORK/out")" \
   grep -q "resumed from $bdir/checkpoints/step_00000015.h5: step 15" "$WORK/out"
 
+# a directory another run is using (its rank 0 holds DIR/.lock: this shell holds it
+# here): refused with 64, naming the holder, and nothing of the other run's touched,
+# its unfinished checkpoint write included; checkpoint.dir shared by two run
+# directories likewise; the run directory named as its own checkpoint.dir is not
+# "another run"
+mkdir -p "$WORK/busy/checkpoints" "$WORK/busy_ck"
+touch "$WORK/busy/checkpoints/step_00000040.h5.tmp" "$WORK/busy_ck/step_00000040.h5.tmp"
+for d in "$WORK/busy" "$WORK/busy_ck"; do
+  exec {held}>"$d/.lock"
+  flock -n "$held" && echo "pid 4242 on elsewhere" >&"$held"
+  if [ "$d" = "$WORK/busy" ]; then
+    what="run directory"; over=(run.dir="$d")
+  else
+    what="checkpoint directory"; over=(run.dir="$WORK/busy_run" checkpoint.dir="$d")
+  fi
+  run 2 "$WORK/out" "$WORK/err" "${base[@]}" "${over[@]}"
+  exec {held}>&-
+  check "$what in use: exit $RC, expected 64" [ "$RC" = 64 ]
+  check "$what in use: the holder named in: $(cat "$WORK/err")" \
+    grep -q "the $what '$d' is in use by another run (pid 4242 on elsewhere)" "$WORK/err"
+  check "$what in use: printed once" [ "$(grep -c "is in use by another run" "$WORK/err")" = 1 ]
+  check "$what in use: the other run's unfinished write left alone" \
+    bash -c "ls '$d'/step_00000040.h5.tmp '$d'/checkpoints/step_00000040.h5.tmp 2>/dev/null | grep -q ."
+  check "$what in use: no rank left" no_leftover_ranks
+done
+check "run directory in use: nothing written there" \
+  [ ! -e "$WORK/busy/metrics.csv" ]
+run 2 "$WORK/out" "$WORK/err" "${base[@]}" train.steps=2 run.dir="$WORK/self" checkpoint.dir="$WORK/self"
+check "checkpoint.dir = run.dir: exit $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+check "checkpoint.dir = run.dir: its checkpoint written" [ -f "$WORK/self/step_00000002.h5" ]
+
 # kill -9 during a checkpoint write: the previous checkpoint stays the newest valid one
 big=(inputs/mnist.in model.hidden=2048,2048 train.steps=400 checkpoint.every=3 checkpoint.keep=0 run.progress=off)
 dir=$WORK/killed
