@@ -142,8 +142,11 @@ const void *tr_model_upload(const tr_model *m, void *dst, const void *x, size_t 
 /* The logical element index of p's local element j (shards map through their
  * blocks), or -1 for padding. */
 long tr_param_global_index(const tr_param *p, size_t j);
-/* Counter-based initialisation: tensor i's element j depends only on (seed, i, j). */
-void tr_model_init_params(tr_model *m, uint64_t seed);
+/* Counter-based initialisation: tensor i's element j depends only on (seed, i, j).
+ * replicas: the ranks that hold the same parameters as this one (its data-parallel
+ * group), each of which draws a share and all-gathers the rest, collectively; NULL
+ * draws them all here. */
+void tr_model_init_params(tr_model *m, uint64_t seed, tr_group *replicas);
 void tr_model_free(tr_model *m);
 
 /* Forward of B samples x (see input_tokens) to logits; loss and accuracy through the

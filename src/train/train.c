@@ -286,18 +286,20 @@ static int resume(run *r, uint64_t seed)
         return rc;
     }
     /* The random initial values only where nothing resumed: a resumed checkpoint
-     * replaces every parameter, and drawing them first cost each rank some 40 ns a
-     * parameter on one thread (GPT-2 124M: about 5 s of every resumed session's
-     * set-up). A fresh buffer reads as zeros, as the padding the checkpoint does not
-     * store must. checkpoint.init_from replaces the parameters too, but only once it
-     * has read them, so they are drawn first there as before. */
+     * replaces every parameter, and drawing them costs some 40 ns a parameter on one
+     * thread (GPT-2 124M: about 5 CPU-s, shared by the dp group's ranks). A fresh
+     * buffer reads as zeros, as the padding the checkpoint does not store must.
+     * checkpoint.init_from replaces the parameters too, but only once it has read
+     * them, so they are drawn first there as before. Every rank of the world takes
+     * the same branch (the checkpoint read is collective), so the draw's all-gather
+     * over the dp group is reached by all of them. */
     if (r->ckpt.last_written < 0) {
         if (reinit) { /* a failed load may have filled some tensors */
             tr_optim_reset(&r->opt);
             tr_loss_scale_init(&r->scaler, r->d);
             tr_val_tracker_init(&r->tracker, r->d);
         }
-        tr_model_init_params(&r->model, seed);
+        tr_model_init_params(&r->model, seed, r->w->dp_group);
         tr_optim_take_params(&r->opt, &r->model); /* mixed precision: fp32 master weights */
     }
     /* fine-tuning: given weights instead of the random ones, when nothing resumed

@@ -5,7 +5,8 @@
 # their collectives staged through host copies, lib.sh's gpu_staged), must give the CPU's loss curve
 # within 1e-4 relative per step (fp32 on both; cuBLAS and OpenBLAS sum in different
 # orders), and a GPU checkpoint must resume on the CPU (one written in the background,
-# checkpoint.async, into the CPU run's curve). bf16-mixed runs too (its
+# checkpoint.async, into the CPU run's curve), and the initial weights drawn a slice a
+# rank at dp 2 are the CPU's single rank's bit for bit. bf16-mixed runs too (its
 # curve within 1e-2 of the CPU's bf16-mixed), with each of the two tensor-core
 # attention forms (TRAINER_CUDA_ATTENTION), and fp16-mixed (within 1e-2). A CPU
 # checkpoint's weights start a GPU run (checkpoint.init_from) bit for bit. Dropout at every site draws the CPU's masks on
@@ -62,6 +63,17 @@ TRAINER_CUDA_ATTENTION=mma gpu_pair gpt_bf16_mma 1 1e-2 "${G[@]}" train.precisio
 gpu_pair gpt_dp2 2 1e-4 "${G[@]}"
 gpu_pair gpt_tp2 2 1e-4 "${G[@]}" parallel.tp=2 "${DROP[@]}"
 gpu_pair gpt_zero1 2 1e-4 "${G[@]}" parallel.zero=1
+# the initial weights at dp 2: each rank draws its slice on the host, uploads it and
+# all-gathers the rest (NCCL, or staged); one step at learning rate 0 leaves them as
+# drawn, which must be the CPU's single rank's bit for bit
+I=("${G[@]}" train.steps=1 optim.lr=0)
+run 1 "$WORK/out" "$WORK/err" "${I[@]}" run.dir="$WORK/init.cpu"
+check "initial weights, cpu: exit $RC" [ "$RC" = 0 ]
+TRAINER_STAGED_COMM=$(gpu_staged 2) run 2 "$WORK/out" "$WORK/err" "${I[@]}" system.device=cuda \
+  run.dir="$WORK/init"
+check "initial weights, cuda at dp 2: exit $RC $(tail -3 "$WORK/err")" [ "$RC" = 0 ]
+check "initial weights at dp 2 on the GPU: the CPU's single rank's, bit for bit" h5diff -q \
+  "$WORK/init.cpu/checkpoints/step_00000001.h5" "$WORK/init/checkpoints/step_00000001.h5" /model /model
 # a GPU checkpoint resumes on the CPU
 run 1 "$WORK/out" "$WORK/err" "${G[@]}" train.steps=$((S + 4)) run.dir="$WORK/gpt"
 check "the GPU run's checkpoint resumes on the CPU: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]

@@ -223,7 +223,7 @@ static void test_init_and_generation(void)
 {
     tr_model m;
     build(&m, 0.0f);
-    tr_model_init_params(&m, 42);
+    tr_model_init_params(&m, 42, NULL);
     ctx c = {.m = &m};
     for (int i = 0; i < B * T; i++) {
         c.tok[i] = (int32_t)(tr_rng_u64(8, 1, (uint64_t)i) % V);
@@ -299,7 +299,7 @@ static void test_decode(int format)
     CHECK(tr_gpt_build(&m, &cfg, err, sizeof err) == 0, "build: %s", err);
     m.precision = format;
     tr_model_allocate(&m, &tr_cpu_device, B);
-    tr_model_init_params(&m, 43);
+    tr_model_init_params(&m, 43, NULL);
     for (int t = 0; t < m.ntensors; t++) { /* logits far from ties */
         tr_param *p = m.tensors[t];
         size_t n = p->ndim == 2 ? (size_t)p->dims[0] * p->dims[1] : (size_t)p->dims[0];
