@@ -37,10 +37,16 @@ int tr_sampler_check(long n, long global_batch, int dp_size, char *err, size_t e
     return TR_EXIT_USAGE;
 }
 
-void tr_sampler_permutation(int64_t *perm, long n, uint64_t seed, long epoch, int shuffle)
+/* The permutation of [0, n) into perm, entries of 8 bytes (wide) or 4. */
+static void permute(void *perm, int wide, long n, uint64_t seed, long epoch, int shuffle)
 {
+    int64_t *p8 = wide ? perm : NULL;
+    uint32_t *p4 = wide ? NULL : perm;
     for (long i = 0; i < n; i++)
-        perm[i] = i;
+        if (wide)
+            p8[i] = i;
+        else
+            p4[i] = (uint32_t)i;
     if (!shuffle)
         return;
     uint64_t stream = (uint64_t)TR_STREAM_SHUFFLE + (uint64_t)epoch;
@@ -58,14 +64,41 @@ void tr_sampler_permutation(int64_t *perm, long n, uint64_t seed, long epoch, in
             js[k] = (long)(tr_rng_u64(seed, stream, (uint64_t)i) % (uint64_t)(i + 1));
         }
         for (long k = 0; k < m; k++) {
-            if (k + AHEAD < m)
-                __builtin_prefetch(&perm[js[k + AHEAD]], 1, 0);
             long i = hi - k, j = js[k];
-            int64_t t = perm[i];
-            perm[i] = perm[j];
-            perm[j] = t;
+            if (wide) {
+                if (k + AHEAD < m)
+                    __builtin_prefetch(&p8[js[k + AHEAD]], 1, 0);
+                int64_t t = p8[i];
+                p8[i] = p8[j];
+                p8[j] = t;
+            } else {
+                if (k + AHEAD < m)
+                    __builtin_prefetch(&p4[js[k + AHEAD]], 1, 0);
+                uint32_t t = p4[i];
+                p4[i] = p4[j];
+                p4[j] = t;
+            }
         }
     }
+}
+
+void tr_sampler_permutation(int64_t *perm, long n, uint64_t seed, long epoch, int shuffle)
+{
+    permute(perm, 1, n, seed, epoch, shuffle);
+}
+
+void tr_sampler_permutation32(uint32_t *perm, long n, uint64_t seed, long epoch, int shuffle)
+{
+    if ((uint64_t)n > TR_SAMPLER_NARROW_MAX)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: a permutation of %ld in 4-byte entries", n);
+    permute(perm, 0, n, seed, epoch, shuffle);
+}
+
+size_t tr_sampler_bytes(long n, int shuffle)
+{
+    if (!shuffle || n < 1)
+        return 0;
+    return (size_t)n * ((uint64_t)n <= TR_SAMPLER_NARROW_MAX ? sizeof(uint32_t) : sizeof(int64_t));
 }
 
 void tr_sampler_init(tr_sampler *s, long n, long global_batch, int dp_rank, int dp_size,
@@ -86,7 +119,10 @@ void tr_sampler_init(tr_sampler *s, long n, long global_batch, int dp_rank, int 
     s->shuffle = shuffle != 0;
     s->seed = seed;
     s->epoch = -1;
-    s->perm = tr_alloc((size_t)n * sizeof(int64_t), "sampler permutation");
+    /* shuffle off: the identity, which tr_sampler_batch computes without a table */
+    s->wide = (uint64_t)n > TR_SAMPLER_NARROW_MAX;
+    if (s->shuffle)
+        s->perm = tr_alloc(tr_sampler_bytes(n, 1), "sampler permutation");
 }
 
 long tr_sampler_steps_per_epoch(const tr_sampler *s) { return s->steps_per_epoch; }
@@ -100,12 +136,23 @@ void tr_sampler_batch(tr_sampler *s, long step, int64_t *indices)
     if (epoch >= MAX_EPOCHS)
         tr_fatal(TR_EXIT_SOFTWARE, "epoch %ld exceeds the %ld the shuffle streams allow", epoch,
                  MAX_EPOCHS);
+    long first = b * s->global_batch + (long)s->dp_rank * s->local_batch;
+    if (!s->shuffle) {
+        for (long k = 0; k < s->local_batch; k++)
+            indices[k] = first + k;
+        return;
+    }
     if (epoch != s->epoch) {
-        tr_sampler_permutation(s->perm, s->n, s->seed, epoch, s->shuffle);
+        permute(s->perm, s->wide, s->n, s->seed, epoch, 1);
         s->epoch = epoch;
     }
-    const int64_t *src = s->perm + b * s->global_batch + (long)s->dp_rank * s->local_batch;
-    memcpy(indices, src, (size_t)s->local_batch * sizeof *indices);
+    if (s->wide) {
+        memcpy(indices, (const int64_t *)s->perm + first, (size_t)s->local_batch * sizeof *indices);
+    } else {
+        const uint32_t *src = (const uint32_t *)s->perm + first;
+        for (long k = 0; k < s->local_batch; k++)
+            indices[k] = src[k];
+    }
 }
 
 void tr_sampler_free(tr_sampler *s)

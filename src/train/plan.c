@@ -35,7 +35,11 @@ static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int
     if (p->backend > 0) /* the CPU has none: its plan stays as it was */
         fprintf(out, "  backend workspace  %12s  (CUDA: cuBLAS's workspace, the backend's "
                 "scratch)\n", B(a, sizeof a, p->backend));
-    fprintf(out, "  data buffers       %12s\n", B(a, sizeof a, p->data));
+    if (p->data_order > 0)
+        fprintf(out, "  data buffers       %12s  (the epoch's shuffle order %s of it)\n",
+                B(a, sizeof a, p->data), B(b, sizeof b, p->data_order));
+    else
+        fprintf(out, "  data buffers       %12s\n", B(a, sizeof a, p->data));
     if (p->comm > p->comm_mpi && p->comm_mpi > 0)
         fprintf(out, "  communication      %12s  (at most: shared-memory windows of the sums on "
                 "a node, %s of MPI's own buffers where a group sums through MPI)\n",

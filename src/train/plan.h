@@ -13,7 +13,8 @@ typedef struct tr_plan {
     tr_model_memory mem; /* parameters, gradients, activations, scratch (bytes) */
     double optimizer;    /* optimizer state bytes */
     double backend;      /* the device backend's own (CUDA: cuBLAS workspace, scratch) */
-    double data;         /* batch buffers bytes */
+    double data;         /* batch buffers bytes, and data_order */
+    double data_order;   /* the epoch's shuffle order (sampler.h): every rank holds all */
     double comm;         /* shared-memory windows of the CPU's sums on a node, and comm_mpi */
     double comm_mpi;     /* MPI's own buffers where a group sums through MPI: the dp
                           * buckets open at once, one piece of a blocking all-reduce */

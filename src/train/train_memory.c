@@ -66,6 +66,13 @@ static tr_plan make_plan(run *r, tr_model *m, int max_batch)
     p.data = r->lm ? 2.0 * (double)r->local_batch * m->targets_per_sample * sizeof(int32_t)
                    : 2.0 * (double)r->local_batch * (double)r->train.c * r->train.h * r->train.w *
                          sizeof(float);
+    /* every rank holds the epoch's whole permutation (sampler.h): none without a
+     * shuffle, nor for random tokens, which have no sampler */
+    int shuffle = tr_deck_bool(r->d, "data", "shuffle");
+    p.data_order =
+        r->lm ? (r->tokens.random ? 0 : (double)tr_sampler_bytes(r->tokens.train_windows, shuffle))
+              : (double)tr_sampler_bytes(r->train.n, shuffle);
+    p.data += p.data_order;
     p.backend = (double)r->dev->backend_bytes;
     /* at most: the windows exist only where a group's ranks share a node (setup) */
     if (r->dev->host_memory && tr_deck_bool(r->d, "parallel", "shm_allreduce"))

@@ -29,6 +29,13 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ] || [ -f data/mnist/t10k-images-idx3-
     >"$WORK/plan_cnn" 2>"$WORK/err"
   check "CNN plan: the evaluation batch is a rank's share of the test set: $(grep activations "$WORK/plan_cnn")" \
     grep -q "^  activations .*(batch 500)" "$WORK/plan_cnn"
+  # every rank holds the epoch's permutation of the 8000 training images, 4 bytes an
+  # entry (sampler.h); none with shuffle off
+  check "CNN plan: the shuffle order in the data buffers: $(grep 'data buffers' "$WORK/plan_cnn")" \
+    grep -q "^  data buffers .*(the epoch's shuffle order 31.2 KiB of it)" "$WORK/plan_cnn"
+  "$TRAINER" --plan inputs/mnist_cnn.in --ranks 4 data.shuffle=false >"$WORK/plan_cnn" 2>"$WORK/err"
+  check "CNN plan, shuffle off: no shuffle order: $(grep 'data buffers' "$WORK/plan_cnn")" \
+    bash -c "! grep -q 'shuffle order' '$WORK/plan_cnn'"
 fi
 # a CUDA build plans a GPU run without a GPU: cuBLAS's workspace (32 MiB) and the
 # backend's scratch (2.3 MiB of partial sums, 256 MiB of 16-bit GEMM operands) are a line

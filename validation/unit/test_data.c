@@ -305,6 +305,46 @@ static void test_permutation(void)
     for (long i = 0; i < NP; i++)
         ident &= a[i] == i;
     CHECK(ident, "shuffle off is not the identity");
+
+    /* The draws and swaps of the shuffle as they were when 8-byte entries were the
+     * only ones (values from that code): a resumed run continues its epoch only if
+     * the permutation never changes. */
+    static const int64_t first[8] = {783, 582, 743, 214, 376, 470, 930, 742};
+    tr_sampler_permutation(a, NP, 42, 0, 1);
+    CHECK(memcmp(a, first, sizeof first) == 0, "epoch 0 of seed 42 begins %lld %lld %lld ...",
+          (long long)a[0], (long long)a[1], (long long)a[2]);
+    enum { NB = 100000 }; /* some blocks of draws (sampler.c) */
+    int64_t *big = malloc(NB * sizeof *big);
+    uint32_t *big32 = malloc(NB * sizeof *big32);
+    CHECK(big && big32, "out of memory");
+    if (!big || !big32)
+        return;
+    tr_sampler_permutation(big, NB, 7, 3, 1);
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a over the entries */
+    for (long i = 0; i < NB; i++)
+        h = (h ^ (uint64_t)big[i]) * 1099511628211ULL;
+    CHECK(h == 0xf15253520959f0b7ULL, "the permutation of %d (seed 7, epoch 3) changed: %llx", NB,
+          (unsigned long long)h);
+    /* 4-byte entries: the same permutation, at sizes around a block of draws */
+    static const long sizes[] = {1, 2, 3, 4095, 4096, 4097, 8193, NB};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+        for (int sh = 0; sh <= 1; sh++) {
+            long n = sizes[k];
+            tr_sampler_permutation(big, n, 11, 2, sh);
+            tr_sampler_permutation32(big32, n, 11, 2, sh);
+            long bad = 0;
+            for (long i = 0; i < n; i++)
+                bad += big32[i] != (uint64_t)big[i];
+            CHECK(bad == 0, "n %ld, shuffle %d: %ld entries of 4 bytes differ from 8", n, sh, bad);
+        }
+    free(big);
+    free(big32);
+    /* the memory plan's figure: 4 bytes an entry while indices fit 32 bits */
+    CHECK(tr_sampler_bytes(103, 1) == 103 * 4, "103 samples: %zu bytes", tr_sampler_bytes(103, 1));
+    CHECK(tr_sampler_bytes(103, 0) == 0, "shuffle off holds a permutation");
+    CHECK(tr_sampler_bytes(1L << 32, 1) == ((size_t)4 << 32), "2^32 samples not in 4 bytes");
+    CHECK(tr_sampler_bytes((1L << 32) + 1, 1) == (((size_t)1 << 32) + 1) * 8,
+          "2^32 + 1 samples: indices beyond 32 bits in 4 bytes");
 }
 
 static void test_sampler(void)
@@ -345,6 +385,19 @@ static void test_sampler(void)
         }
         CHECK(ok, "dp=%d: ranks' slices do not make up the dp=1 global batch", dp);
     }
+
+    /* shuffle off: the identity's slices, without a table */
+    tr_sampler s0;
+    tr_sampler_init(&s0, NS, G, 1, 2, 5, 0);
+    CHECK(s0.perm == NULL, "shuffle off allocates a permutation");
+    int ident = 1;
+    for (long st = 0; st < STEPS; st++) {
+        tr_sampler_batch(&s0, st, got);
+        for (long k = 0; k < G / 2; k++)
+            ident &= got[k] == (st % spe) * G + G / 2 + k;
+    }
+    CHECK(ident, "shuffle off: rank 1 of 2 does not take the identity's second halves");
+    tr_sampler_free(&s0);
 
     char err[256];
     CHECK(tr_sampler_check(NS, G, 4, err, sizeof err) == 0, "valid layout rejected: %s", err);
