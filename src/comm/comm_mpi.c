@@ -504,6 +504,10 @@ int tr_group_rank(const tr_group *g) { return g->rank; }
 
 /* MPI counts are int: large buffers go in pieces. */
 #define CHUNK ((size_t)1 << 30)
+/* the largest count or displacement the all-gather gives MPI (tests lower it) */
+static size_t g_max_count = INT_MAX;
+
+void tr_comm_test_max_count(size_t n) { g_max_count = n ? n : INT_MAX; }
 
 void tr_allreduce(const void *sendbuf, void *recvbuf, size_t count, tr_dtype dtype, tr_redop op,
                   tr_group *g)
@@ -638,11 +642,24 @@ void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dty
         tr_shm_allgatherv_f32(g->shm, buf, counts, displs, g_guard_open, g_guard_close);
         return;
     }
+    int fits = 1;
+    for (int r = 0; r < g->size; r++)
+        fits &= counts[r] <= g_max_count && displs[r] <= g_max_count;
+    if (!fits) {
+        /* MPI-3's int counts and displacements: a buffer past 2^31 elements (a model of
+         * more than 2.1 billion parameters a replica, whose initial values the ranks
+         * draw a slice each) goes as each rank's broadcast of its part, in pieces */
+        size_t es = tr_dtype_size(dtype), piece = CHUNK < g_max_count ? CHUNK : g_max_count;
+        for (int r = 0; r < g->size; r++)
+            for (size_t off = 0; off < counts[r]; off += piece) {
+                int n = (int)(counts[r] - off < piece ? counts[r] - off : piece);
+                MPI_CHECK(MPI_Bcast((char *)buf + (displs[r] + off) * es, n, mpi_type(dtype), r,
+                                    g->comm));
+            }
+        return;
+    }
     int *c = tr_alloc(2 * (size_t)g->size * sizeof *c, "all-gather counts");
     for (int r = 0; r < g->size; r++) {
-        if (counts[r] > INT_MAX || displs[r] > INT_MAX)
-            tr_fatal(TR_EXIT_SOFTWARE, "bug: all-gather of %zu elements at %zu exceeds MPI's "
-                     "int counts", counts[r], displs[r]);
         c[r] = (int)counts[r];
         c[g->size + r] = (int)displs[r];
     }

@@ -8,7 +8,8 @@
  * reduce-scatter), and copy through the device table: all-reduce in place and out of
  * place, non-blocking all-reduce completed by tr_wait and by polling tr_test, reduce to
  * a root, reduce-scatter and all-gather over uneven parts (16-bit values too), sends
- * and receives (blocking and not, and empty ones) and a broadcast. */
+ * and receives (blocking and not, and empty ones) and a broadcast; and the host
+ * all-gather of a buffer past MPI's int counts (in pieces), on small ones. */
 #include "comm/comm.h"
 #include "core/error.h"
 #include "test_util.h"
@@ -187,6 +188,39 @@ static void test_scatter_gather(tr_group *g, int me)
     tr_free(u);
 }
 
+/* tr_allgatherv of a buffer past MPI's int counts goes as broadcasts in pieces: run
+ * here with the limit lowered to 64 elements, over uneven parts of 150 to 261, as
+ * floats and 16-bit values, against what each rank drew */
+static void test_allgather_pieces(tr_group *g, int me)
+{
+    size_t counts[4], displs[4], n = 0;
+    for (int r = 0; r < 4; r++) {
+        counts[r] = 150 + 37 * (size_t)r;
+        displs[r] = n;
+        n += counts[r];
+    }
+    float *f = tr_alloc(n * sizeof *f, "f32");
+    uint16_t *u = tr_alloc(n * sizeof *u, "u16");
+    for (size_t i = 0; i < n; i++) { /* others' parts hold garbage */
+        int mine = i >= displs[me] && i < displs[me] + counts[me];
+        f[i] = mine ? (float)i * 0.5f : -1.0f;
+        u[i] = (uint16_t)(mine ? i * 7 : 0xdead);
+    }
+    tr_comm_test_max_count(64);
+    tr_allgatherv(f, counts, displs, TR_F32, g);
+    tr_allgatherv(u, counts, displs, TR_U16, g);
+    tr_comm_test_max_count(0);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += f[i] != (float)i * 0.5f || u[i] != (uint16_t)(i * 7);
+    CHECK(bad == 0,
+          "all-gather in pieces past the count limit: %zu of %zu elements wrong "
+          "on rank %d",
+          bad, n, me);
+    tr_free(f);
+    tr_free(u);
+}
+
 /* ranks 0-1 and 2-3 exchange: the even rank sends (blocking, then non-blocking), the
  * odd one receives into device memory; then an empty message each way */
 static void test_p2p(tr_group *g, int me, size_t n)
@@ -252,6 +286,8 @@ int main(int argc, char **argv)
             test_bcast(w.world, w.rank, sizes[k]);
         }
         test_scatter_gather(w.world, w.rank);
+        if (pass == 0)
+            test_allgather_pieces(w.world, w.rank);
         g_arena_used = 0;
         if (pass == 0)
             CHECK(tr_group_share_memory(w.world, 3000) == 1, "4 ranks of one node: no window");
