@@ -30,8 +30,9 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Prints and ends the process without MPI (the main thread may be inside it). */
-static void expire(double idle)
+/* "[rank R] DATE: no progress for N s (KEY = M), since WHAT STEP" + tail, to stderr
+ * without stdio's lock (the main thread may hold it) */
+static void say(double idle, const char *tail)
 {
     char when[32] = "";
     time_t t = time(NULL);
@@ -43,19 +44,41 @@ static void expire(double idle)
     char at[48] = "";
     if (step >= 0)
         snprintf(at, sizeof at, " %ld", step);
-    char msg[1024];
-    int n = snprintf(msg, sizeof msg,
-                     "[rank %d] %s: no progress for %.0f s (%s = %g), since %s%s: a rank, "
-                     "GPU or link stopped answering, or this rank is stuck. Ending the job "
-                     "with exit %d rather than hold its nodes; the checkpoints written so far "
-                     "are intact, and a rerun resumes from the newest.\n",
-                     g.rank, when, idle, g.key, g.timeout / 60, what, at, TR_EXIT_OSERR);
+    char msg[1200];
+    int n =
+        snprintf(msg, sizeof msg, "[rank %d] %s: no progress for %.0f s (%s = %g), since %s%s%s\n",
+                 g.rank, when, idle, g.key, g.timeout / 60, what, at, tail);
     if (n > 0) {
         size_t len = (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
         ssize_t w = write(STDERR_FILENO, msg, len);
         (void)w; /* nothing left to do if stderr is gone */
     }
+}
+
+/* Prints and ends the process without MPI (the main thread may be inside it). */
+static void expire(double idle)
+{
+    char tail[400];
+    snprintf(tail, sizeof tail,
+             ": a rank, GPU or link stopped answering, or this rank is stuck. Ending the job "
+             "with exit %d rather than hold its nodes; the checkpoints written so far are "
+             "intact, and a rerun resumes from the newest.",
+             TR_EXIT_OSERR);
+    say(idle, tail);
     _exit(TR_EXIT_OSERR);
+}
+
+/* Half the timeout gone: rank 0 says so once, so that a job whose steps (evaluation
+ * batches, checkpoint pieces) are merely slow is told how to keep the watchdog from
+ * ending it, before it does, and a hung one shows in its log early. */
+static void half_way(double idle)
+{
+    char tail[400];
+    snprintf(tail, sizeof tail,
+             ", half of the timeout: warning: at %.0f s the job ends with exit %d. If "
+             "nothing is hung and this part of the run is simply this slow, raise %s.",
+             g.timeout, TR_EXIT_OSERR, g.key);
+    say(idle, tail);
 }
 
 static void *watch(void *arg)
@@ -63,6 +86,7 @@ static void *watch(void *arg)
     (void)arg;
     unsigned long seen = atomic_load(&g.beats);
     double idle = 0, prev = now();
+    int warned = g.rank != 0; /* one line a job, not one a rank */
     pthread_mutex_lock(&g.mu);
     while (!g.stop) {
         double wake = now() + g.tick;
@@ -83,6 +107,10 @@ static void *watch(void *arg)
         idle += gap < 2 * g.tick ? gap : 2 * g.tick;
         if (idle >= g.timeout)
             expire(idle);
+        if (!warned && idle >= g.timeout / 2) {
+            half_way(idle);
+            warned = 1;
+        }
     }
     pthread_mutex_unlock(&g.mu);
     return NULL;

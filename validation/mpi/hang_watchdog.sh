@@ -2,8 +2,9 @@
 # hang_watchdog.sh: run.hang_minutes. A rank that stops answering without dying (here
 # SIGSTOP: a hung node, GPU or link looks the same to its peers) leaves the others
 # waiting inside a collective; their watchdogs end the job with exit 71 and a message
-# that says what they were doing, and no rank is left running. A whole job that is
-# stopped and continued (Slurm's suspend, gang scheduling) is not a hang: it finishes.
+# that says what they were doing (rank 0 has warned half-way, once), and no rank is
+# left running. A whole job that is stopped and continued (Slurm's suspend, gang
+# scheduling) is not a hang: it finishes.
 # A rank stuck while it frees what it holds at the end is one too: its own watchdog
 # ends the job, which would otherwise wait in MPI_Finalize.
 source "$(dirname "$0")/../lib.sh"
@@ -27,7 +28,10 @@ start_run() {
 
 # 1. one rank stopped: the other ends the job
 start_run "$WORK/hung" 100000000
-victim=$(trainer_pids | sed -n 2p)
+victim=
+for pid in $(trainer_pids); do # rank 1: rank 0 is the one that warns half-way
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
+done
 kill -STOP "$victim"
 wait "$LAUNCHER"
 code=$?
@@ -36,6 +40,11 @@ check "a stopped rank: the job ends with 71 (got $code) $(cat "$WORK/err")" [ "$
 check "the message names the timeout and the rank" \
   grep -q "^\[rank [01]\] .*: no progress for [0-9]* s (run.hang_minutes = $TIMEOUT_MIN)" "$WORK/err"
 check "the message says where the rank was" grep -q "since the start of training step [0-9]" "$WORK/err"
+check "rank 0 warned once, half-way, how to keep a slow run going" [ "$(grep -c "^\[rank 0\] .*: \
+no progress for [0-9]* s (run.hang_minutes = $TIMEOUT_MIN), since .*, half of the timeout: warning: at 3 s \
+the job ends with exit 71. If nothing is hung and this part of the run is simply this slow, raise \
+run.hang_minutes.$" "$WORK/err")" = 1 ]
+check "no other rank warned" [ "$(grep -c "half of the timeout" "$WORK/err")" = 1 ]
 check "no rank left running" no_leftover_ranks
 
 # the sanitizer build checks the watchdog's memory and threads, which the above and
@@ -62,7 +71,10 @@ check "no rank left running" no_leftover_ranks
 # 3. off: a stop longer than the timeout is waited out
 base=(inputs/mnist.in train.log_every=10 run.progress=off run.hang_minutes=0)
 start_run "$WORK/off" "$steps"
-victim=$(trainer_pids | sed -n 2p)
+victim=
+for pid in $(trainer_pids); do # rank 1: rank 0 is the one that warns half-way
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
+done
 kill -STOP "$victim"
 sleep 4
 kill -CONT "$victim"
