@@ -102,8 +102,9 @@ void tr_cpu_adamw_update(float *param, float *m, float *v, const float *grad, si
                          float lr, double beta1, double beta2, float eps, float weight_decay,
                          long t, float *lowp, int format);
 void tr_cpu_adamw_update_spans(const tr_adamw_span *s, int count, float lr, double beta1,
-                               double beta2, float eps, long t, int format);
+                               double beta2, float eps, long t, int format, int grad_format,
+                               float grad_factor);
 double tr_cpu_sum_squares(const float *x, size_t n);
-double tr_cpu_sum_squares_spans(const float *const *x, const size_t *n, int count);
+double tr_cpu_sum_squares_spans(const float *const *x, const size_t *n, int count, int format);
 
 #endif

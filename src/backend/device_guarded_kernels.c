@@ -104,10 +104,10 @@ static void guarded_adamw_update(float *param, float *m, float *v, const float *
     tr_guarded_close();
 }
 
-static void guarded_adamw_update_spans(const tr_adamw_span *s, int count, float lr, double beta1, double beta2, float eps, long t, int format)
+static void guarded_adamw_update_spans(const tr_adamw_span *s, int count, float lr, double beta1, double beta2, float eps, long t, int format, int grad_format, float grad_factor)
 {
     tr_guarded_open();
-    tr_cpu_kernels.adamw_update_spans(s, count, lr, beta1, beta2, eps, t, format);
+    tr_cpu_kernels.adamw_update_spans(s, count, lr, beta1, beta2, eps, t, format, grad_format, grad_factor);
     tr_guarded_close();
 }
 
@@ -119,10 +119,10 @@ static double guarded_sum_squares(const float *x, size_t n)
     return r;
 }
 
-static double guarded_sum_squares_spans(const float *const *x, const size_t *n, int count)
+static double guarded_sum_squares_spans(const float *const *x, const size_t *n, int count, int format)
 {
     tr_guarded_open();
-    double r = tr_cpu_kernels.sum_squares_spans(x, n, count);
+    double r = tr_cpu_kernels.sum_squares_spans(x, n, count, format);
     tr_guarded_close();
     return r;
 }

@@ -94,15 +94,24 @@ typedef struct tr_kernels {
     /* adamw_update on each of count spans (a host array) with the step's shared
      * arguments: the bits of those calls, in fewer launches on a GPU (a model's
      * tensors, 148 for GPT-2 124M, most of them a few hundred values: one launch each
-     * would cost more than its work). */
+     * would cost more than its work). Each gradient is read as
+     * tr_grad_in(g, grad_format, grad_factor) (lowp_math.h): rounded to grad_format
+     * (mixed precision's reduced gradients; fp32: as they are), then times
+     * grad_factor where it is not 1 (unscaling, clipping), the gradients in memory
+     * left as they are: the bits of round_lowp and scale over the gradients before
+     * the update, without their two passes over every gradient. */
     void (*adamw_update_spans)(const tr_adamw_span *s, int count, float lr, double beta1,
-                               double beta2, float eps, long t, int format);
+                               double beta2, float eps, long t, int format, int grad_format,
+                               float grad_factor);
     double (*sum_squares)(const float *x, size_t n);
     /* The sum over i < count of sum_squares(x[i], n[i]), added in order in double:
      * the bits of those calls added one by one, with one wait for the result where a
      * device's caller would otherwise wait for each (the global norm of a sharded
-     * model's gradients, one span a tensor). x and n are host arrays. */
-    double (*sum_squares_spans)(const float *const *x, const size_t *n, int count);
+     * model's gradients, one span a tensor). x and n are host arrays. Each value is
+     * first rounded to format (fp32: as it is): the norm of the gradients that
+     * adamw_update_spans reads with that grad_format, the bits of sum_squares after
+     * a round_lowp of each span, without the rounding's pass. */
+    double (*sum_squares_spans)(const float *const *x, const size_t *n, int count, int format);
     void (*scale)(float *x, size_t n, float a);
     /* Mixed precision: x[i] = the nearest value of `format` (a tr_precision of
      * lowp_math.h: bf16 or fp16; fp32 leaves x alone), rounded as lowp_math.h rounds.

@@ -100,6 +100,16 @@ TR_HD static inline float tr_round_lowp(float f, int format)
     return f;
 }
 
+/* A gradient as the optimizer's update reads it (kernels.h): mixed precision's
+ * reduced gradient stored in the format (fp32: as it is), then unscaled and clipped
+ * by factor: the bits of a round_lowp pass and a scale pass over the gradients before
+ * the update, done in the update's own pass instead. (A factor of 1, where there was
+ * no scale pass, multiplies exactly; without a branch the CPU's loops vectorise.) */
+TR_HD static inline float tr_grad_in(float g, int format, float factor)
+{
+    return tr_round_lowp(g, format) * factor;
+}
+
 /* train.precision's value as a tr_precision ("bf16-mixed", "fp16-mixed", else fp32) */
 static inline int tr_precision_parse(const char *name)
 {

@@ -169,9 +169,10 @@ void tr_cuda_adamw_update(float *param, float *m, float *v, const float *grad, s
                           float lr, double beta1, double beta2, float eps, float weight_decay,
                           long t, float *lowp, int format);
 void tr_cuda_adamw_update_spans(const tr_adamw_span *s, int count, float lr, double beta1,
-                                double beta2, float eps, long t, int format);
+                                double beta2, float eps, long t, int format, int grad_format,
+                                float grad_factor);
 double tr_cuda_sum_squares(const float *x, size_t n);
-double tr_cuda_sum_squares_spans(const float *const *x, const size_t *n, int count);
+double tr_cuda_sum_squares_spans(const float *const *x, const size_t *n, int count, int format);
 void tr_cuda_scale(float *x, size_t n, float a);
 void tr_cuda_round_lowp(float *x, size_t n, int format);
 

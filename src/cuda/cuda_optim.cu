@@ -61,13 +61,16 @@ static void adamw_chunk_launch(adamw_chunk *ch, int format)
 }
 
 void tr_cuda_adamw_update_spans(const tr_adamw_span *s, int count, float lr, double beta1,
-                                double beta2, float eps, long t, int format)
+                                double beta2, float eps, long t, int format, int grad_format,
+                                float grad_factor)
 {
     if (t < 1) /* the bias corrections 1 - beta^t would divide by zero */
         tr_fatal(TR_EXIT_SOFTWARE, "adamw_update: step %ld, steps count from 1", t);
     adamw_chunk ch;
     memset(&ch, 0, sizeof ch);
     ch.c = tr_adamw_make_consts(lr, beta1, beta2, eps, 0.0f, t);
+    ch.grad_format = grad_format;
+    ch.grad_factor = grad_factor;
     for (int i = 0; i < count; i++) {
         if (s[i].n == 0)
             continue;
@@ -141,7 +144,7 @@ void tr_cuda_round_lowp(float *x, size_t n, int format)
  * enough for one element a thread, the grid stops after the longest span's last
  * element: each element has the thread it has in the full grid, and the blocks left
  * out would each have stored 0 (a GPT-2 bias of 768 values: 3 blocks of the 1024). */
-static void add_spans(const tr_cuda_ctx *c, const span_chunk *ch, int k, int first)
+static void add_spans(const tr_cuda_ctx *c, const span_chunk *ch, int k, int first, int format)
 {
     size_t longest = 0;
     for (int i = 0; i < k; i++)
@@ -150,18 +153,19 @@ static void add_spans(const tr_cuda_ctx *c, const span_chunk *ch, int k, int fir
                         ? TR_CUDA_REDUCE_BLOCKS
                         : (unsigned)((longest + TR_CUDA_BLOCK - 1) / TR_CUDA_BLOCK);
     dim3 grid(used, (unsigned)k);
-    span_squares_partial_kernel<<<grid, TR_CUDA_BLOCK, 0, c->stream>>>(c->d_partial, *ch);
+    span_squares_partial_kernel<<<grid, TR_CUDA_BLOCK, 0, c->stream>>>(c->d_partial, *ch,
+                                                                        format);
     TR_CUDA_LAUNCHED();
     add_span_sums_kernel<<<1, TR_CUDA_REDUCE_BLOCKS, 0, c->stream>>>(c->d_result, c->d_partial,
                                                                       k, first, used);
     TR_CUDA_LAUNCHED();
 }
 
-double tr_cuda_sum_squares_spans(const float *const *x, const size_t *n, int count)
+double tr_cuda_sum_squares_spans(const float *const *x, const size_t *n, int count, int format)
 {
     const tr_cuda_ctx *c = tr_cuda_ctx_with_scratch();
-    if (!for_span_chunks(x, n, count, [c](const span_chunk &ch, int k, int first) {
-            add_spans(c, &ch, k, first);
+    if (!for_span_chunks(x, n, count, [c, format](const span_chunk &ch, int k, int first) {
+            add_spans(c, &ch, k, first, format);
         }))
         return 0.0; /* no elements */
     TR_CUDA_CHECK(cudaMemcpyAsync(c->h_result, c->d_result, sizeof(double),

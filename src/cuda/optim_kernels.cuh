@@ -28,20 +28,21 @@ __global__ static void sgd_kernel(float *param, float *buf, const float *grad, s
     }
 }
 
-/* AdamW on parameters [i, i + 4) of a tensor of n (fewer at its end) */
+/* AdamW on parameters [i, i + 4) of a tensor of n (fewer at its end), each gradient
+ * read as tr_grad_in(g, gfmt, gfac) */
 __device__ static inline void adamw_group(float *param, float *m, float *v, const float *grad,
                                           size_t n, size_t i, const tr_adamw_consts *c,
-                                          float *lowp, int format, int vec)
+                                          float *lowp, int format, int vec, int gfmt, float gfac)
 {
     if (vec && i + 4 <= n) {
         float4 p4 = *reinterpret_cast<float4 *>(param + i);
         float4 m4 = *reinterpret_cast<float4 *>(m + i);
         float4 v4 = *reinterpret_cast<float4 *>(v + i);
         float4 g4 = *reinterpret_cast<const float4 *>(grad + i);
-        tr_adamw_elem(&p4.x, &m4.x, &v4.x, g4.x, c);
-        tr_adamw_elem(&p4.y, &m4.y, &v4.y, g4.y, c);
-        tr_adamw_elem(&p4.z, &m4.z, &v4.z, g4.z, c);
-        tr_adamw_elem(&p4.w, &m4.w, &v4.w, g4.w, c);
+        tr_adamw_elem(&p4.x, &m4.x, &v4.x, tr_grad_in(g4.x, gfmt, gfac), c);
+        tr_adamw_elem(&p4.y, &m4.y, &v4.y, tr_grad_in(g4.y, gfmt, gfac), c);
+        tr_adamw_elem(&p4.z, &m4.z, &v4.z, tr_grad_in(g4.z, gfmt, gfac), c);
+        tr_adamw_elem(&p4.w, &m4.w, &v4.w, tr_grad_in(g4.w, gfmt, gfac), c);
         *reinterpret_cast<float4 *>(param + i) = p4;
         *reinterpret_cast<float4 *>(m + i) = m4;
         *reinterpret_cast<float4 *>(v + i) = v4;
@@ -52,7 +53,7 @@ __device__ static inline void adamw_group(float *param, float *m, float *v, cons
         }
     } else {
         for (size_t j = i; j < i + 4 && j < n; j++) {
-            tr_adamw_elem(&param[j], &m[j], &v[j], grad[j], c);
+            tr_adamw_elem(&param[j], &m[j], &v[j], tr_grad_in(grad[j], gfmt, gfac), c);
             if (lowp)
                 lowp[j] = tr_round_lowp(param[j], format);
         }
@@ -68,7 +69,7 @@ __global__ static void adamw_kernel(float *param, float *m, float *v, const floa
 {
     TR_GRID_STRIDE(g, (n + 3) / 4)
     {
-        adamw_group(param, m, v, grad, n, 4 * g, &c, lowp, format, vec);
+        adamw_group(param, m, v, grad, n, 4 * g, &c, lowp, format, vec, TR_PREC_FP32, 1.0f);
     }
 }
 
@@ -78,10 +79,12 @@ __global__ static void adamw_kernel(float *param, float *m, float *v, const floa
 
 /* One launch's spans: span k covers the launch's groups of four [start, start +
  * (n + 3) / 4), in order; c is the step's constants but for the decay factor, which
- * is each span's own (tr_adamw_make_consts' for its weight decay). */
+ * is each span's own (tr_adamw_make_consts' for its weight decay); the gradients are
+ * read as tr_grad_in(g, grad_format, grad_factor). */
 typedef struct adamw_chunk {
     tr_adamw_consts c;
-    int count;
+    int count, grad_format;
+    float grad_factor;
     size_t groups; /* of all count spans */
     struct {
         float *param, *m, *v, *lowp;
@@ -109,7 +112,8 @@ __global__ static void adamw_spans_kernel(adamw_chunk ch, int format)
         tr_adamw_consts c = ch.c;
         c.decay_factor = ch.s[lo].decay_factor;
         adamw_group(ch.s[lo].param, ch.s[lo].m, ch.s[lo].v, ch.s[lo].grad, ch.s[lo].n,
-                    4 * (g - ch.s[lo].start), &c, ch.s[lo].lowp, format, ch.s[lo].vec);
+                    4 * (g - ch.s[lo].start), &c, ch.s[lo].lowp, format, ch.s[lo].vec,
+                    ch.grad_format, ch.grad_factor);
     }
 }
 
@@ -154,7 +158,9 @@ typedef struct span_chunk {
     size_t n[TR_CUDA_SPAN_CHUNK];
 } span_chunk;
 
-__global__ static void span_squares_partial_kernel(double *partial, span_chunk c)
+/* (each value rounded to format first: tr_grad_in's rounding, the norm of the
+ * gradients an update reads) */
+__global__ static void span_squares_partial_kernel(double *partial, span_chunk c, int format)
 {
     __shared__ double sh[32];
     const float *x = c.x[blockIdx.y];
@@ -167,7 +173,11 @@ __global__ static void span_squares_partial_kernel(double *partial, span_chunk c
         return;
     }
     double s = 0.0;
-    TR_GRID_STRIDE(i, n) s += (double)x[i] * x[i];
+    TR_GRID_STRIDE(i, n)
+    {
+        double r = tr_round_lowp(x[i], format);
+        s += r * r;
+    }
     s = tr_block_sum(s, sh);
     if (threadIdx.x == 0)
         partial[(size_t)blockIdx.y * TR_CUDA_REDUCE_BLOCKS + blockIdx.x] = s;

@@ -65,24 +65,6 @@ void tr_dp_hold(tr_dp *dp, size_t lo, size_t hi)
     dp->hold_hi = hi;
 }
 
-void tr_dp_store_lowp(tr_dp *dp, int format)
-{
-    dp->lowp = format;
-}
-
-/* Mixed precision: the reduced gradients this rank updates with are stored in the
- * format. Rounded once the sum over the group is complete, as one rank rounds the
- * whole batch's: rounding each rank's share before the sum would make an fp16
- * overflow (a sum past 65504 whose shares are not) depend on dp, and the pipeline's
- * two tied-embedding copies overflow where their sum does not. */
-static void round_reduced(tr_dp *dp)
-{
-    if (!dp->lowp)
-        return;
-    size_t lo = dp->zero ? dp->lo : 0, hi = dp->zero ? dp->hi : dp->count;
-    dp->dev->k->round_lowp(dp->grads + lo, hi - lo, dp->lowp);
-}
-
 void tr_dp_begin(tr_dp *dp)
 {
     for (int b = 0; b < dp->nbuckets; b++)
@@ -162,10 +144,8 @@ void tr_dp_grads_ready(void *ctx, size_t lo)
 
 void tr_dp_finish(tr_dp *dp)
 {
-    if (dp->size == 1) {
-        round_reduced(dp);
+    if (dp->size == 1)
         return;
-    }
     double t0 = tr_wtime();
     if (whole(dp) && dp->zero) {
         tr_reduce_scatterv(dp->grads, dp->part_counts, dp->part_displs, dp->group);
@@ -183,7 +163,6 @@ void tr_dp_finish(tr_dp *dp)
         }
     }
     dp->comm_wait_s += tr_wtime() - t0;
-    round_reduced(dp);
     if (dp->zero == 2) {
         /* what this rank sent is now its owner's: only the owned slice accumulates */
         dp->dev->zero(dp->grads, dp->lo * sizeof(float));

@@ -42,8 +42,7 @@ typedef struct tr_dp {
     size_t open_bytes;     /* of the buckets open over MPI (TR_DP_OPEN_BYTES at most) */
     size_t hold_lo, hold_hi; /* buckets touching this range wait for tr_dp_finish */
     double comm_wait_s;      /* time blocked in tr_dp_finish and the gather */
-    const tr_device *dev; /* where grads live */
-    int lowp;             /* mixed precision (tr_dp_store_lowp): the reduced gradients' format */
+    const tr_device *dev;    /* where grads live */
 } tr_dp;
 
 /* The flat range [lo, hi) of count elements that data-parallel rank `rank` of
@@ -70,12 +69,6 @@ void tr_dp_free(tr_dp *dp);
  * tied embedding: its two copies' gradients are summed between the pipeline's ends
  * first). */
 void tr_dp_hold(tr_dp *dp, size_t lo, size_t hi);
-/* Mixed precision: the step's gradients, accumulated in fp32 over micro-batches and
- * summed in fp32 over the group, are stored in `format` (lowp_math.h) by
- * tr_dp_finish once the sum is complete (also at dp = 1; under ZeRO the owned slice,
- * the only one the update reads), so whether an fp16 gradient overflows does not
- * depend on the layout. */
-void tr_dp_store_lowp(tr_dp *dp, int format);
 /* Before the backward whose buckets the callbacks will start. */
 void tr_dp_begin(tr_dp *dp);
 /* Callback for tr_model_backward: every offset >= lo is complete. */

@@ -40,6 +40,7 @@ void tr_optim_init(tr_optim *o, const tr_deck *d, const tr_device *dev, size_t c
     if (o->kind == TR_OPT_ADAMW)
         o->v = dev->alloc(n * sizeof(float), "optimizer state (second moment)");
     o->lowp = lowp;
+    o->grad_factor = 1.0f;
     if (lowp)
         o->master = dev->alloc(n * sizeof(float), "fp32 master weights");
 }
@@ -109,14 +110,13 @@ static double unscale_factor(const tr_optim *o, double scaled, double grad_scale
     return norm;
 }
 
-double tr_optim_clip(const tr_optim *o, const tr_kernels *k, float *grads, size_t count,
+/* The norm is of the gradients the update reads (tr_grad_in): rounded to the format
+ * under mixed precision, in the norm's pass; the factor waits for the update's. */
+double tr_optim_clip(tr_optim *o, const tr_kernels *k, const float *grads, size_t count,
                      double grad_scale)
 {
-    float f;
-    double norm = unscale_factor(o, sqrt(k->sum_squares(grads, count)), grad_scale, &f);
-    if (f != 1.0f)
-        k->scale(grads, count, f);
-    return norm;
+    double sq = k->sum_squares_spans(&grads, &count, 1, o->lowp);
+    return unscale_factor(o, sqrt(sq), grad_scale, &o->grad_factor);
 }
 
 /* The part [*a, *b) of tensor p (local elements) inside the flat range [lo, hi);
@@ -132,7 +132,7 @@ static int overlap(const tr_param *p, size_t lo, size_t hi, size_t *a, size_t *b
     return 1;
 }
 
-double tr_optim_clip_sharded(const tr_optim *o, tr_model *m, size_t lo, size_t hi, int tp_rank,
+double tr_optim_clip_sharded(tr_optim *o, tr_model *m, size_t lo, size_t hi, int tp_rank,
                              tr_group *world, double grad_scale)
 {
     /* one span a tensor, summed in one call: a GPU waits once, not once a tensor */
@@ -147,19 +147,21 @@ double tr_optim_clip_sharded(const tr_optim *o, tr_model *m, size_t lo, size_t h
         x[count] = p->grad + a;
         n[count++] = b - a;
     }
-    double sq = m->k->sum_squares_spans(x, n, count);
+    double sq = m->k->sum_squares_spans(x, n, count, o->lowp);
     tr_free(x);
     tr_free(n);
     tr_allreduce(&sq, &sq, 1, TR_F64, TR_SUM, world);
-    float f;
-    double norm = unscale_factor(o, sqrt(sq), grad_scale, &f);
-    if (f != 1.0f) /* the slice updated here */
-        m->k->scale(m->grads + o->lo, o->hi - o->lo, f);
-    return norm;
+    return unscale_factor(o, sqrt(sq), grad_scale, &o->grad_factor);
 }
 
 void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr)
 {
+    /* AdamW reads the gradients rounded and times the factor in its own pass; SGD (not
+     * the large models' optimizer) takes them rounded and scaled by passes first */
+    if (o->kind == TR_OPT_SGD && o->lowp)
+        m->k->round_lowp(m->grads + o->lo, o->hi - o->lo, o->lowp);
+    if (o->kind == TR_OPT_SGD && o->grad_factor != 1.0f)
+        m->k->scale(m->grads + o->lo, o->hi - o->lo, o->grad_factor);
     /* AdamW: every tensor's part in one call (a GPU's few launches, not one a tensor) */
     tr_adamw_span *spans = o->kind == TR_OPT_SGD
                                ? NULL
@@ -184,8 +186,9 @@ void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr)
         }
     }
     if (spans) {
-        m->k->adamw_update_spans(spans, count, lr, o->beta1, o->beta2, o->eps, step + 1,
-                                 o->lowp);
+        m->k->adamw_update_spans(spans, count, lr, o->beta1, o->beta2, o->eps, step + 1, o->lowp,
+                                 o->lowp, o->grad_factor);
         tr_free(spans);
     }
+    o->grad_factor = 1.0f; /* the next step's, until its norm says otherwise */
 }

@@ -28,6 +28,9 @@ typedef struct tr_optim {
      * are their rounding to lowp. NULL at fp32, where the parameters are the master. */
     int lowp;
     float *master;
+    /* what the next update multiplies the gradients by (unscaling and clipping:
+     * tr_optim_clip's), 1 where nothing is to be done; back to 1 after each update */
+    float grad_factor;
     const tr_device *dev; /* where the state lives: the model's device */
 } tr_optim;
 
@@ -50,21 +53,31 @@ void tr_optim_free(tr_optim *o);
 void tr_optim_reset(tr_optim *o);
 /* The learning rate at 0-based step. */
 float tr_optim_lr(const tr_optim *o, long step);
-/* grads hold grad_scale times the gradients (the loss scale; 1 without): returns
- * the norm of the gradients before clipping, and divides them by grad_scale and
- * clips them in place when clipping is on. A norm that is not finite leaves the
- * gradients alone (the step is skipped or its loss shows it). */
-double tr_optim_clip(const tr_optim *o, const tr_kernels *k, float *grads, size_t count,
+/* grads hold grad_scale times the gradients (the loss scale; 1 without), in fp32
+ * under mixed precision too (summed over micro-batches and ranks): returns the norm of
+ * the gradients before clipping, as the update reads them (rounded to lowp), and sets
+ * grad_factor, which the next tr_optim_step applies as it reads them: 1 / grad_scale,
+ * times the clipping factor when clipping is on. A norm that is not finite leaves
+ * the factor at 1 (the step is skipped or its loss shows it). The gradients in memory
+ * are left as they are. */
+double tr_optim_clip(tr_optim *o, const tr_kernels *k, const float *grads, size_t count,
                      double grad_scale);
 /* The gradient norm of the logical model when ranks hold parts of it: this rank adds
  * the squares of its flat range [lo, hi) of each tensor it answers for (tensors
  * replicated over tp on tp rank 0 only, the head's tied copy never), summed over
- * world. Clips the optimizer's slice [o->lo, o->hi) when clipping is on. */
-double tr_optim_clip_sharded(const tr_optim *o, tr_model *m, size_t lo, size_t hi, int tp_rank,
+ * world (each rounded to lowp, as tr_optim_clip). Sets grad_factor as tr_optim_clip
+ * does, for the optimizer's slice [o->lo, o->hi). */
+double tr_optim_clip_sharded(tr_optim *o, tr_model *m, size_t lo, size_t hi, int tp_rank,
                              tr_group *world, double grad_scale);
 /* One update of every tensor (its part in [o->lo, o->hi)) at 0-based step (updates
  * done before this one: AdamW's bias correction) with learning rate lr. Mixed
- * precision updates the master weights and rounds them into the parameters. */
+ * precision updates the master weights and rounds them into the parameters. The
+ * gradients are taken rounded to lowp and times grad_factor: mixed precision stores
+ * the step's gradients, accumulated in fp32 over micro-batches and summed in fp32
+ * over the data-parallel group, in its format once the sum is complete (also at dp 1),
+ * as one rank rounds the whole batch's, so whether an fp16 gradient overflows does
+ * not depend on the layout (rounding each rank's share before the sum would, and the
+ * pipeline's two tied-embedding copies overflow where their sum does not). */
 void tr_optim_step(tr_optim *o, tr_model *m, long step, float lr);
 
 #endif

@@ -679,7 +679,6 @@ static int setup(run *r)
         bucket = (tr_group_has_nccl(r->w->dp_group) ? 25600 : 256) * (size_t)1024 / sizeof(float);
     tr_dp_init(&r->dp, r->w->dp_group, r->dev, r->model.grads, r->model.nparams, bucket, zero);
     if (r->precision) {
-        tr_dp_store_lowp(&r->dp, r->precision);
         /* a checkpoint loaded the master weights: the parameters are their rounding */
         tr_optim_give_params(&r->opt, &r->model);
         tr_dp_gather_params(&r->dp, r->model.params);

@@ -1267,7 +1267,7 @@ static void test_adamw_spans(const pair *p, const pair *m, const pair *v)
                           5, lp1.d + at, TR_PREC_BF16);
         at += len + (size_t)(i % 2); /* every other span starts off alignment */
     }
-    gpu->adamw_update_spans(s, NS, 1e-3f, 0.9, 0.999, 1e-8f, 5, TR_PREC_BF16);
+    gpu->adamw_update_spans(s, NS, 1e-3f, 0.9, 0.999, 1e-8f, 5, TR_PREC_BF16, TR_PREC_FP32, 1.0f);
     same_device_bits("adamw_update_spans params", p2, p1, n);
     same_device_bits("adamw_update_spans m", m2, m1, n);
     same_device_bits("adamw_update_spans v", v2, v1, n);
@@ -1339,12 +1339,15 @@ static void test_optim(void)
         one_by_one += gpu->sum_squares(xd[i], ns[i]);
     }
     compare_value("sum_squares_spans (70 spans) vs one by one", one_by_one,
-                  gpu->sum_squares_spans(xd, ns, NSPANS), 0.0);
+                  gpu->sum_squares_spans(xd, ns, NSPANS, TR_PREC_FP32), 0.0);
     compare_value("sum_squares_spans (70 spans) vs the CPU",
-                  tr_cpu_sum_squares_spans(xh, ns, NSPANS), gpu->sum_squares_spans(xd, ns, NSPANS),
-                  1e-12);
-    compare_value("sum_squares_spans (all empty)", 0.0, gpu->sum_squares_spans(xd, ns + 3, 1),
-                  0.0);
+                  tr_cpu_sum_squares_spans(xh, ns, NSPANS, TR_PREC_FP32),
+                  gpu->sum_squares_spans(xd, ns, NSPANS, TR_PREC_FP32), 1e-12);
+    compare_value("sum_squares_spans (70 spans read as bf16) vs the CPU",
+                  tr_cpu_sum_squares_spans(xh, ns, NSPANS, TR_PREC_BF16),
+                  gpu->sum_squares_spans(xd, ns, NSPANS, TR_PREC_BF16), 1e-12);
+    compare_value("sum_squares_spans (all empty)", 0.0,
+                  gpu->sum_squares_spans(xd, ns + 3, 1, TR_PREC_FP32), 0.0);
     pair *all[] = {&p, &m, &v, &lp, &buf, &x};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         pair_free(all[i]);

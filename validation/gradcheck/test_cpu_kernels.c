@@ -529,12 +529,40 @@ static void test_optim(void)
     tr_adamw_span spans[3] = {{sp, sm, sv, sg, NULL, 3, 0.1f},
                               {sp + 3, sm + 3, sv + 3, sg + 3, NULL, 0, 0.5f},
                               {sp + 3, sm + 3, sv + 3, sg + 3, NULL, 2, 0.0f}};
-    tr_cpu_adamw_update_spans(spans, 3, 0.01f, 0.9, 0.95, 1e-8f, 3, TR_PREC_FP32);
+    tr_cpu_adamw_update_spans(spans, 3, 0.01f, 0.9, 0.95, 1e-8f, 3, TR_PREC_FP32, TR_PREC_FP32,
+                              1.0f);
     tr_cpu_adamw_update(cp, cm, cv, sg, 3, 0.01f, 0.9, 0.95, 1e-8f, 0.1f, 3, NULL, 0);
     tr_cpu_adamw_update(cp + 3, cm + 3, cv + 3, sg + 3, 2, 0.01f, 0.9, 0.95, 1e-8f, 0.0f, 3,
                         NULL, 0);
     CHECK(!memcmp(sp, cp, sizeof sp) && !memcmp(sm, cm, sizeof sm) && !memcmp(sv, cv, sizeof sv),
           "adamw_update_spans differs from the calls one by one");
+    /* the gradients read rounded to a format and times a factor: the bits of the calls
+     * on gradients that round_lowp and scale made so first (the trainer's passes before
+     * it read them in the update), the gradients in memory left as they were */
+    const int gfmt[2] = {TR_PREC_BF16, TR_PREC_FP16};
+    for (int f = 0; f < 2; f++) {
+        float gr[5] = {0.1f, 0.2f, -1.0009f, 2.0003f, 9.01f}, g0[5];
+        memcpy(g0, gr, sizeof gr);
+        for (int i = 0; i < 5; i++) {
+            sp[i] = cp[i] = 0.25f * (float)i - 0.6f;
+            sm[i] = cm[i] = 0.01f * (float)i;
+            sv[i] = cv[i] = 0.002f * (float)i;
+        }
+        tr_adamw_span gs[2] = {{sp, sm, sv, gr, NULL, 3, 0.1f},
+                               {sp + 3, sm + 3, sv + 3, gr + 3, NULL, 2, 0.0f}};
+        tr_cpu_adamw_update_spans(gs, 2, 0.01f, 0.9, 0.95, 1e-8f, 3, TR_PREC_FP32, gfmt[f], 0.3f);
+        CHECK(!memcmp(gr, g0, sizeof gr), "adamw_update_spans changed the gradients");
+        tr_cpu_round_lowp(g0, 5, gfmt[f]);
+        tr_cpu_scale(g0, 5, 0.3f);
+        tr_cpu_adamw_update(cp, cm, cv, g0, 3, 0.01f, 0.9, 0.95, 1e-8f, 0.1f, 3, NULL, 0);
+        tr_cpu_adamw_update(cp + 3, cm + 3, cv + 3, g0 + 3, 2, 0.01f, 0.9, 0.95, 1e-8f, 0.0f, 3,
+                            NULL, 0);
+        CHECK(!memcmp(sp, cp, sizeof sp) && !memcmp(sm, cm, sizeof sm) &&
+                  !memcmp(sv, cv, sizeof sv),
+              "adamw_update_spans reading %s gradients times 0.3 differs from the calls on "
+              "gradients rounded and scaled first",
+              gfmt[f] == TR_PREC_BF16 ? "bf16" : "fp16");
+    }
 
     /* a large slice (threaded) against the formulas written out in double, with the
      * hyperparameters as the kernels see them (floats) */
@@ -615,10 +643,26 @@ static void test_sum_squares(void)
     double one_by_one = 0.0;
     for (int i = 0; i < 5; i++)
         one_by_one += tr_cpu_sum_squares(xs[i], ns[i]);
-    double spans = tr_cpu_sum_squares_spans(xs, ns, 5);
+    double spans = tr_cpu_sum_squares_spans(xs, ns, 5, TR_PREC_FP32);
     CHECK(memcmp(&spans, &one_by_one, sizeof spans) == 0,
           "sum_squares_spans: %.17g, the calls one by one %.17g", spans, one_by_one);
-    CHECK(tr_cpu_sum_squares_spans(xs, ns, 0) == 0.0, "sum_squares_spans of no spans");
+    CHECK(tr_cpu_sum_squares_spans(xs, ns, 0, TR_PREC_FP32) == 0.0,
+          "sum_squares_spans of no spans");
+    /* read as values of a 16-bit format: the sums of a copy that round_lowp rounded */
+    for (int f = TR_PREC_BF16; f <= TR_PREC_FP16; f++) {
+        float *r = falloc(1500000, "x rounded");
+        memcpy(r, x, 1500000 * sizeof(float));
+        tr_cpu_round_lowp(r, 1500000, f);
+        double want = 0.0;
+        for (int i = 0; i < 5; i++)
+            want += tr_cpu_sum_squares(r + (xs[i] - x), ns[i]);
+        double got = tr_cpu_sum_squares_spans(xs, ns, 5, f);
+        CHECK(memcmp(&got, &want, sizeof got) == 0 && got != one_by_one,
+              "sum_squares_spans read as format %d: %.17g, of the rounded copy %.17g (fp32 "
+              "%.17g)",
+              f, got, want, one_by_one);
+        tr_free(r);
+    }
     float y[3] = {1, -2, 4};
     tr_cpu_scale(y, 3, -0.5f);
     CHECK(y[0] == -0.5f && y[1] == 1.0f && y[2] == -2.0f, "scale");

@@ -673,8 +673,18 @@ static void test_optim(size_t n, int off, int format)
     same_bits("adamw v", v, cv);
     same_bits("adamw working copy", lowp, clowp);
     /* several tensors in one launch: three spans of this buffer (a short one, an empty
-     * one, the rest; each its own decay) against the CPU's call on each */
+     * one, the rest; each its own decay) against the CPU's call on each. With a working
+     * copy, the gradients are read rounded to its format and times a clipping factor:
+     * against the CPU's update of gradients rounded (round_lowp) and scaled (scale) in
+     * passes of their own before it, as the trainer made them */
     p = p0, m = m0, v = v0, cp = p0, cm = m0, cv = v0;
+    float gfac = format == TR_PREC_FP32 ? 1.0f : 0.37f;
+    vec g1 = g0;
+    tr_cpu_round_lowp(g1.data(), g1.size(), format);
+    if (gfac != 1.0f)
+        tr_cpu_scale(g1.data(), g1.size(), gfac);
+    CHECK(format == TR_PREC_FP32 || memcmp(g1.data(), g0.data(), g1.size() * sizeof(float)),
+          "the rounded and scaled gradients differ from the stored ones");
     std::fill(lowp.begin(), lowp.end(), NAN);
     std::fill(clowp.begin(), clowp.end(), NAN);
     size_t cut[4] = {0, 7, 7, n};
@@ -682,6 +692,7 @@ static void test_optim(size_t n, int off, int format)
     adamw_chunk ch;
     memset(&ch, 0, sizeof ch);
     ch.c = tr_adamw_make_consts(3e-3f, 0.9, 0.95, 1e-8f, 0.0f, 7);
+    ch.grad_format = format, ch.grad_factor = gfac;
     for (int k = 0; k < 3; k++) {
         size_t a = cut[k], len = cut[k + 1] - cut[k];
         if (!len)
@@ -694,9 +705,9 @@ static void test_optim(size_t n, int off, int format)
         ch.s[j].vec = ((uintptr_t)(pp + a) | (uintptr_t)(mp + a) | (uintptr_t)(vp + a) |
                        (uintptr_t)(gp + a) | (uintptr_t)(lw ? lw + a : nullptr)) % 16 == 0;
         ch.groups += (len + 3) / 4;
-        tr_cpu_adamw_update(cp.data() + off + a, cm.data() + off + a, cv.data() + off + a, gp + a,
-                            len, 3e-3f, 0.9, 0.95, 1e-8f, wd[k], 7, clw ? clw + a : nullptr,
-                            format);
+        tr_cpu_adamw_update(cp.data() + off + a, cm.data() + off + a, cv.data() + off + a,
+                            g1.data() + off + a, len, 3e-3f, 0.9, 0.95, 1e-8f, wd[k], 7,
+                            clw ? clw + a : nullptr, format);
     }
     emu::launch(dim3(2), dim3(TR_CUDA_BLOCK), 0, [&] { adamw_spans_kernel(ch, format); });
     same_bits("adamw spans params", p, cp);
@@ -771,12 +782,15 @@ static void test_embedding(int B, int T, int C, int V, int v0, int Vl, int with_
  * span and added in order on the host, which the spans form claims to equal bit for
  * bit; and against the sum in long double. The GPU's grid of TR_CUDA_REDUCE_BLOCKS
  * blocks of TR_CUDA_BLOCK threads is cut to `blocks` of 32 here (the emulator runs
- * every thread), the same in both forms, so the same order. */
-static void test_sum_squares_spans(int count, int blocks)
+ * every thread), the same in both forms, so the same order. The spans' values are
+ * read rounded to format: the one-span kernels take a copy of the buffer that
+ * round_lowp has rounded, as the trainer's gradients were. */
+static void test_sum_squares_spans(int count, int blocks, int format)
 {
-    printf("sum of squares: %d spans (%d chunks at most), %d blocks of 32\n", count,
-           (count + TR_CUDA_SPAN_CHUNK - 1) / TR_CUDA_SPAN_CHUNK, blocks);
-    vec all = rand_vec(40000, -2.0f, 2.0f);
+    printf("sum of squares: %d spans (%d chunks at most), %d blocks of 32, values read as %s\n",
+           count, (count + TR_CUDA_SPAN_CHUNK - 1) / TR_CUDA_SPAN_CHUNK, blocks, fmt_name(format));
+    vec all = rand_vec(40000, -2.0f, 2.0f), rounded = all;
+    tr_cpu_round_lowp(rounded.data(), rounded.size(), format);
     std::vector<const float *> x(count);
     std::vector<size_t> n(count);
     size_t at = 0;
@@ -792,7 +806,7 @@ static void test_sum_squares_spans(int count, int blocks)
     int any = for_span_chunks(x.data(), n.data(), count, [&](const span_chunk &ch, int k, int first) {
         chunks++;
         emu::launch(dim3((unsigned)blocks, (unsigned)k), dim3(32), 0,
-                    [&] { span_squares_partial_kernel(partial.data(), ch); });
+                    [&] { span_squares_partial_kernel(partial.data(), ch, format); });
         emu::launch(dim3(1), dim3((unsigned)blocks), 0,
                     [&] { add_span_sums_kernel(&total, partial.data(), k, first, (unsigned)blocks); });
     });
@@ -800,15 +814,16 @@ static void test_sum_squares_spans(int count, int blocks)
     long double exact = 0.0L;
     int nonempty = 0;
     for (int i = 0; i < count; i++) {
+        const float *r = rounded.data() + (x[i] - all.data());
         for (size_t j = 0; j < n[i]; j++)
-            exact += (long double)x[i][j] * x[i][j];
+            exact += (long double)r[j] * r[j];
         if (!n[i])
             continue;
         nonempty++;
         std::vector<double> p1((size_t)TR_CUDA_REDUCE_BLOCKS, NAN);
         double one = NAN;
         emu::launch(dim3((unsigned)blocks), dim3(32), 0,
-                    [&] { sum_squares_partial_kernel(p1.data(), x[i], n[i]); });
+                    [&] { sum_squares_partial_kernel(p1.data(), r, n[i]); });
         emu::launch(dim3(1), dim3((unsigned)blocks), 0, [&] { sum_partials_kernel(&one, p1.data()); });
         want += one;
     }
@@ -975,9 +990,10 @@ int main(void)
     test_xent_grad_16<__nv_bfloat16>(9, 320, 320, 100, 60, 260, TR_PREC_BF16); /* target held */
     test_embedding(3, 200, 300, 50, 0, 50, 1);  /* 600 rows: three 256-row trips */
     test_embedding(2, 40, 70, 50, 20, 17, 0);   /* a shard: tokens outside it add nothing */
-    test_sum_squares_spans(71, 32); /* three chunks, the last of 7 spans */
-    test_sum_squares_spans(6, 64);
-    test_sum_squares_spans(0, 32); /* nothing: no launch, 0 */
+    test_sum_squares_spans(71, 32, TR_PREC_FP32); /* three chunks, the last of 7 spans */
+    test_sum_squares_spans(71, 32, TR_PREC_BF16);
+    test_sum_squares_spans(6, 64, TR_PREC_FP16);
+    test_sum_squares_spans(0, 32, TR_PREC_FP32); /* nothing: no launch, 0 */
     test_relu_pool(2, 3, 13, 11, 2); /* odd sizes: a trailing row and column no window covers */
     test_relu_pool(1, 2, 12, 12, 3);
     test_softmax_xent(21, 37);
