@@ -910,11 +910,12 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
         tr_dropout d = site_dropout(g, slot, 0, c->embd_pdrop, (uint64_t)T * C);
         if (tr_dropout_on(&d)) /* the embeddings' gradient through forward's mask */
             k->dropout(g->dres, g->dres, (size_t)BT * C, &d);
-        if (g->tp == 1)
-            k->embedding_backward(wte->grad, wpe->grad, g->dres, tok, B, T, C, c->V);
-        else
-            k->embedding_shard_backward(wte->grad, wpe->grad, g->dres, tok, B, T, C, g->v0,
-                                        g->Vl);
+        /* the shard entry at tp 1 too (the whole vocabulary: v0 0, V rows), without
+         * embedding_backward's check of the tokens, which this slot's forward made of
+         * these very tokens: on a GPU, a host wait fewer a step */
+        int whole = g->tp == 1;
+        k->embedding_shard_backward(wte->grad, wpe->grad, g->dres, tok, B, T, C, whole ? 0 : g->v0,
+                                    whole ? c->V : g->Vl);
         if (ready)
             ready(ctx, 0);
     }
