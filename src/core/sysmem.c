@@ -1,4 +1,5 @@
-/* sysmem.c: available memory from /proc/meminfo, the memory cgroup and RLIMIT_AS. */
+/* sysmem.c: available memory from /proc/meminfo and the memory cgroup; the address
+ * space from RLIMIT_AS and /proc/self/status. */
 #include "sysmem.h"
 
 #include <stdio.h>
@@ -147,12 +148,23 @@ size_t tr_mem_available(void)
     size_t room = tr_cgroup_room("/proc/self/cgroup", "/proc/self/mountinfo");
     if (room && (avail == 0 || room < avail))
         avail = room;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        (avail == 0 || rl.rlim_cur < avail))
-        avail = (size_t)rl.rlim_cur;
     return avail;
 }
+
+size_t tr_mapped_bytes(const char *status)
+{
+    long long kib = read_key(status, "VmSize:");
+    return kib > 0 ? (size_t)kib * 1024 : 0;
+}
+
+size_t tr_address_space_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    return (size_t)rl.rlim_cur;
+}
+
 const char *tr_bytes_str(char *buf, size_t len, double bytes)
 {
     const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -60,6 +60,11 @@ static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int
                             "reads and writes for checkpoints"
                           : "checkpoint.async: this rank's share of the weights and optimizer "
                             "state, for the writer thread");
+    if (p->runtime > 0)
+        fprintf(out,
+                "  runtime            %12s  (the process's own: libraries, MPI, thread "
+                "stacks, OpenBLAS's packing buffers; as measured)\n",
+                B(a, sizeof a, p->runtime));
     fprintf(out, "  total              %12s\n", B(a, sizeof a, p->total));
     if (p->gpu) /* what the GPU's total leaves out, and the host must hold */
         fprintf(out,
@@ -237,6 +242,31 @@ static void print_host_fit(const tr_plan *plans, int nstages, double share, FILE
                 B(a, sizeof a, need), B(b, sizeof b, share), 100.0 * need / share);
 }
 
+double tr_plan_host_buffers(const tr_plan *p)
+{
+    return p->gpu ? p->data + p->ckpt_host : p->total - p->runtime;
+}
+
+/* Under an address-space limit (ulimit -v), what the largest stage's rank would map
+ * against it, as every run checks it at start-up (this process's mappings standing
+ * for a rank's). */
+static void print_address_space(const tr_plan *p, FILE *out)
+{
+    size_t limit = tr_address_space_limit();
+    if (!limit)
+        return;
+    char a[32], b[32], c[32], e[32];
+    double mapped = (double)tr_mapped_bytes("/proc/self/status");
+    double need = mapped + tr_plan_host_buffers(p) + p->address_space;
+    fprintf(out,
+            "%saddress space: %s per rank (%s mapped at start-up, the buffers, %s that the "
+            "threads and libraries map) against ulimit -v (RLIMIT_AS) of %s%s\n",
+            need > (double)limit ? "warning: does not fit: " : "", B(a, sizeof a, need),
+            B(b, sizeof b, mapped), B(c, sizeof c, p->address_space), B(e, sizeof e, (double)limit),
+            need > (double)limit ? "; raise or remove the limit, or set fewer [system] threads"
+                                 : "");
+}
+
 void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr_model *m,
                    const tr_world *w, long global_batch, long local_batch, long micro,
                    double device_memory, const char *fit_hint, FILE *out)
@@ -302,6 +332,7 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
     double host_share = avail ? (double)avail / (w->local_size > 0 ? w->local_size : 1) : 0;
     if (plans[worst].gpu)
         print_host_fit(plans, nstages, host_share, out);
+    print_address_space(&plans[worst], out);
     double cap = tr_plan_fit_room(d, w, device_memory);
     const char *what =
         device_memory > 0 ? "--device-memory" : "this node's available memory / ranks per node";

@@ -22,11 +22,31 @@ typedef struct tr_plan {
      * the weights and optimizer state of a device host code cannot touch (a GPU,
      * cpu-guarded), or the CPU's checkpoint.async copy of this rank's share */
     double ckpt_host;
+    /* host memory the process itself takes beyond these buffers, the CPU's
+     * (tr_plan_runtime_bytes); 0 for a GPU's plan, whose total is the GPU's */
+    double runtime;
+    /* address space the process maps after the memory check beyond the buffers
+     * (tr_plan_address_space_bytes), judged against RLIMIT_AS */
+    double address_space;
     int staged;          /* ckpt_host is staging copies (else the async copy) */
     int gpu;             /* the device's memory is a GPU's, apart from the host's */
-    double total;        /* all of the above (ckpt_host only where not a GPU's) */
+    double total;        /* all of the above but address_space (ckpt_host only where
+                          * not a GPU's) */
     int max_batch;       /* the largest batch activations are sized for */
 } tr_plan;
+
+/* Resident memory a CPU rank of `threads` OpenMP threads takes beyond its plan's
+ * buffers: the libraries' pages, MPI's and HDF5's own, the threads' stacks and
+ * OpenBLAS's packing buffers, as measured (train_memory.c). */
+double tr_plan_runtime_bytes(int threads);
+/* The address space (RLIMIT_AS, ulimit -v) a rank of `threads` OpenMP threads maps
+ * after the memory check beyond its plan's buffers: the threads' stacks, malloc's
+ * arenas and OpenBLAS's buffers, which cannot fail cleanly (train_memory.c). */
+double tr_plan_address_space_bytes(int threads);
+
+/* The host buffers a plan maps: the CPU's total less the runtime, or a GPU's host
+ * side (its data buffers and checkpoints' host copies). */
+double tr_plan_host_buffers(const tr_plan *p);
 
 /* Prints the plan of the layout w describes from each pipeline stage's plan
  * (plans[0 .. w->pp), m being stage 0's model): memory per rank by purpose, model

@@ -51,6 +51,31 @@ static double ckpt_host_bytes(const run *r, const tr_model *m, double slice, int
     return 0;
 }
 
+/* Measured with the MLP, the CNN and the 4-block GPT of inputs/ at 1 and 2 ranks and
+ * 1 to 8 threads (OpenBLAS 0.3.21, Open MPI 4.1): a rank's peak resident memory
+ * (summary.json's peak_rss_bytes) was 32 to 37 MiB above its plan at one thread, and
+ * grew about 2.6 MiB a thread (the stack and the part of OpenBLAS's buffer that a
+ * GEMM packs into); some 25 MiB of that (the libraries' pages, MPI's) is resident
+ * before the memory check already. */
+double tr_plan_runtime_bytes(int threads)
+{
+    return (36.0 + 3.0 * (threads > 0 ? threads : 1)) * 1024 * 1024;
+}
+
+/* Address space mapped after the check, beyond the plan's buffers (VmPeak at the
+ * end less VmSize at the check less the plan, measured as above): 140 to 260 MiB at
+ * one thread, 390 to 460 at two, 670 to 860 at four: per thread, OpenBLAS's buffer
+ * (blas_memory_alloc maps one for each thread that calls a GEMM at once and keeps
+ * it; Debian's 0.3.21 maps 128 MiB, BUFFER_SIZE 32 << 22, other builds 32 MiB), the
+ * thread's malloc arena (64 MiB reserved, 128 while it is made) and its stack (8 MiB,
+ * RLIMIT_STACK); besides, the threads of the data prefetcher and the checkpoint
+ * writer. Where a mapping fails, OpenBLAS retries for ever: the run hangs at its
+ * first GEMM, and even SIGTERM does not end it. */
+double tr_plan_address_space_bytes(int threads)
+{
+    return (160.0 + 200.0 * (threads > 0 ? threads : 1)) * 1024 * 1024;
+}
+
 static tr_plan make_plan(run *r, tr_model *m, int max_batch)
 {
     tr_plan p = {.max_batch = max_batch};
@@ -106,8 +131,11 @@ static tr_plan make_plan(run *r, tr_model *m, int max_batch)
 #endif
     p.staged = !r->dev->host_memory;
     p.ckpt_host = ckpt_host_bytes(r, m, slice, master);
+    /* (a GPU process's own host memory, the CUDA context's, is not measured) */
+    p.runtime = p.gpu ? 0 : tr_plan_runtime_bytes(r->rt->threads);
+    p.address_space = tr_plan_address_space_bytes(r->rt->threads);
     p.total = (double)p.mem.parameters + p.mem.gradients + p.mem.activations + p.mem.scratch +
-              p.optimizer + p.data + p.backend + p.comm + (p.gpu ? 0 : p.ckpt_host);
+              p.optimizer + p.data + p.backend + p.comm + (p.gpu ? 0 : p.ckpt_host) + p.runtime;
     return p;
 }
 
@@ -244,11 +272,45 @@ void tr_run_print_plan(run *r, int max_batch)
     tr_free(plans);
 }
 
+/* Refuses, with numbers, a run whose buffers and threads cannot fit under this
+ * process's address-space limit (RLIMIT_AS, a process's own, not divided among
+ * ranks): the limit less what is mapped already (VmSize) against the plan's host
+ * buffers and the address space mapped after this check (tr_plan_address_space_bytes).
+ * Before the GEMMs, which would hang where a mapping fails. 0 where it fits or no
+ * limit is set. */
+static int check_address_space(run *r, const tr_plan *p)
+{
+    size_t limit = tr_address_space_limit();
+    if (!limit)
+        return 0;
+    double mapped = (double)tr_mapped_bytes("/proc/self/status");
+    double buffers = tr_plan_host_buffers(p), later = p->address_space;
+    if (mapped + buffers + later <= (double)limit)
+        return 0;
+    char a[32], b[32], c[32], d[32], e[32], f[32];
+    snprintf(r->err, sizeof r->err,
+             "out of address space: ulimit -v (RLIMIT_AS) allows this process %s of virtual "
+             "memory, %s of which is mapped already (libraries, MPI), and the run needs %s more: "
+             "its %s %s (trainer --plan) and about %s that its %d thread%s and the libraries "
+             "map as they start (OpenBLAS's buffer, malloc's arena and a stack a thread); raise "
+             "the limit to at least %s (ulimit -v %.0f, in KiB) or remove it (ulimit -v "
+             "unlimited), or set fewer [system] threads or a smaller plan",
+             tr_bytes_str(a, sizeof a, (double)limit), tr_bytes_str(b, sizeof b, mapped),
+             tr_bytes_str(c, sizeof c, buffers + later), p->gpu ? "host buffers" : "buffers",
+             tr_bytes_str(d, sizeof d, buffers), tr_bytes_str(e, sizeof e, later), r->rt->threads,
+             r->rt->threads == 1 ? "" : "s", tr_bytes_str(f, sizeof f, mapped + buffers + later),
+             ceil((mapped + buffers + later) / 1024));
+    return TR_EXIT_OSERR;
+}
+
 /* Refuses, with numbers, a run whose buffers cannot fit in this rank's share of the
- * node's memory, before anything is allocated. */
+ * node's memory, or under its address-space limit, before anything is allocated. */
 int tr_run_check_memory(run *r, int max_batch)
 {
     tr_plan p = make_plan(r, &r->model, max_batch);
+    int as = check_address_space(r, &p);
+    if (as)
+        return as;
     size_t avail = tr_mem_available();
     int ranks = r->w->local_size > 0 ? r->w->local_size : 1;
     double share = (double)avail / ranks;
@@ -277,12 +339,16 @@ int tr_run_check_memory(run *r, int max_batch)
     tr_model_memory mem = p.mem;
     if (avail == 0 || p.total <= share)
         return 0;
-    char copy[96] = "", hint[1536];
+    char copy[160] = "", hint[1536];
     micro_batches_hint(r, share, 0, hint, sizeof hint);
+    size_t used = 0;
     if (p.ckpt_host > 0)
-        snprintf(copy, sizeof copy, ", %s %s",
-                 p.staged ? "checkpoints' host copies" : "checkpoint.async's copy",
-                 tr_bytes_str(h, sizeof h, p.ckpt_host));
+        used = (size_t)snprintf(copy, sizeof copy, ", %s %s",
+                                p.staged ? "checkpoints' host copies" : "checkpoint.async's copy",
+                                tr_bytes_str(h, sizeof h, p.ckpt_host));
+    if (p.runtime > 0 && used < sizeof copy)
+        snprintf(copy + used, sizeof copy - used, ", runtime %s (libraries, MPI, threads)",
+                 tr_bytes_str(h, sizeof h, p.runtime));
     snprintf(
         r->err, sizeof r->err,
         "out of memory: each rank needs %s (parameters %s, gradients %s, optimizer state "

@@ -3,7 +3,8 @@
  * temporary directory: cgroup v2 (a limit on the job, none on its step, the
  * inactive file cache not counted), v1's memory hierarchy beside a v2 mount
  * (Debian's hybrid layout), a container's cgroup root, usage past the limit, and no
- * limit at all. What a real cgroup does is checked by mpi.bad_input. */
+ * limit at all; the address space mapped, from a status file. What a real cgroup
+ * does is checked by mpi.bad_input and e2e.memory_cgroup. */
 #include "core/sysmem.h"
 #include "test_util.h"
 
@@ -119,6 +120,18 @@ int main(void)
     /* nothing mounted where the files say: no figure */
     put("mountinfo", "22 1 0:21 / /proc rw - proc proc rw\n");
     CHECK(room() == 0, "no cgroup file system: %zu, expected 0", room());
+
+    /* the address space mapped now: VmSize of a status file, in KiB; not VmPeak or
+     * VmSizeX, which a key's prefix would also match */
+    char status[512];
+    snprintf(status, sizeof status, "%s/status", root);
+    put("status",
+        "Name:\ttrainer\nVmPeak:\t  900000 kB\nVmSize:\t  436212 kB\nVmRSS:\t 32404 kB\n");
+    CHECK(tr_mapped_bytes(status) == (size_t)436212 * 1024, "VmSize: %zu, expected 436212 KiB",
+          tr_mapped_bytes(status));
+    put("status", "Name:\ttrainer\nVmRSS:\t 32404 kB\n");
+    CHECK(tr_mapped_bytes(status) == 0, "no VmSize: %zu, expected 0", tr_mapped_bytes(status));
+    CHECK(tr_mapped_bytes("/proc/self/status") > 0, "this process maps nothing?");
 
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
