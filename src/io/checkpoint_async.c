@@ -15,6 +15,7 @@
  * DIR/NAME.tmp, which no resume reads, so a crash mid-write loses only this one. */
 #include "io/checkpoint_internal.h"
 #include "core/watchdog.h"
+#include "io/write_behind.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -94,12 +95,14 @@ static void *write_copy(void *arg)
     if (fd < 0) {
         thread_fail(a, "cannot reopen", "for its data", errno);
     } else {
+        tr_write_behind wb; /* the page cache kept to a few chunks (write_behind.h) */
+        tr_write_behind_fd(&wb, fd);
         for (size_t i = 0; i < a->npieces && !a->code; i++) {
             const char *src = a->pieces[i].src;
             uint64_t done = 0, len = a->pieces[i].len;
             while (done < len) {
-                size_t chunk =
-                    len - done < ((size_t)1 << 30) ? (size_t)(len - done) : (size_t)1 << 30;
+                size_t chunk = len - done < TR_WRITE_BEHIND_BYTES ? (size_t)(len - done)
+                                                                  : (size_t)TR_WRITE_BEHIND_BYTES;
                 ssize_t w = pwrite(fd, src + done, chunk, (off_t)(a->pieces[i].at + done));
                 if (w < 0 && errno == EINTR)
                     continue;
@@ -109,6 +112,7 @@ static void *write_copy(void *arg)
                 }
                 done += (uint64_t)w;
                 atomic_fetch_add(&a->progress, (unsigned long long)w);
+                tr_write_behind_wrote(&wb, (uint64_t)w);
             }
         }
         if (!a->code && fdatasync(fd))

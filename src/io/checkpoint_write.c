@@ -3,6 +3,7 @@
  * then renamed into place (checkpoint.h). */
 #include "io/checkpoint_internal.h"
 #include "core/watchdog.h"
+#include "io/write_behind.h"
 #include "version.h"
 
 #include <errno.h>
@@ -58,7 +59,8 @@ static int create_tensor(hid_t f, const cat_entry *e, uint32_t crc, uint64_t *of
     return 0;
 }
 
-/* One piece of a run: at most 1 GiB, since MPI counts are int. */
+/* One piece of a run (PIECE bytes at most: MPI counts are int, and the page cache is
+ * kept to a few pieces, write_behind.h). */
 static int write_piece(MPI_File fh, int collective, uint64_t at, const void *src, uint64_t len,
                        char *msg)
 {
@@ -75,7 +77,7 @@ static int write_piece(MPI_File fh, int collective, uint64_t at, const void *src
     return -1;
 }
 
-#define PIECE ((uint64_t)1 << 30)
+#define PIECE TR_WRITE_BEHIND_BYTES
 
 static uint64_t pieces(const run *runs, size_t n)
 {
@@ -101,6 +103,8 @@ static int write_runs(const char *file, const tr_ckpt_tensor *t, const run *runs
         return -1;
     }
     MPI_File_set_errhandler(fh, MPI_ERRORS_RETURN);
+    tr_write_behind wb;
+    tr_write_behind_open(&wb, file);
     uint64_t calls = pieces(runs, nruns), made = 0;
     if (w->collective)
         ckpt_mpi_ok(MPI_Allreduce(MPI_IN_PLACE, &calls, 1, MPI_UINT64_T, MPI_MAX, comm),
@@ -118,6 +122,8 @@ static int write_runs(const char *file, const tr_ckpt_tensor *t, const run *runs
                 ckpt_fail(err, errlen, "writing %s to '%s' failed: %s", t[runs[i].t].path, file,
                           msg);
                 bad = 1;
+            } else {
+                tr_write_behind_wrote(&wb, len);
             }
         }
     }
@@ -128,6 +134,7 @@ static int write_runs(const char *file, const tr_ckpt_tensor *t, const run *runs
         ckpt_fail(err, errlen, "syncing '%s' failed (disk full or I/O error)", file);
         bad = 1;
     }
+    tr_write_behind_close(&wb);
     MPI_File_close(&fh);
     return bad ? -1 : 0;
 }
