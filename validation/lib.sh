@@ -128,15 +128,19 @@ layout_gpt_setup() {
     optim.clip_grad_norm=1.0 optim.weight_decay=0.1 run.progress=off sample.length=0)
 }
 
-# gpu_setup ARGS...: for the scripts of validation/gpu: one step of ARGS on one GPU.
-# Exits 77 (skipped) where no GPU is usable or CUDA is not built in, which the
+# gpu_setup ARGS...: for the scripts of validation/gpu: one step of ARGS (a GPT on
+# token data) on one GPU, at batch 2 in one micro-batch and evaluated on one window:
+# it finds whether a GPU is usable, and the runs after it check the rest (on the CUDA
+# emulator the deck's whole batch and evaluation took 5-13 s, this 1.5). Exits 77
+# (skipped) where no GPU is usable or CUDA is not built in, which the
 # trainer itself reports; any other failure fails the test. Sets GPUS, the GPUs the
 # runs can use: CUDA's count (trainer --version), which honours CUDA_VISIBLE_DEVICES
 # as the runs do. Not nvidia-smi's list, which shows every GPU of the node whatever
 # the job was given (runs of more ranks than usable GPUs then fail rather than being
 # left out), and is missing in some containers where CUDA works.
 gpu_setup() {
-  run 1 "$WORK/probe" "$WORK/err" "$@" train.steps=1 system.device=cuda run.dir="$WORK/probe.d"
+  run 1 "$WORK/probe" "$WORK/err" "$@" train.steps=1 train.batch_size=2 train.micro_batches=1 \
+    data.val_limit=1 system.device=cuda run.dir="$WORK/probe.d"
   # (not where the node has GPUs that CUDA cannot use, "though the node has N NVIDIA
   # GPUs": a broken GPU node fails rather than passing as one without GPUs)
   if [ "$RC" != 0 ] && grep -q "no usable GPU\|built without CUDA" "$WORK/err" &&
