@@ -62,6 +62,14 @@ static const tr_kernels *gpu = &tr_cuda_kernels;
 static int D = 2048;
 static float *g_a, *g_b, *g_c; /* [D, D] each, device */
 
+/* The links' messages: LINK floats (16 MiB) for the crossing sends and LINK / 2 + 3 for
+ * the replayed pipeline, more than NCCL's buffers between two GPUs, so that no send can
+ * finish before its receive runs; or TR_TEST_LINK_FLOATS where the GPU is the CUDA
+ * emulator, whose sends never wait (emu_nccl.cpp), so that the size proves nothing
+ * there, and the kernels on these messages (a CUDA thread an element) took most of the
+ * test's time. */
+static size_t LINK = (size_t)1 << 22;
+
 static void busy_compute_stream(void)
 {
     for (int i = 0; i < 3; i++)
@@ -374,7 +382,7 @@ static void test_crossing(tr_group *g, const char *gname, int offset)
     if (lower < 0 || lower + 1 >= size)
         return; /* no partner at this offset */
     int partner = lower == me ? me + 1 : lower;
-    size_t n = (size_t)1 << 22; /* 16 MiB: more than NCCL buffers between two GPUs */
+    size_t n = LINK;
     twin out[ROUNDS], in[ROUNDS];
     tr_request req[2][ROUNDS];
     memset(req, 0, sizeof req);
@@ -432,7 +440,7 @@ enum { MAXM = 16 };
 static void test_pipeline_replay(tr_group *g, const char *gname, tr_pipe_schedule kind, int M)
 {
     int P = tr_group_size(g), s = tr_group_rank(g), first = s == 0, last = s == P - 1;
-    size_t n = ((size_t)1 << 21) + 3, bytes = n * sizeof(float);
+    size_t n = LINK / 2 + 3, bytes = n * sizeof(float);
     tr_pipe_op ops[2 * MAXM];
     int nops = tr_pipeline_ops(kind, P, s, M, ops), slots = tr_pipeline_slots(kind, P, s, M);
     twin in[MAXM], out[MAXM];
@@ -586,6 +594,9 @@ int main(int argc, char **argv)
     const char *busy = getenv("TR_TEST_BUSY_DIM");
     if (busy && atoi(busy) > 0)
         D = atoi(busy);
+    const char *link = getenv("TR_TEST_LINK_FLOATS");
+    if (link && atol(link) > 0)
+        LINK = (size_t)atol(link);
     g_a = tr_cuda_alloc((size_t)D * D * sizeof(float), "busy A");
     g_b = tr_cuda_alloc((size_t)D * D * sizeof(float), "busy B");
     g_c = tr_cuda_alloc((size_t)D * D * sizeof(float), "busy C");
