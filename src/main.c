@@ -190,7 +190,7 @@ static int info_flag(int argc, char **argv)
 /* Threads per rank: the deck's value, else OMP_NUM_THREADS (taken as it is: jobs/launch.sh
  * sets it to Slurm's --cpus-per-task), else this rank's share of the node (cores / ranks
  * on the node), never more than the cores it may run on. */
-static int choose_threads(const tr_deck *d, const tr_world *w)
+static int choose_threads(const tr_deck *d, int local_size)
 {
     long t = tr_deck_int(d, "system", "threads");
     if (t > 0)
@@ -203,12 +203,12 @@ static int choose_threads(const tr_deck *d, const tr_world *w)
     long allowed = cores;
     if (sched_getaffinity(0, sizeof set, &set) == 0)
         allowed = CPU_COUNT(&set);
-    long share = cores / (w->local_size > 0 ? w->local_size : 1);
+    long share = cores / (local_size > 0 ? local_size : 1);
     if (share > allowed)
         share = allowed;
     tr_slurm job; /* under Slurm, no more than the CPUs the job gave each rank */
     tr_slurm_read_env(&job);
-    int given = tr_slurm_cpus_per_rank(&job, w->local_size);
+    int given = tr_slurm_cpus_per_rank(&job, local_size);
     if (given > 0 && share > given)
         share = given;
     return share > 0 ? (int)share : 1;
@@ -335,7 +335,13 @@ int main(int argc, char **argv)
         return rc;
     }
 
-    rt.threads = choose_threads(&deck, &w);
+    rt.threads = choose_threads(&deck, w.local_size);
+    /* a plan stands for one of --ranks-per-node ranks (else --ranks) on this node: its
+     * threads are that rank's share, as the run's would be */
+    rt.plan_threads =
+        rt.plan_ranks
+            ? choose_threads(&deck, rt.plan_ranks_per_node ? rt.plan_ranks_per_node : rt.plan_ranks)
+            : rt.threads;
     tr_slurm_job job; /* job id, run directory, the layout against the allocation */
     rc = tr_slurm_job_setup(&job, &deck, &w, rt.threads);
     if (rc) {

@@ -11,6 +11,7 @@ typedef struct tr_runtime {
     double start_time;     /* tr_wtime() at start-up */
     /* trainer --plan: the layout to plan for, instead of training (plan_ranks > 0) */
     int plan_ranks, plan_ranks_per_node;
+    int plan_threads;          /* the OpenMP threads of a rank of that layout (else threads) */
     double plan_device_memory; /* bytes; 0 = not given */
     int plan_layouts;          /* --layouts: every dp x tp x pp of plan_ranks (a GPT's) */
     /* --layouts' step estimate (0: none): model TFLOP/s a rank sustains, GB/s a rank

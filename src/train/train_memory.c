@@ -132,8 +132,8 @@ static tr_plan make_plan(run *r, tr_model *m, int max_batch)
     p.staged = !r->dev->host_memory;
     p.ckpt_host = ckpt_host_bytes(r, m, slice, master);
     /* (a GPU process's own host memory, the CUDA context's, is not measured) */
-    p.runtime = p.gpu ? 0 : tr_plan_runtime_bytes(r->rt->threads);
-    p.address_space = tr_plan_address_space_bytes(r->rt->threads);
+    p.runtime = p.gpu ? 0 : tr_plan_runtime_bytes(r->rt->plan_threads);
+    p.address_space = tr_plan_address_space_bytes(r->rt->plan_threads);
     p.total = (double)p.mem.parameters + p.mem.gradients + p.mem.activations + p.mem.scratch +
               p.optimizer + p.data + p.backend + p.comm + (p.gpu ? 0 : p.ckpt_host) + p.runtime;
     return p;

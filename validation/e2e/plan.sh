@@ -38,6 +38,13 @@ if [ -f data/mnist/t10k-images-idx3-ubyte ] || [ -f data/mnist/t10k-images-idx3-
   "$TRAINER" --plan inputs/mnist_cnn.in --ranks 4 data.shuffle=false >"$WORK/plan_cnn" 2>"$WORK/err"
   check "CNN plan, shuffle off: no shuffle order: $(grep 'data buffers' "$WORK/plan_cnn")" \
     bash -c "! grep -q 'shuffle order' '$WORK/plan_cnn'"
+  # a plan's runtime (36 MiB + 3 MiB a thread) is for a rank of the planned layout: 64
+  # ranks on the node get one thread each (below 128 cores), not the planning process's
+  # whole node
+  env -u OMP_NUM_THREADS "$TRAINER" --plan inputs/mnist.in --ranks 64 --ranks-per-node 64 \
+    >"$WORK/plan_rt" 2>"$WORK/err"
+  check "64 ranks a node: a rank's runtime at one thread: $(grep runtime "$WORK/plan_rt")" \
+    grep -q "^  runtime  *39.0 MiB" "$WORK/plan_rt"
 fi
 # a CUDA build plans a GPU run without a GPU: cuBLAS's workspace (32 MiB) and the
 # backend's scratch (2.3 MiB of partial sums, 256 MiB of 16-bit GEMM operands) are a line
