@@ -232,8 +232,13 @@ static void micro_batches_hint(run *r, double room, int device, char *out, size_
                                 "; at [train] micro_batches = %ld (micro-batches of %ld) %s "
                                 "would need %s",
                                 k, r->local_batch / k, who, tr_bytes_str(a, sizeof a, need));
-    } else if (n != r->micro) { /* (else one sample a micro-batch already) */
+    } else {
+        /* none fits: what the most micro-batches would still need; where the deck's
+         * already hold one sample each, its own need, so that the message does not
+         * leave "raise micro_batches" as the only advice */
         long batch = r->local_batch / n;
+        if (n == r->micro)
+            need = largest_stage_need(r, n, (int)max_batch_at(r, batch), device);
         char e[96] = "";
         if (!r->lm && r->eval_local_batch > batch)
             snprintf(e, sizeof e, ", evaluated in batches of %ld ([train] eval_batch_size)",

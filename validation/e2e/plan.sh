@@ -195,6 +195,13 @@ check "... and 2 do not: $(fit_line "${pp2[@]}" train.micro_batches=2)" \
 check "pp 2 with GPipe: no count fits: $(fit_line "${pp2[@]}" parallel.schedule=gpipe)" grep -q \
   "; more micro-batches do not make it fit: at \[train\] micro_batches = 32 (micro-batches of 1) the largest stage's ranks would still need" \
   <<<"$(fit_line "${pp2[@]}" parallel.schedule=gpipe)"
+# micro-batches of one sample already: no count fits, and the warning says so rather
+# than leave "raise micro_batches" as the advice (it said nothing of micro-batches)
+"$TRAINER" --plan inputs/gpt_brown.in train.batch_size=2 train.micro_batches=2 \
+  --device-memory 200MiB >"$WORK/plan_one" 2>&1
+check "micro-batches of one sample: no count fits: $(grep '^warning' "$WORK/plan_one")" grep -q \
+  "^warning: does not fit: .*; more micro-batches do not make it fit: at \[train\] micro_batches = 2 (micro-batches of 1) a rank would still need [0-9.]* MiB" \
+  "$WORK/plan_one"
 # the CPU's sums on a node: a shared-memory window of 2 x 269,322 floats per rank for
 # the MLP's gradients (2.1 MiB); with parallel.shm_allreduce = false none, but MPI's
 # own buffers of the gradient buckets open at once (all of its 1.0 MiB of gradients)
