@@ -274,8 +274,9 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
     char a[32], b[32], c[32];
     int adamw = !strcmp(tr_deck_str(d, "optim", "name"), "adamw");
     int zero = (int)tr_deck_int(d, "parallel", "zero");
-    fprintf(out, "plan: model %s, %zu parameters; %d ranks = dp %d x tp %d x pp %d, %d per node\n",
-            m->name, m->nparams_logical, w->size, w->dp, w->tp, w->pp, w->local_size);
+    fprintf(out, "plan: model %s, %zu parameters; %d rank%s = dp %d x tp %d x pp %d, %d per node\n",
+            m->name, m->nparams_logical, w->size, w->size == 1 ? "" : "s", w->dp, w->tp, w->pp,
+            w->local_size);
     fprintf(out, "batch: global %ld, %ld per data-parallel rank in %ld micro-batch%s of %ld\n",
             global_batch, local_batch, micro, micro == 1 ? "" : "es", local_batch / micro);
     if (w->tp > 1 || w->pp > 1 || zero)

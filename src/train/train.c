@@ -426,17 +426,19 @@ static void print_banner(run *r)
     printf("\n");
     if (r->lm)
         printf("data: %ld train, %ld validation windows of %d tokens%s; global batch %ld = %d "
-               "ranks x %ld (%ld micro-batches of %ld)\n",
+               "rank%s x %ld (%ld micro-batch%s of %ld)\n",
                r->tokens.train_windows, r->tokens.val_windows, r->model.targets_per_sample,
                r->tokens.random ? " (random tokens: a benchmark, not training)" : "",
-               r->global_batch, r->w->dp, r->local_batch, r->micro, r->micro_batch);
+               r->global_batch, r->w->dp, r->w->dp == 1 ? "" : "s", r->local_batch, r->micro,
+               r->micro == 1 ? "" : "es", r->micro_batch);
     else
-    printf("data: %ld train, %ld test samples of %dx%dx%d; global batch %ld = %d ranks x %ld "
-           "(%ld micro-batches of %ld)\n",
-           r->train.n, r->test.n, r->train.c, r->train.h, r->train.w, r->global_batch, r->w->dp,
-           r->local_batch, r->micro, r->micro_batch);
-    printf("run: %ld steps (%ld per epoch), directory %s\n", r->total_steps, r->steps_per_epoch,
-           r->dir);
+        printf("data: %ld train, %ld test samples of %dx%dx%d; global batch %ld = %d rank%s x %ld "
+               "(%ld micro-batch%s of %ld)\n",
+               r->train.n, r->test.n, r->train.c, r->train.h, r->train.w, r->global_batch, r->w->dp,
+               r->w->dp == 1 ? "" : "s", r->local_batch, r->micro, r->micro == 1 ? "" : "es",
+               r->micro_batch);
+    printf("run: %ld step%s (%ld per epoch), directory %s\n", r->total_steps,
+           r->total_steps == 1 ? "" : "s", r->steps_per_epoch, r->dir);
     char unused[2048];
     if (tr_deck_unused_keys(r->d, unused, sizeof unused)) /* "note: " before each line */
         for (char *line = strtok(unused, "\n"); line; line = strtok(NULL, "\n"))
@@ -1275,14 +1277,16 @@ int tr_train_run(const tr_deck *d, tr_world *w, const tr_runtime *rt)
             printf("done: no training step in %.1f s, test loss %.4f, test accuracy %.2f%%\n",
                    wall, test_loss, 100 * test_acc);
         else if (r->lm)
-            printf("done: %ld steps in %.1f s, %.0f tokens/s (%.1f GFLOP/s, MFU %.1f%% of "
+            printf("done: %ld step%s in %.1f s, %.0f tokens/s (%.1f GFLOP/s, MFU %.1f%% of "
                    "%.1f), val loss %.4f, perplexity %.2f, next-token accuracy %.2f%%\n",
-                   end_step, wall, s.tokens_per_second, s.gflops_per_second, 100 * s.mfu,
-                   s.peak_gflops, test_loss, s.val_perplexity, 100 * test_acc);
+                   end_step, end_step == 1 ? "" : "s", wall, s.tokens_per_second,
+                   s.gflops_per_second, 100 * s.mfu, s.peak_gflops, test_loss, s.val_perplexity,
+                   100 * test_acc);
         else
-            printf("done: %ld steps in %.1f s, %.0f samples/s (%.1f GFLOP/s), test loss %.4f, "
+            printf("done: %ld step%s in %.1f s, %.0f samples/s (%.1f GFLOP/s), test loss %.4f, "
                    "test accuracy %.2f%%\n",
-                   end_step, wall, rate, s.gflops_per_second, test_loss, 100 * test_acc);
+                   end_step, end_step == 1 ? "" : "s", wall, rate, s.gflops_per_second, test_loss,
+                   100 * test_acc);
         tr_summary_print_time(stdout, &s);
         fflush(stdout);
     }

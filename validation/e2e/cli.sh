@@ -33,7 +33,11 @@ over=(inputs/gpt2_124m.in model.n_layer=1 model.n_head=2 model.n_embd=16 model.s
   model.vocab_size=64 data.format=random_tokens data.val_limit=0 train.batch_size=2 train.steps=1
   checkpoint.at_end=false sample.length=0 run.progress=off system.peak_gflops=100)
 OMP_NUM_THREADS=$((cores + 1)) timeout 60 "$TRAINER" "${over[@]}" run.dir="$WORK/over" \
-  >/dev/null 2>"$WORK/over_err"
+  >"$WORK/over_out" 2>"$WORK/over_err"
+check "the banner counts in the singular: $(grep '^data:' "$WORK/over_out")" \
+  grep -q "^data: .*; global batch 2 = 1 rank x 2 (1 micro-batch of 2)$" "$WORK/over_out"
+check "... and one step: $(grep -E '^(run|done):' "$WORK/over_out")" \
+  bash -c "grep -q '^run: 1 step (' '$WORK/over_out' && grep -q '^done: 1 step in' '$WORK/over_out'"
 check "threads above the cores: a warning naming OMP_NUM_THREADS: $(cat "$WORK/over_err")" \
   grep -q "^warning: 1 rank x $((cores + 1)) threads (OMP_NUM_THREADS=$((cores + 1))) = .* cores: .*set \[system\] threads = $cores" \
   "$WORK/over_err"

@@ -202,6 +202,9 @@ check "pp 2 with GPipe: no count fits: $(fit_line "${pp2[@]}" parallel.schedule=
 check "micro-batches of one sample: no count fits: $(grep '^warning' "$WORK/plan_one")" grep -q \
   "^warning: does not fit: .*; more micro-batches do not make it fit: at \[train\] micro_batches = 2 (micro-batches of 1) a rank would still need [0-9.]* MiB" \
   "$WORK/plan_one"
+check "one rank in the singular: $(grep '^plan:' "$WORK/plan_one")" \
+  grep -q "^plan: model gpt, [0-9]* parameters; 1 rank = dp 1 x tp 1 x pp 1, 1 per node$" \
+  "$WORK/plan_one"
 # the CPU's sums on a node: a shared-memory window of 2 x 269,322 floats per rank for
 # the MLP's gradients (2.1 MiB); with parallel.shm_allreduce = false none, but MPI's
 # own buffers of the gradient buckets open at once (all of its 1.0 MiB of gradients)
