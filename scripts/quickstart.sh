@@ -3,7 +3,9 @@
 # Installs the packages, builds, prepares the data (MNIST; the Brown text corpus for
 # the GPT model) and runs
 #   mpirun -np 8 ./trainer inputs/mnist.in
-# Every step is idempotent: run it again and it only trains again.
+# Every step is idempotent: run it again and only the training runs again, which in
+# the same run directory (runs/mnist) resumes the first run's checkpoint, at its last
+# step, and only evaluates it; give another run.dir=... to train anew.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
