@@ -72,8 +72,13 @@ def build(f):
             if k:
                 layer._trainer_name = k
             layers.append(layer)
+    elif name == "gpt":
+        # a user with a GPT's checkpoint lands here from the README: say where it goes
+        raise SystemExit(f"{f.filename}: a GPT's checkpoint; this script rebuilds the MLP and "
+                         "the CNN only: tools/gpt2_hf.py export CKPT DIR writes a GPT's as "
+                         "Hugging Face's GPT2LMHeadModel files, which transformers loads")
     else:
-        raise SystemExit(f"unknown model {name!r} in the checkpoint")
+        raise SystemExit(f"{f.filename}: unknown model {name!r} in the checkpoint")
     model = nn.Sequential(*layers)
     with torch.no_grad():
         for layer in model:
