@@ -29,6 +29,12 @@ typedef enum {
     TR_GEMM_SPLIT_COLS = 2, /* blocks of columns of C (N) */
 } tr_gemm_split;
 tr_gemm_split tr_cpu_gemm_plan(int M, int N, int K, int nthreads);
+/* Bytes of its packing buffer that OpenBLAS (kernel `core`, tr_cpu_blas_corename)
+ * leaves resident in the thread that runs the largest part (thread 0) of a linear
+ * layer of B rows, in -> out features, forward and backward, split over nthreads as
+ * tr_cpu_linear_forward and _backward split it: the memory plan's estimate (each of
+ * the nthreads threads keeps its own buffer). */
+double tr_cpu_linear_pack_bytes(int B, int in, int out, int nthreads, const char *core);
 
 void tr_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc);

@@ -18,6 +18,7 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <string.h>
 
 /* Debian's and OpenBLAS's own cblas.h declare these; other CBLAS headers may not,
  * and redeclaring a function with the same prototype is harmless. */
@@ -62,6 +63,66 @@ tr_gemm_split tr_cpu_gemm_plan(int M, int N, int K, int nthreads)
     if (cols)
         return TR_GEMM_SPLIT_COLS;
     return TR_GEMM_SPLIT_NONE;
+}
+
+/* OpenBLAS's packing, measured (an LD_PRELOAD counter of the pages of its mmapped
+ * buffers resident at exit, mincore; Debian's 0.3.21, each kernel forced by
+ * OPENBLAS_CORETYPE). In column-major terms a row-major C [m, n] = A [m, k] B [k, n]
+ * is C^T = B^T A^T, of n rows: OpenBLAS packs kc values of k (SGEMM's GEMM_Q) for up
+ * to p of those rows into one panel (GEMM_P), and, where there are more than p,
+ * panels of kc values for every one of the m columns too (its other panel, up to
+ * GEMM_R of them, the rest of its buffer); with n <= p it reuses one small panel. It
+ * keeps the buffer, so a thread's resident packing is that of the largest product it
+ * ever ran: 4 min(k, kc) (n > p ? m + p : n) bytes, up to the whole buffer
+ * (BUFFER_SIZE, 128 MiB in that build; mapped once a thread), within 1 MiB of the
+ * measured (m = 20,000 or 50,304, k = 64 to 2,000, n = 128 to 2,049). By kernel, kc
+ * and p (the p where the measured step lies between two n, the lower):
+ * Cooperlake 320 and 640 (m = 50,304, k >= 320, n > 640: 61.9 MiB; n <= 640: 0.8),
+ * Haswell and Zen 320 and 320, SkylakeX 448 and 448, Sandybridge 384 and 640, Nehalem
+ * 512 and 448, Barcelona 224 and 448, Prescott 128 and 448, Atom 256 and 256, Core2
+ * 256 and 192, Penryn 512 and 0; Dunnington filled the buffer (kc >= 666: taken as
+ * 1024, the buffer bounds it). Any other kernel is taken as 512 and 0. */
+#define OPENBLAS_BUFFER_BYTES (128.0 * 1024 * 1024)
+
+typedef struct openblas_blocking {
+    const char *core;
+    int kc, p;
+} openblas_blocking;
+
+static openblas_blocking openblas_blocking_of(const char *core)
+{
+    static const openblas_blocking known[] = {
+        {"Cooperlake", 320, 640}, {"Haswell", 320, 320},     {"Zen", 320, 320},
+        {"SkylakeX", 448, 448},   {"Sandybridge", 384, 640}, {"Nehalem", 512, 448},
+        {"Barcelona", 224, 448},  {"Prescott", 128, 448},    {"Atom", 256, 256},
+        {"Core2", 256, 192},      {"Penryn", 512, 0},        {"Dunnington", 1024, 0}};
+    for (size_t i = 0; core && i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(core, known[i].core))
+            return known[i];
+    return (openblas_blocking){core, 512, 0};
+}
+
+/* thread 0's part of tr_cpu_gemm's M x N x K (the largest: blocks round up) */
+static double gemm_pack_bytes(int M, int N, int K, int nthreads, openblas_blocking b)
+{
+    tr_gemm_split split = tr_cpu_gemm_plan(M, N, K, nthreads);
+    int lo, hi;
+    tr_cpu_gemm_range(split, 0, nthreads, M, N, &lo, &hi);
+    /* a block of rows has all N, a block of columns all M */
+    double m = split == TR_GEMM_SPLIT_COLS ? M : hi - lo;
+    double n = split == TR_GEMM_SPLIT_COLS ? hi - lo : N;
+    double bytes = 4.0 * (K < b.kc ? K : b.kc) * (n > b.p ? m + b.p : n);
+    return bytes < OPENBLAS_BUFFER_BYTES ? bytes : OPENBLAS_BUFFER_BYTES;
+}
+
+double tr_cpu_linear_pack_bytes(int B, int in, int out, int nthreads, const char *core)
+{
+    openblas_blocking b = openblas_blocking_of(core);
+    double fwd = gemm_pack_bytes(B, out, in, nthreads, b); /* out[B,out] = in w^T */
+    double din = gemm_pack_bytes(B, in, out, nthreads, b); /* din[B,in] = dout w */
+    double dw = gemm_pack_bytes(out, in, B, nthreads, b);  /* dw[out,in] = dout^T in */
+    double most = fwd > din ? fwd : din;
+    return most > dw ? most : dw;
 }
 
 static void sgemm_one(int transA, int transB, int M, int N, int K, float alpha,

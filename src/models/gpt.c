@@ -974,12 +974,28 @@ static double gpt_train_flops(const tr_model *m)
     return T * (6.0 * N + 12.0 * L * C * T);
 }
 
+/* A block's four products (its qkv, attention and MLP projections, this rank's share
+ * of each) where the stage has blocks, and the head's where it holds it: the head of
+ * a tied vocabulary, [Vl, C], is the largest (OpenBLAS packs its weight gradient's
+ * Vl rows, train_memory.c). */
+static int gpt_linear_shapes(const tr_model *m, tr_linear_shape *s, int max)
+{
+    const gpt *g = G(m);
+    int T = g->cfg.T, C = g->cfg.C, n = 0;
+    const tr_linear_shape all[5] = {
+        {T, C, 3 * g->Cl}, {T, g->Cl, C}, {T, C, g->Fl}, {T, g->Fl, C}, {T, C, g->Vl}};
+    for (int i = g->nl > 0 ? 0 : 4; i < (g->last ? 5 : 4) && n < max; i++)
+        s[n++] = all[i];
+    return n;
+}
+
 static const tr_model_hooks gpt_hooks = {
     .buffers = gpt_buffers,
     .forward = gpt_forward,
     .backward = gpt_backward,
     .train_flops = gpt_train_flops,
     .free = gpt_free,
+    .linear_shapes = gpt_linear_shapes,
 };
 
 const tr_gpt_config *tr_gpt_config_of(const tr_model *m)

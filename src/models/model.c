@@ -342,6 +342,17 @@ double tr_model_forward_flops(const tr_model *m)
     return f;
 }
 
+int tr_model_linear_shapes(const tr_model *m, tr_linear_shape *s, int max)
+{
+    if (m->hooks)
+        return m->hooks->linear_shapes ? m->hooks->linear_shapes(m, s, max) : 0;
+    int n = 0;
+    for (int i = 0; i < m->nlayers && n < max; i++)
+        if (!strcmp(m->layers[i].ops->kind, "linear"))
+            s[n++] = (tr_linear_shape){1, m->layers[i].in.c, m->layers[i].out.c};
+    return n;
+}
+
 double tr_model_train_flops(const tr_model *m)
 {
     if (m->hooks)

@@ -48,6 +48,13 @@ typedef struct tr_model_memory {
     int logits_format;
 } tr_model_memory;
 
+/* A fully connected product of a model, for the memory plan's estimate of OpenBLAS's
+ * packing buffers (train_memory.c): `rows` rows a sample (a GPT's tokens, 1 for a
+ * classifier's layers) of `in` features to `out`, run forward and backward. */
+typedef struct tr_linear_shape {
+    int rows, in, out;
+} tr_linear_shape;
+
 /* Called after each layer's backward with the lowest flat offset whose gradient is
  * now complete for this micro-batch (every offset >= lo is done). */
 typedef void (*tr_grads_ready_fn)(void *ctx, size_t lo);
@@ -65,6 +72,8 @@ typedef struct tr_model_hooks {
                      tr_grads_ready_fn ready, void *ctx);
     double (*train_flops)(const tr_model *m); /* per sample, as tr_model_train_flops */
     void (*free)(tr_model *m);                /* buffers and impl */
+    /* this rank's fully connected products (tr_model_linear_shapes) */
+    int (*linear_shapes)(const tr_model *m, tr_linear_shape *s, int max);
 } tr_model_hooks;
 
 struct tr_model {
@@ -170,5 +179,8 @@ double tr_model_forward_flops(const tr_model *m);
 /* Of one training step per sample: forward, weight gradients, and input gradients
  * of every layer but the first (whose input gradient is never computed). */
 double tr_model_train_flops(const tr_model *m);
+/* This rank's fully connected products into s, at most max (TR_MODEL_MAX_LAYERS holds
+ * any model's); returns how many. */
+int tr_model_linear_shapes(const tr_model *m, tr_linear_shape *s, int max);
 
 #endif

@@ -63,8 +63,9 @@ static void print_memory(const tr_plan *p, const char *zero_note, int adamw, int
     if (p->runtime > 0)
         fprintf(out,
                 "  runtime            %12s  (the process's own: libraries, MPI, thread "
-                "stacks, OpenBLAS's packing buffers; as measured)\n",
-                B(a, sizeof a, p->runtime));
+                "stacks, OpenBLAS's packing buffers, %s of it for the largest layer's "
+                "products; as measured)\n",
+                B(a, sizeof a, p->runtime), B(b, sizeof b, p->blas_pack));
     fprintf(out, "  total              %12s\n", B(a, sizeof a, p->total));
     if (p->gpu) /* what the GPU's total leaves out, and the host must hold */
         fprintf(out,

@@ -25,6 +25,9 @@ typedef struct tr_plan {
     /* host memory the process itself takes beyond these buffers, the CPU's
      * (tr_plan_runtime_bytes); 0 for a GPU's plan, whose total is the GPU's */
     double runtime;
+    /* of runtime: OpenBLAS's packing buffers for the model's largest fully connected
+     * products, which grow with the micro-batch's rows (tr_plan_blas_pack_bytes) */
+    double blas_pack;
     /* address space the process maps after the memory check beyond the buffers
      * (tr_plan_address_space_bytes), judged against RLIMIT_AS */
     double address_space;
@@ -36,9 +39,14 @@ typedef struct tr_plan {
 } tr_plan;
 
 /* Resident memory a CPU rank of `threads` OpenMP threads takes beyond its plan's
- * buffers: the libraries' pages, MPI's and HDF5's own, the threads' stacks and
- * OpenBLAS's packing buffers, as measured (train_memory.c). */
+ * buffers, but for OpenBLAS's packing of large products (tr_plan_blas_pack_bytes):
+ * the libraries' pages, MPI's and HDF5's own, the threads' stacks and small products'
+ * packing, as measured (train_memory.c). */
 double tr_plan_runtime_bytes(int threads);
+/* What OpenBLAS's packing buffers of a CPU rank of `threads` threads hold resident
+ * after it trained m at micro-batches of max_batch under OpenBLAS kernel `core`: per
+ * thread, the most any of m's fully connected layers packs (train_memory.c). */
+double tr_plan_blas_pack_bytes(const tr_model *m, int max_batch, int threads, const char *core);
 /* The address space (RLIMIT_AS, ulimit -v) a rank of `threads` OpenMP threads maps
  * after the memory check beyond its plan's buffers: the threads' stacks, malloc's
  * arenas and OpenBLAS's buffers, which cannot fail cleanly (train_memory.c). */

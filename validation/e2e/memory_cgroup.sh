@@ -85,7 +85,7 @@ in_cgroup $((total - runtime + (24 << 20))) "$WORK/out" "$WORK/err" "${gpt[@]}" 
   run.dir="$WORK/tight"
 check "a limit the runtime does not fit: exit 71: $RC $(tail -2 "$WORK/err")" [ "$RC" = 71 ]
 check "... naming the runtime in the plan's numbers" grep -q \
-  "out of memory: each rank needs .*, runtime [0-9.]* MiB (libraries, MPI, threads)) but has about" \
+  "out of memory: each rank needs .*, runtime [0-9.]* MiB (libraries, MPI, threads, OpenBLAS's packing)) but has about" \
   "$WORK/err"
 
 # the plan's total and 64 MiB: runs, and writes its checkpoints (not under
