@@ -32,8 +32,8 @@ cores=$(nproc --all)
 over=(inputs/gpt2_124m.in model.n_layer=1 model.n_head=2 model.n_embd=16 model.seq_len=8
   model.vocab_size=64 data.format=random_tokens data.val_limit=0 train.batch_size=2 train.steps=1
   checkpoint.at_end=false sample.length=0 run.progress=off system.peak_gflops=100)
-OMP_NUM_THREADS=$((cores + 1)) timeout 60 "$TRAINER" "${over[@]}" run.dir="$WORK/over" \
-  >"$WORK/over_out" 2>"$WORK/over_err"
+env -u OMP_WAIT_POLICY OMP_NUM_THREADS=$((cores + 1)) timeout 60 "$TRAINER" "${over[@]}" \
+  run.dir="$WORK/over" >"$WORK/over_out" 2>"$WORK/over_err"
 check "the banner counts in the singular: $(grep '^data:' "$WORK/over_out")" \
   grep -q "^data: .*; global batch 2 = 1 rank x 2 (1 micro-batch of 2)$" "$WORK/over_out"
 check "... and one step: $(grep -E '^(run|done):' "$WORK/over_out")" \
@@ -41,6 +41,14 @@ check "... and one step: $(grep -E '^(run|done):' "$WORK/over_out")" \
 check "threads above the cores: a warning naming OMP_NUM_THREADS: $(cat "$WORK/over_err")" \
   grep -q "^warning: 1 rank x $((cores + 1)) threads (OMP_NUM_THREADS=$((cores + 1))) = .* cores: .*set \[system\] threads = $cores" \
   "$WORK/over_err"
+# ... and, with OMP_WAIT_POLICY unset, names passive (libgomp's spinning threads take the
+# time the other ranks' threads need); not where the user set it
+check "... and names OMP_WAIT_POLICY=passive where it is unset" \
+  grep -q "; else export OMP_WAIT_POLICY=passive (unset, the idle threads spin" "$WORK/over_err"
+OMP_WAIT_POLICY=active OMP_NUM_THREADS=$((cores + 1)) timeout 60 "$TRAINER" "${over[@]}" \
+  run.dir="$WORK/over_set" >/dev/null 2>"$WORK/over_set_err"
+check "... but not where the user set it: $(cat "$WORK/over_set_err")" \
+  bash -c "grep -q '^warning: 1 rank x' '$WORK/over_set_err' && ! grep -q OMP_WAIT_POLICY '$WORK/over_set_err'"
 OMP_NUM_THREADS=1 timeout 60 mpirun -np $((cores + 1)) "$TRAINER" "${over[@]}" \
   run.dir="$WORK/over1" >/dev/null 2>"$WORK/over1_err"
 check "more ranks than cores, a thread each: no warning: $(cat "$WORK/over1_err")" \
