@@ -8,6 +8,7 @@
  *   SessionLog { SessionStatus status = 1; }  START = 1 */
 #include "tensorboard.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -121,6 +122,26 @@ static void write_record(tr_tb *tb, const pb *e)
     }
 }
 
+/* The seconds in a new session's file name: now, or one past the newest event file
+ * already in sub where that is not earlier. TensorBoard reads a run's files in name
+ * order, and each session's START drops the later steps of those read before it, so a
+ * session's file must sort after the earlier sessions' files. Within one second the
+ * host and pid decide, as text (10012 before 9987, as a pid wraps); a clock behind the
+ * one an earlier session ran under (another node's, one set back) sorts it first. */
+static long long name_seconds(const char *sub, long long now)
+{
+    DIR *d = opendir(sub);
+    if (!d)
+        return now;
+    long long newest = -1, s;
+    const struct dirent *e;
+    while ((e = readdir(d)))
+        if (sscanf(e->d_name, "events.out.tfevents.%lld.", &s) == 1 && s > newest)
+            newest = s;
+    closedir(d);
+    return newest >= now ? newest + 1 : now;
+}
+
 tr_tb *tr_tb_open(const char *dir, long first_step, long tokens_per_sample, int loss_scaled)
 {
     char sub[4096], host[256] = "host";
@@ -134,7 +155,7 @@ tr_tb *tr_tb_open(const char *dir, long first_step, long tokens_per_sample, int 
     struct timeval tv;
     gettimeofday(&tv, NULL);
     snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%lld.%s.%d", sub,
-             (long long)tv.tv_sec, host, (int)getpid());
+             name_seconds(sub, (long long)tv.tv_sec), host, (int)getpid());
     tb->f = fopen(tb->path, "wb");
     if (!tb->f) {
         int e = errno;

@@ -2,7 +2,8 @@
  * `tensorboard --logdir runs/` plots every run's curves live, as PyTorch Lightning's
  * default logger does, without TensorFlow or protobuf in the trainer.
  *
- * DIR/tensorboard/events.out.tfevents.<seconds>.<host>.<pid>, one file a session:
+ * DIR/tensorboard/events.out.tfevents.<seconds>.<host>.<pid>, one file a session,
+ * named to sort after the files already there (<seconds> one past theirs if need be):
  * TFRecord framing (length, masked CRC-32C of the length, an Event protobuf, masked
  * CRC-32C of it), the first Event the file version, then a SessionLog START at the
  * session's first step, which makes TensorBoard drop what an earlier session of

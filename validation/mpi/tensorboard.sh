@@ -18,11 +18,21 @@ check "its scalars are metrics.csv's: $("$PYTHON" validation/tb_events.py "$WORK
   "$PYTHON" validation/tb_events.py "$WORK/a" --loss-scale
 # back to step 10: the second session logs steps 11-30 again
 rm "$WORK/a/checkpoints/step_00000020.h5" "$WORK/a/checkpoints/step_00000030.h5"
-sleep 1 # another second in the new file's name
+# TensorBoard reads the files in name order, so the new session's must sort after the
+# first one's whatever its name says: here the first is named as if written 5 s from
+# now (an earlier session under a clock ahead of this one's; or one in the same second,
+# where the pids' digits decide as text and 10012 sorts before 9987: mpi.chaos's quick
+# restarts opened 2 pairs of its 17 files within one second), and no wait for another
+# second
+first=$(ls "$WORK/a/tensorboard")
+ahead=events.out.tfevents.$(($(date +%s) + 5)).${first#events.out.tfevents.*.}
+mv "$WORK/a/tensorboard/$first" "$WORK/a/tensorboard/$ahead"
 run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$WORK/a"
 check "second session: exit $RC $(tail -2 "$WORK/err")" [ "$RC" = 0 ]
 check "it resumed at step 10" grep -q "^resumed from .*: step 10," "$WORK/out"
 check "two event files" [ "$(ls "$WORK/a/tensorboard" | grep -c '^events.out.tfevents\.')" = 2 ]
+check "the second session's file sorts after the first's ($ahead): $(LC_ALL=C ls "$WORK/a/tensorboard" | tail -1)" \
+  [ "$(LC_ALL=C ls "$WORK/a/tensorboard" | head -1)" = "$ahead" ]
 check "read as TensorBoard does, they are metrics.csv: $("$PYTHON" validation/tb_events.py "$WORK/a" --loss-scale 2>&1)" \
   "$PYTHON" validation/tb_events.py "$WORK/a" --loss-scale
 
