@@ -285,6 +285,12 @@ static int resume(run *r, uint64_t seed)
         tr_run_key_error(r, "checkpoint", "resume", "%s", msg);
         return rc;
     }
+    rc = tr_train_ckpt_repair_best(&r->ckpt, r->w, r->start_step,
+                                   (double)r->start_step / r->steps_per_epoch, msg, sizeof msg);
+    if (rc) {
+        tr_run_key_error(r, "checkpoint", "best", "%s", msg);
+        return rc;
+    }
     /* The random initial values only where nothing resumed: a resumed checkpoint
      * replaces every parameter, and drawing them costs some 40 ns a parameter on one
      * thread (GPT-2 124M: about 5 CPU-s, shared by the dp group's ranks). A fresh

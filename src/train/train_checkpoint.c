@@ -373,6 +373,33 @@ int tr_train_ckpt_resume(tr_train_ckpt *c, const tr_world *w, long *step, int *r
     return 0;
 }
 
+int tr_train_ckpt_repair_best(tr_train_ckpt *c, const tr_world *w, long step, double epoch,
+                              char *err, size_t errlen)
+{
+    /* rank 0 looks (-2: nothing to look at): resumed by auto, from the step whose
+     * evaluation set the lowest loss */
+    long held = -2;
+    char best[4200];
+    snprintf(best, sizeof best, "%s/%s", c->dir, TR_CKPT_BEST);
+    if (w->rank == 0 && c->best && !strcmp(c->resume, "auto") && c->last_written == step &&
+        step > 0 && c->tracker->best_step == step)
+        held = access(best, F_OK) == 0 ? tr_ckpt_read_step(best) : -1;
+    tr_bcast(&held, 1, TR_I64, 0, w->world);
+    /* (a later step's: a branch's, which stays, as load() says) */
+    if (held == -2 || held >= step)
+        return 0;
+    if (w->rank == 0) {
+        char had[64] = "is missing";
+        if (held >= 0)
+            snprintf(had, sizeof had, "holds step %ld's model", held);
+        printf("note: %s %s, but step %ld's evaluation set the lowest loss (the run that wrote "
+               "step %ld stopped before best.h5 followed): made step %ld's now\n",
+               best, had, step, step, step);
+        fflush(stdout);
+    }
+    return tr_train_ckpt_save_best(c, w, step, epoch, err, errlen);
+}
+
 int tr_train_ckpt_init_from(tr_train_ckpt *c, const tr_world *w, char *err, size_t errlen)
 {
     err[0] = '\0';

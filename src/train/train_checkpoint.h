@@ -67,6 +67,15 @@ void tr_train_ckpt_free(tr_train_ckpt *c);
 int tr_train_ckpt_resume(tr_train_ckpt *c, const tr_world *w, long *step, int *reinit,
                          char *err, size_t errlen);
 
+/* checkpoint.best, after resume = auto loaded `step`: where that step's evaluation set
+ * the lowest loss (the checkpoint's tracker says so) but best.h5 is missing or holds
+ * an earlier step, the run that wrote the step stopped (a crash, a kill) between its
+ * checkpoint and best.h5's link to it, and the resumed run does not evaluate that
+ * step again: best.h5 is made the step's state now (linked, or written where links
+ * fail). Collective. Returns 0 or TR_EXIT_IOERR with err. */
+int tr_train_ckpt_repair_best(tr_train_ckpt *c, const tr_world *w, long step, double epoch,
+                              char *err, size_t errlen);
+
 /* Applies [checkpoint] init_from when set and nothing was resumed: the model's
  * parameters (the master weights under mixed precision) from that file, whatever
  * layout and optimizer wrote it; the optimizer state stays fresh and the step 0.

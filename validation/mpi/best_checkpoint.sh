@@ -3,8 +3,9 @@
 # stopping step are the ones metrics.csv's evaluations call for; best.h5 is the
 # same state whether it is a hard link to the step's checkpoint or written on its
 # own; a run preempted after its best evaluation and resumed keeps that best and
-# stops at the same step; a finished run resumed trains no further; the deck check
-# and a damaged tracker attribute get their errors.
+# stops at the same step; one killed between the best step's checkpoint and best.h5's
+# link to it makes best.h5 that step's when rerun; a finished run resumed trains no
+# further; the deck check and a damaged tracker attribute get their errors.
 source "$(dirname "$0")/../lib.sh"
 require_data
 PATIENCE=4
@@ -82,6 +83,30 @@ check "its curve is the straight run's" "$PYTHON" validation/compare_metrics.py 
   "$A/metrics.csv" "$C/metrics.csv"
 check "its best.h5 is still step $BEST's" h5_same "$A/checkpoints/best.h5" "$C/checkpoints/best.h5"
 check "its final state is the straight run's" h5_same "$(ck "$A" $STOP)" "$(ck "$C" $STOP)"
+
+# 2b. a crash between the checkpoint of the best evaluation's step and best.h5's link
+#     to it (rank 0 killed as it links, as its node failing): the rerun resumes from
+#     that step, whose evaluation it does not repeat, and makes best.h5 its state
+if sanitized; then
+  echo "skipped: a crash at best.h5's link (a preload library under AddressSanitizer)"
+else
+  D=$WORK/d
+  LD_PRELOAD="$FAULT_PRELOAD" TR_TEST_CRASH_LINK_RANK=0 \
+    TR_TEST_CRASH_LINK_FROM="$(basename "$(ck . $BEST)")" \
+    run 2 "$WORK/out" "$WORK/err" "${common[@]}" checkpoint.every=4 run.dir="$D"
+  check "killed as best.h5 was linked to step $BEST: exit $RC, last.h5 $(readlink "$D/checkpoints/last.h5")" \
+    [ "$([ "$RC" != 0 ] && echo killed) $(readlink "$D/checkpoints/last.h5")" = \
+      "killed $(basename "$(ck . $BEST)")" ]
+  run 2 "$WORK/out" "$WORK/err" "${common[@]}" checkpoint.every=4 run.dir="$D"
+  check "rerun: exit $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+  check "it resumed from step $BEST" grep -q "^resumed from .*: step $BEST," "$WORK/out"
+  check "it says it made best.h5 step $BEST's: $(grep best.h5 "$WORK/out" | head -2)" grep -q \
+    "^note: .*best.h5 holds step [0-9]*'s model, but step $BEST's evaluation set the lowest loss" \
+    "$WORK/out"
+  check "its best.h5 is step $BEST's: $(attrs "$D/checkpoints/best.h5")" \
+    h5_same "$A/checkpoints/best.h5" "$D/checkpoints/best.h5"
+  check "its final state is the straight run's" h5_same "$(ck "$A" $STOP)" "$(ck "$D" $STOP)"
+fi
 
 # 3. run again: it had stopped, so it evaluates and ends, writing nothing
 ls "$A/checkpoints" >"$WORK/before"

@@ -18,12 +18,17 @@
  *   TR_TEST_TMP_ENOSPC_RANK=R  every write to a file whose name ends in .h5.tmp (a
  *                        checkpoint being written) fails with ENOSPC on rank R, as a
  *                        disk or a quota that fills up on one node only
- *                        (mpi.checkpoint_errors). */
+ *                        (mpi.checkpoint_errors).
+ *   TR_TEST_CRASH_LINK_RANK=R, TR_TEST_CRASH_LINK_FROM=NAME  a hard link made from a
+ *                        path ending in NAME kills rank R (SIGKILL) before it is
+ *                        made, as a node failing between a step's checkpoint and
+ *                        best.h5's link to it (mpi.best_checkpoint). */
 #define _GNU_SOURCE
 #include <cblas.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,4 +139,16 @@ ssize_t write(int fd, const void *buf, size_t n)
     }
     write_fn *real = (write_fn *)dlsym(RTLD_NEXT, "write");
     return real(fd, buf, n);
+}
+
+typedef int link_fn(const char *, const char *);
+
+int link(const char *from, const char *to)
+{
+    const char *name = getenv("TR_TEST_CRASH_LINK_FROM");
+    size_t n = name ? strlen(name) : 0, len = strlen(from);
+    if (is_rank("TR_TEST_CRASH_LINK_RANK") && n && len >= n && !strcmp(from + len - n, name))
+        raise(SIGKILL);
+    link_fn *real = (link_fn *)dlsym(RTLD_NEXT, "link");
+    return real(from, to);
 }
