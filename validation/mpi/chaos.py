@@ -9,6 +9,8 @@ a random time by one of
                  here), kills the ranks a second after that and exits with 1
     kill_rank    SIGKILL to one rank (its node failed)
     crash        SIGKILL to mpirun and every rank at once (the whole node failed)
+    kill_mpirun  SIGKILL to mpirun alone (the launcher's node failed, or the OOM killer
+                 chose it): its ranks must go too
 
 (a signal for a rank while not every rank has started goes to mpirun instead: SIGUSR1
 for term_rank and term_all, crash for kill_rank) and started again with the same command, until a session ends by itself; then one
@@ -122,7 +124,7 @@ def last_step(run_dir):
 
 
 ACTIONS = [("term_rank", 30), ("term_all", 15), ("usr1_mpirun", 15), ("term_mpirun", 10),
-           ("kill_rank", 15), ("crash", 15)]
+           ("kill_rank", 15), ("crash", 15), ("kill_mpirun", 10)]
 
 
 def main():
@@ -170,8 +172,11 @@ def main():
                     if action in ("term_rank", "kill_rank", "term_all") and len(ranks) < np_:
                         action = "usr1_mpirun" if action != "kill_rank" else "crash"
                     pids = sorted(ranks, key=ranks.get)
-                    sig = signal.SIGKILL if action in ("kill_rank", "crash") else (
-                        signal.SIGUSR1 if action == "usr1_mpirun" else signal.SIGTERM)
+                    sig = signal.SIGTERM
+                    if action in ("kill_rank", "crash", "kill_mpirun"):
+                        sig = signal.SIGKILL
+                    elif action == "usr1_mpirun":
+                        sig = signal.SIGUSR1
                     # the handler in place in the ranks signalled (mpirun: all of
                     # them): a stop signal must checkpoint
                     caught = len(ranks) == np_ and all(catches(q, sig) for q in pids)
@@ -223,7 +228,7 @@ def main():
         why = open(err, errors="replace").read()[-2000:]
         if rc == 75 and not stop:
             fail("session %d: %s: exit 75 without 'checkpointed at step': %s" % (session, sent, why))
-        if action in ("kill_rank", "crash"):
+        if action in ("kill_rank", "crash", "kill_mpirun"):
             if delivered and rc in (0, 75):
                 fail("session %d: %s: exit %d, where a rank was killed" % (session, sent, rc))
         elif action == "term_mpirun":
