@@ -307,13 +307,16 @@ static int load(tr_train_ckpt *c, const tr_world *w, const char *path, long *ste
             printf("lowest validation loss so far: %.6g at step %ld (%ld evaluation%s since)\n",
                    meta.best_val_loss, meta.best_val_step, meta.evals_since_best,
                    meta.evals_since_best == 1 ? "" : "s");
-        /* resumed from an older file: a best.h5 of a later step is the branch's it left */
+        /* a best.h5 of a later step: the branch's that a run resumed from an older file
+         * left, or this run's own, written on its own after an evaluation between its
+         * newest checkpoint and a crash (mpi.chaos meets it) */
         char best[4200];
         snprintf(best, sizeof best, "%s/%s", c->dir, TR_CKPT_BEST);
         long best_step = c->best && access(best, F_OK) == 0 ? tr_ckpt_read_step(best) : -1;
         if (best_step > meta.step)
-            printf("warning: %s holds step %ld's model, past the step resumed from: the run "
-                   "this one branched from wrote it; it stays until an evaluation of this run "
+            printf("warning: %s holds step %ld's model, past the step resumed from: written "
+                   "after the checkpoint resumed from (by this run before it stopped, or by "
+                   "the run this one branched from); it stays until an evaluation of this run "
                    "sets a new lowest loss\n",
                    best, best_step);
         report_deck_changes(path, c->deck_text);

@@ -112,7 +112,7 @@ run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$bdir" checkpoint.every=10 c
 run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$bdir" checkpoint.every=10 checkpoint.keep=0 \
   checkpoint.best=true checkpoint.resume="$bdir/checkpoints/step_00000010.h5" run.stop_after_steps=5
 check "branch: stopped with 75 (got $RC)" [ "$RC" = 75 ]
-check "branch: best.h5 named as the other branch's" grep -q "warning: $bdir/checkpoints/best.h5 holds step 30's model, past the step resumed from" "$WORK/out"
+check "branch: best.h5 named as the other branch's" grep -q "warning: $bdir/checkpoints/best.h5 holds step 30's model, past the step resumed from: written after the checkpoint resumed from (by this run before it stopped, or by the run this one branched from)" "$WORK/out"
 check "branch: the stop says to resume with auto" grep -q "checkpointed at step 15, .*exiting with 75 (to resume, run again with checkpoint.resume = auto: resume = $bdir/checkpoints/step_00000010.h5 would start it over)" "$WORK/out"
 check "branch: last.h5 names its checkpoint" [ "$(readlink "$bdir/checkpoints/last.h5")" = step_00000015.h5 ]
 run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$bdir" checkpoint.every=10 checkpoint.keep=0
