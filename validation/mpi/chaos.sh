@@ -21,7 +21,7 @@
 # chain may end before its last draws). TR_CHAOS_SEED draws others, TR_CHAOS_CUTS sets
 # the interruptions a layout (7), TR_CHAOS_STEPS the run's steps (60),
 # TR_CHAOS_LAYOUTS the layouts ("dp2 pp2"; also zero1: dp 2 with ZeRO 1) and
-# TR_CHAOS_KEEP=DIR keeps a failure's files, e.g.
+# TR_CHAOS_KEEP=DIR keeps a failure's files (TR_CHAOS_KEEP_ALWAYS=1: any run's), e.g.
 #   TR_CHAOS_SEED=7 TR_CHAOS_CUTS=40 TR_CHAOS_STEPS=300 ctest -R mpi.chaos
 source "$(dirname "$0")/../lib.sh"
 BYTES=$SRC/data/brown/bytes
