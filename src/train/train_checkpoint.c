@@ -478,18 +478,22 @@ static int write_state(tr_train_ckpt *c, const tr_world *w, const char *name, lo
     return rc;
 }
 
-/* After the step file of `step` became durable: the newest, and old ones pruned */
+/* After the step file of `step` became durable: the newest, and old ones pruned.
+ * last.h5 first: keep may delete the file it named until now, and a crash between
+ * the two would leave it dangling, so that resume = auto took the newest step file,
+ * which is another run's where a branch or a resume = none run shares the directory
+ * with later steps (mpi.checkpoint_errors). */
 static void written(tr_train_ckpt *c, const tr_world *w, long step)
 {
     c->last_written = step;
     if (w->rank == 0) {
-        tr_ckpt_prune(c->dir, c->keep, step);
         int e = tr_ckpt_point_last(c->dir, step);
         if (e && !c->last_link_failed) /* once: the checkpoints themselves are fine */
             fprintf(stderr, "warning: cannot point %s/%s at the newest checkpoint: %s\n", c->dir,
                     TR_CKPT_LAST, strerror(e));
         if (e)
             c->last_link_failed = 1;
+        tr_ckpt_prune(c->dir, c->keep, step);
     }
 }
 

@@ -3,7 +3,8 @@
 # write leaves the previous checkpoint as the newest valid one; truncated, corrupt,
 # mismatched and foreign files are refused with the file and the problem named, and
 # resume = auto falls back to an older valid one; among 5000 files, resume = auto
-# finds the newest and one prune leaves the newest checkpoint.keep; an unwritable or
+# finds the newest and one prune leaves the newest checkpoint.keep; a branch killed
+# as last.h5 moves resumes from its own checkpoint; an unwritable or
 # full checkpoint directory stops training (exit 74) without harming the previous
 # checkpoint.
 source "$(dirname "$0")/../lib.sh"
@@ -118,6 +119,25 @@ check "branch: last.h5 names its checkpoint" [ "$(readlink "$bdir/checkpoints/la
 run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$bdir" checkpoint.every=10 checkpoint.keep=0
 check "branch: auto resumes from last.h5's step 15, not step 30 of the run it left: $(grep resumed "$WORK/out")" \
   grep -q "resumed from $bdir/checkpoints/step_00000015.h5: step 15" "$WORK/out"
+
+# a branch with keep = 1, its rank 0 killed as last.h5 is pointed at its second
+# checkpoint (a node failing there): last.h5 must still name a checkpoint of the
+# branch, or resume = auto takes the newest step file, step 30 of the run it left
+if sanitized; then
+  echo "skipped: a crash at last.h5's link (a preload library under AddressSanitizer)"
+else
+  kdir=$WORK/branch_keep1
+  mkdir -p "$kdir" && cp -r "$WORK/good/checkpoints" "$kdir/"
+  LD_PRELOAD="$FAULT_PRELOAD" TR_TEST_CRASH_SYMLINK_RANK=0 TR_TEST_CRASH_SYMLINK_TO=step_00000014.h5 \
+    run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$kdir" checkpoint.every=2 \
+    checkpoint.keep=1 checkpoint.resume="$kdir/checkpoints/step_00000010.h5"
+  check "branch, keep = 1: killed as last.h5 was pointed at step 14 (exit $RC), its file written" \
+    [ "$RC" != 0 -a -f "$kdir/checkpoints/step_00000014.h5" ]
+  run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$kdir" checkpoint.every=2 \
+    checkpoint.keep=1 run.stop_after_steps=1
+  check "branch, keep = 1: auto resumes from the branch's own checkpoint, not step 30 of the run it left: $(grep ^resumed "$WORK/out")" \
+    grep -qE "resumed from $kdir/checkpoints/step_0000001[24].h5: step 1[24]," "$WORK/out"
+fi
 
 # a directory another run is using (its rank 0 holds DIR/.lock: this shell holds it
 # here): refused with 64, naming the holder, and nothing of the other run's touched,

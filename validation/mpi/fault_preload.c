@@ -22,7 +22,11 @@
  *   TR_TEST_CRASH_LINK_RANK=R, TR_TEST_CRASH_LINK_FROM=NAME  a hard link made from a
  *                        path ending in NAME kills rank R (SIGKILL) before it is
  *                        made, as a node failing between a step's checkpoint and
- *                        best.h5's link to it (mpi.best_checkpoint). */
+ *                        best.h5's link to it (mpi.best_checkpoint).
+ *   TR_TEST_CRASH_SYMLINK_RANK=R, TR_TEST_CRASH_SYMLINK_TO=NAME  a symbolic link made
+ *                        to a target ending in NAME kills rank R (SIGKILL) before it
+ *                        is made, as a node failing as last.h5 is pointed at a new
+ *                        checkpoint (mpi.checkpoint_errors). */
 #define _GNU_SOURCE
 #include <cblas.h>
 #include <dlfcn.h>
@@ -143,12 +147,28 @@ ssize_t write(int fd, const void *buf, size_t n)
 
 typedef int link_fn(const char *, const char *);
 
+/* SIGKILL to this process where it is the rank rank_var names and path ends in the
+ * name name_var gives */
+static void crash_at(const char *rank_var, const char *name_var, const char *path)
+{
+    const char *name = getenv(name_var);
+    size_t n = name ? strlen(name) : 0, len = strlen(path);
+    if (is_rank(rank_var) && n && len >= n && !strcmp(path + len - n, name))
+        raise(SIGKILL);
+}
+
 int link(const char *from, const char *to)
 {
-    const char *name = getenv("TR_TEST_CRASH_LINK_FROM");
-    size_t n = name ? strlen(name) : 0, len = strlen(from);
-    if (is_rank("TR_TEST_CRASH_LINK_RANK") && n && len >= n && !strcmp(from + len - n, name))
-        raise(SIGKILL);
+    crash_at("TR_TEST_CRASH_LINK_RANK", "TR_TEST_CRASH_LINK_FROM", from);
     link_fn *real = (link_fn *)dlsym(RTLD_NEXT, "link");
     return real(from, to);
+}
+
+typedef int symlink_fn(const char *, const char *);
+
+int symlink(const char *target, const char *path)
+{
+    crash_at("TR_TEST_CRASH_SYMLINK_RANK", "TR_TEST_CRASH_SYMLINK_TO", target);
+    symlink_fn *real = (symlink_fn *)dlsym(RTLD_NEXT, "symlink");
+    return real(target, path);
 }
