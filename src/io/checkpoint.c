@@ -177,6 +177,22 @@ void tr_ckpt_prune(const char *dir, int keep, long newest)
 
 /* ---- the directory every rank must see ------------------------------------------- */
 
+/* Rank 0's file for the other ranks to read back: 0 or errno. One it could not fill (a
+ * full disk) is deleted: the ranks stop there, before the unlink after their look,
+ * and nothing else would ever remove it. */
+static int write_probe(const char *path, int64_t token)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return errno;
+    int e = fprintf(f, "%lld\n", (long long)token) < 0 ? errno : 0;
+    if (fclose(f) && !e)
+        e = errno;
+    if (e)
+        unlink(path);
+    return e;
+}
+
 int tr_ckpt_dir_check(const char *dir, tr_group *g, char *err, size_t errlen)
 {
     err[0] = '\0';
@@ -190,7 +206,7 @@ int tr_ckpt_dir_check(const char *dir, tr_group *g, char *err, size_t errlen)
         token = (int64_t)(((uint64_t)getpid() << 40) ^ ((uint64_t)ts.tv_sec << 20) ^
                           (uint64_t)ts.tv_nsec);
         snprintf(probe, sizeof probe, "%s/.trainer-probe-%016llx", dir, (unsigned long long)token);
-        FILE *f = NULL;
+        int e;
         if (mkdir(dir, 0775) && errno != EEXIST) {
             ckpt_fail(err, errlen, "cannot create the checkpoint directory '%s': %s", dir,
                       strerror(errno));
@@ -205,10 +221,9 @@ int tr_ckpt_dir_check(const char *dir, tr_group *g, char *err, size_t errlen)
                       "for <run dir>/checkpoints)",
                       dir, who);
             code = TR_EXIT_USAGE;
-        } else if (!(f = fopen(probe, "w")) || fprintf(f, "%lld\n", (long long)token) < 0 ||
-                   fclose(f)) {
+        } else if ((e = write_probe(probe, token))) {
             ckpt_fail(err, errlen, "cannot write in the checkpoint directory '%s': %s", dir,
-                      strerror(errno));
+                      strerror(e));
             code = TR_EXIT_IOERR;
         } else {
             remove_unfinished(dir); /* before this run writes any, and only its own */

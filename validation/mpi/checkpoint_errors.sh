@@ -199,6 +199,20 @@ run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$WORK/unwritable" checkpoint
 check "unwritable dir: exit 74 (got $RC)" [ "$RC" = 74 ]
 check "unwritable dir: message: $(cat "$WORK/err")" grep -q "cannot create the checkpoint directory '/proc/nope'" "$WORK/err"
 
+# a checkpoint directory already full at the start: exit 74 as the ranks check that
+# they see it, and the file rank 0 could not fill for that check is not left there
+if mkdir -p "$WORK/nospace" && mount -t tmpfs -o size=64k tmpfs "$WORK/nospace" 2>/dev/null; then
+  dd if=/dev/zero of="$WORK/nospace/fill" bs=1k count=64 2>/dev/null
+  run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$WORK/nospace_run" checkpoint.dir="$WORK/nospace"
+  check "checkpoint directory full at the start: exit 74 (got $RC)" [ "$RC" = 74 ]
+  check "checkpoint directory full at the start: reported: $(cat "$WORK/err")" grep -q \
+    "cannot write in the checkpoint directory '$WORK/nospace': No space left on device" "$WORK/err"
+  check "checkpoint directory full at the start: no probe file left: $(ls -A "$WORK/nospace")" \
+    bash -c "! ls -A '$WORK/nospace' | grep -q trainer-probe"
+  umount "$WORK/nospace"
+else
+  echo "skipped: checkpoint directory full at the start (cannot mount a small tmpfs here)"
+fi
 # a full disk during a write: exit 74, and the previous checkpoint is intact
 if mkdir -p "$WORK/small" && mount -t tmpfs -o size=5m tmpfs "$WORK/small" 2>/dev/null; then
   run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$WORK/full" checkpoint.dir="$WORK/small" \
