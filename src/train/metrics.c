@@ -15,6 +15,11 @@ FILE *tr_metrics_open(const char *dir, long resume_step)
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
     FILE *old = resume_step > 0 ? fopen(path, "r") : NULL;
+    /* Only a missing file starts afresh: one there that cannot be read (an I/O error,
+     * a file system gone stale) holds the rows of the steps resumed, which a fresh
+     * file would delete. */
+    if (!old && resume_step > 0 && errno != ENOENT)
+        return NULL;
     if (!old) {
         FILE *f = fopen(path, "w");
         if (f) {
@@ -49,11 +54,15 @@ FILE *tr_metrics_open(const char *dir, long resume_step)
         }
         first = 0;
     }
+    int unread = ferror(old) ? (errno ? errno : EIO) : 0; /* (the rows past it unread) */
     free(line);
     fclose(old);
     int bad = ferror(f);
-    if (fclose(f) || bad || rename(tmp, path)) {
+    errno = unread;
+    if (unread || fclose(f) || bad || rename(tmp, path)) {
         int e = errno ? errno : EIO;
+        if (unread)
+            fclose(f);
         unlink(tmp); /* metrics.csv stays as it was */
         errno = e;
         return NULL;

@@ -193,8 +193,8 @@ static int open_metrics(run *r)
         return 0;
     r->metrics = tr_metrics_open(r->dir, r->start_step);
     if (!r->metrics)
-        return tr_run_key_error(r, "run", "dir", "cannot write '%s/metrics.csv': %s", r->dir,
-                         strerror(errno)),
+        return tr_run_key_error(r, "run", "dir", "cannot %s '%s/metrics.csv': %s",
+                                r->start_step > 0 ? "continue" : "write", r->dir, strerror(errno)),
                TR_EXIT_IOERR;
     if (tr_deck_bool(r->d, "run", "tensorboard")) {
         r->tb = tr_tb_open(r->dir, r->start_step + 1, r->lm ? r->model.targets_per_sample : 0,

@@ -137,6 +137,18 @@ else
     checkpoint.keep=1 run.stop_after_steps=1
   check "branch, keep = 1: auto resumes from the branch's own checkpoint, not step 30 of the run it left: $(grep ^resumed "$WORK/out")" \
     grep -qE "resumed from $kdir/checkpoints/step_0000001[24].h5: step 1[24]," "$WORK/out"
+  # a resumed run whose metrics.csv cannot be read (EIO on rank 0: a stale file system,
+  # a failing disk): 74, and the file's rows of the steps resumed kept, not replaced by
+  # a fresh file's header
+  edir=$WORK/metrics_eio
+  mkdir -p "$edir" && cp -r "$WORK/good/checkpoints" "$WORK/good/metrics.csv" "$edir/"
+  LD_PRELOAD="$FAULT_PRELOAD" TR_TEST_EIO_READ_RANK=0 TR_TEST_EIO_READ_NAME=/metrics.csv \
+    run 2 "$WORK/out" "$WORK/err" "${base[@]}" run.dir="$edir" train.steps=40
+  check "unreadable metrics.csv on resume: exit $RC, expected 74" [ "$RC" = 74 ]
+  check "unreadable metrics.csv on resume: said: $(cat "$WORK/err")" \
+    grep -q "cannot continue '$edir/metrics.csv': Input/output error" "$WORK/err"
+  check "unreadable metrics.csv on resume: its rows kept" cmp -s "$WORK/good/metrics.csv" \
+    "$edir/metrics.csv"
 fi
 
 # a directory another run is using (its rank 0 holds DIR/.lock: this shell holds it

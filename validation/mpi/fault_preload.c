@@ -26,7 +26,11 @@
  *   TR_TEST_CRASH_SYMLINK_RANK=R, TR_TEST_CRASH_SYMLINK_TO=NAME  a symbolic link made
  *                        to a target ending in NAME kills rank R (SIGKILL) before it
  *                        is made, as a node failing as last.h5 is pointed at a new
- *                        checkpoint (mpi.checkpoint_errors). */
+ *                        checkpoint (mpi.checkpoint_errors).
+ *   TR_TEST_EIO_READ_RANK=R, TR_TEST_EIO_READ_NAME=NAME  fopen for reading of a path
+ *                        ending in NAME fails with EIO on rank R, as a file on a file
+ *                        system gone stale or a failing disk (mpi.checkpoint_errors:
+ *                        a resumed run's metrics.csv). */
 #define _GNU_SOURCE
 #include <cblas.h>
 #include <dlfcn.h>
@@ -172,3 +176,29 @@ int symlink(const char *target, const char *path)
     symlink_fn *real = (symlink_fn *)dlsym(RTLD_NEXT, "symlink");
     return real(target, path);
 }
+
+typedef FILE *fopen_fn(const char *, const char *);
+
+/* TR_TEST_EIO_READ_RANK: path, opened for reading on the chosen rank, ends in the name */
+static int unreadable(const char *path, const char *mode)
+{
+    const char *name = getenv("TR_TEST_EIO_READ_NAME");
+    size_t n = name ? strlen(name) : 0, len = strlen(path);
+    return is_rank("TR_TEST_EIO_READ_RANK") && mode[0] == 'r' && !strchr(mode, '+') && n &&
+           len >= n && !strcmp(path + len - n, name);
+}
+
+/* the real `sym` (fopen or fopen64), or EIO where unreadable */
+static FILE *fopen_or_eio(const char *sym, const char *path, const char *mode)
+{
+    if (unreadable(path, mode)) {
+        errno = EIO;
+        return NULL;
+    }
+    fopen_fn *real = (fopen_fn *)dlsym(RTLD_NEXT, sym);
+    return real(path, mode);
+}
+
+FILE *fopen(const char *path, const char *mode) { return fopen_or_eio("fopen", path, mode); }
+
+FILE *fopen64(const char *path, const char *mode) { return fopen_or_eio("fopen64", path, mode); }
