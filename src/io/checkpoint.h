@@ -6,6 +6,8 @@
  *                        precision, loss_scale, loss_scale_good_steps, skipped_steps,
  *                        data_digest; best_val_loss, best_val_step and
  *                        evals_since_best once the run has evaluated
+ *                        (evals_since_best alone while no evaluation set a
+ *                        lowest loss: NaN ones, which early_stop counts)
  *   /deck                the resolved deck text (a string dataset)
  *   /model/<layer>/<p>   every parameter at its full logical shape (float32)
  *   /optimizer/<state>/<layer>/<p>   optimizer state shaped like its parameter

@@ -172,6 +172,10 @@ static int read_meta(hid_t f, const char *path, tr_ckpt_meta *m, char *err, size
          meta_int(f, path, "evals_since_best", 0, step - best_step, &since, err, errlen) ||
          meta_double(f, path, "best_val_loss", 0, HUGE_VAL, &m->best_val_loss, err, errlen)))
         return -1;
+    /* evaluations before any lowest loss (NaN ones), which early_stop counts */
+    if (!has(f, "best_val_step") && has(f, "evals_since_best") &&
+        meta_int(f, path, "evals_since_best", 0, step, &since, err, errlen))
+        return -1;
     m->best_val_step = (long)best_step;
     m->evals_since_best = (long)since;
     return 0;

@@ -162,10 +162,12 @@ static int write_deck(hid_t f, const char *text, char *err, size_t errlen)
 static int write_meta(hid_t f, const tr_ckpt_meta *m)
 {
     int best = 0;
-    if (m->best_val_step > 0) /* 0: nothing to record before the first evaluation */
+    if (m->best_val_step > 0) /* 0: no evaluation has set a lowest loss yet */
         best = ckpt_attr_write(f, "best_val_loss", H5T_NATIVE_DOUBLE, &m->best_val_loss) |
-               ckpt_attr_i64(f, "best_val_step", m->best_val_step) |
-               ckpt_attr_i64(f, "evals_since_best", m->evals_since_best);
+               ckpt_attr_i64(f, "best_val_step", m->best_val_step);
+    /* without a best, the evaluations that gave none (NaN) count for early_stop too */
+    if (m->best_val_step > 0 || m->evals_since_best > 0)
+        best |= ckpt_attr_i64(f, "evals_since_best", m->evals_since_best);
     return best | ckpt_attr_str(f, "format", TR_CKPT_FORMAT) |
            ckpt_attr_i64(f, "format_version", TR_CKPT_VERSION) |
            ckpt_attr_str(f, "trainer_version", TR_VERSION) | ckpt_attr_str(f, "model", m->model) |

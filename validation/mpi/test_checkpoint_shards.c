@@ -388,6 +388,10 @@ static void write_as(const char *dir, long step, layout *L, tr_group *g, int col
     tr_ckpt_meta m = meta_for("[synthetic]\n");
     m.step = step;
     m.collective_io = collective;
+    /* step 3's: two evaluations so far and no lowest loss (both NaN), which
+     * early_stop counts: the file must keep the count without a best */
+    if (step == 3)
+        m.evals_since_best = 2;
     fill(L);
     int rc = tr_ckpt_write(dir, NULL, &m, L->t, L->n, g, NULL, err, sizeof err);
     CHECK(rc == 0, "write of step %ld failed: %s", step, err);
@@ -445,6 +449,14 @@ int main(int argc, char **argv)
     layout_free(&L);
     layout_whole(&L);
     expect_read(f3, 3, &L, w.dp_group, "whole on one rank, written with collective I/O");
+    {
+        tr_ckpt_meta m3;
+        char err3[4096];
+        int rc3 = read_as(f3, &L, w.dp_group, &m3, err3, sizeof err3);
+        CHECK(rc3 == 0 && m3.best_val_step == 0 && m3.evals_since_best == 2,
+              "evaluations without a lowest loss: best step %ld, %ld since (expected 0, 2): %s",
+              m3.best_val_step, m3.evals_since_best, err3);
+    }
     layout_free(&L);
     layout_write(&L, w.rank);
     expect_read(f2, 1, &L, w.world, "tp 2 x dp 2 from the file written whole");
