@@ -221,8 +221,9 @@ static int choose_threads(const tr_deck *d, int local_size)
  * OMP_WAIT_POLICY is unset it also names passive: libgomp's threads then spin at each
  * loop's end (each process sees no more threads than its cores, so libgomp does not
  * shorten the spin) in the time the other ranks' threads need; measured on 2 cores,
- * the MLP at 8 ranks x 2 threads trained 230 samples/s unset and 44 K passive (README,
- * "Threads"). libgomp reads the variable as it loads, so the trainer cannot set it. */
+ * the MLP at 8 ranks x 2 threads trained 230 samples/s unset and 44 K passive
+ * (docs/performance.md, "Threads and OMP_WAIT_POLICY"). libgomp reads the variable as
+ * it loads, so the trainer cannot set it. */
 static void warn_oversubscribed(const tr_deck *d, const tr_world *w, int threads)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);

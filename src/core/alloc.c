@@ -10,7 +10,8 @@
  *    writes gigabytes twice (the kernel's zero page fill, then ours);
  *  - a 2 MiB page is one fault where 4 KiB pages take 512, and one TLB entry for the
  *    GEMMs' and the element-wise passes' streams. On the development VM, whose page
- *    faults are slow, GPT-2 124M's set-up went from 16-19 s to 5-7 s (README).
+ *    faults are slow, GPT-2 124M's set-up went from 16-19 s to 5-7 s
+ *    (docs/performance.md, "Host memory").
  * Where the kernel has no huge page to give (THP off, memory fragmented) the mapping
  * works as before with 4 KiB pages. TRAINER_HUGEPAGES=0 in the environment keeps
  * every block on malloc, zeroed at once, as before. Under AddressSanitizer every

@@ -720,7 +720,7 @@ void tr_run_print_layouts(run *r)
     if (speeds)
         printf("order: layouts that fit, then the estimated step (a pipeline of its slowest "
                "stage's compute and waits for tp and pp messages, then what backward leaves "
-               "of the dp reduction: see README); * the deck's layout\n");
+               "of the dp reduction: see docs/parallelism.md); * the deck's layout\n");
     else
         printf("order: layouts that fit, tp groups within a node (tp sends per block: it wants "
                "the node's links), the busiest, the fewest bytes across nodes, the fewest "
