@@ -3,12 +3,13 @@
 usage: random_layouts.py SEED COUNT BYTES_PREFIX
 Prints COUNT lines, one case each: ranks, the loss tolerance, a name, then the deck
 overrides of the one-rank reference and, after a lone '--', the layout's own. Each
-case draws a small GPT of odd shapes (1-5 blocks, 1-6 heads of 4-16 values, windows
-of 7, 16 or 33 tokens, the vocabulary padded to 1, 7 or 64), a layout of 2, 3, 4 or 8 ranks
-(dp x tp x pp that the heads and blocks allow), micro-batches, ZeRO stage, schedule,
-recomputation, reduction path and bucket size, precision, optimizer, clipping and
-dropout. The fixed layouts of gpt_layouts.sh cover each feature; these cover the
-features' mixes and the shapes nobody writes by hand.
+case draws a small GPT of odd shapes (1-5 blocks, 1-6 heads of 3-16 values, so that a
+tensor-parallel rank's width may be odd, windows of 7, 16 or 33 tokens, a vocabulary of
+256, 257 or 300 padded to 1, 7 or 64, so that its shards may differ in real rows), a
+layout of 2, 3, 4 or 8 ranks (dp x tp x pp that the heads and blocks allow),
+micro-batches, ZeRO stage, schedule, recomputation, reduction path and bucket size,
+precision, optimizer, clipping and dropout. The fixed layouts of gpt_layouts.sh cover
+each feature; these cover the features' mixes and the shapes nobody writes by hand.
 """
 import random
 import sys
@@ -21,7 +22,7 @@ def divisors(x):
 def case(rng, tokens):
     layers = rng.choice([1, 2, 3, 5])
     heads = rng.choice([1, 2, 3, 4, 6])
-    width = max(8, heads * rng.choice([4, 8, 16]))
+    width = max(8, heads * rng.choice([3, 4, 5, 8, 16]))
     ranks = rng.choice([2, 3, 4, 4, 8])
     tp = rng.choice([d for d in divisors(ranks) if heads % d == 0])
     pp = rng.choice([d for d in divisors(ranks // tp) if d <= layers + 1])
@@ -34,7 +35,8 @@ def case(rng, tokens):
     tol = {"fp32": 2e-6, "bf16-mixed": 1e-3, "fp16-mixed": 1e-3}[precision]
     common = [
         f"model.n_layer={layers}", f"model.n_head={heads}", f"model.n_embd={width}",
-        f"model.seq_len={rng.choice([7, 16, 33])}", "model.vocab_size=256",
+        f"model.seq_len={rng.choice([7, 16, 33])}",
+        f"model.vocab_size={rng.choice([256, 257, 300])}",
         f"model.vocab_pad={rng.choice([1, 7, 64])}", "data.format=tokens",
         "data.tokenizer=bytes", f"data.train_tokens={tokens}.train.tok",
         f"data.val_tokens={tokens}.val.tok", "data.val_limit=8", "data.shuffle=false",
