@@ -18,7 +18,7 @@ void tr_loss_scale_init(tr_loss_scale *s, const tr_deck *d)
 int tr_loss_scale_update(tr_loss_scale *s, int finite)
 {
     if (!s->dynamic)
-        return 1; /* a fixed scale (or none) never skips: train_step stops the run instead */
+        return 1; /* a fixed scale (or none) never skips: tr_run_train_step stops the run instead */
     if (!finite) {
         s->skipped++;
         s->good = 0;

@@ -1,6 +1,8 @@
 /* run.h: the state of one training run, shared by the files of src/train that
- * implement it (train.c: set-up and the step loop; train_lm.c: what is particular
- * to language models). Internal to src/train. */
+ * implement it (train.c: the step loop and the end of a run; train_setup.c: set-up
+ * and teardown; train_step.c: one step; train_banner.c: what rank 0 prints before
+ * the first step; train_lm.c: what is particular to language models). Internal to
+ * src/train. */
 #ifndef TR_TRAIN_RUN_H
 #define TR_TRAIN_RUN_H
 
@@ -61,13 +63,39 @@ typedef struct run {
     char err[4096];
 } run;
 
+/* ---- train_setup.c ---- */
 /* Sets r->err to "FILE:LINE: message" about one deck key; returns TR_EXIT_USAGE. */
 int tr_run_key_error(run *r, const char *section, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* tr_run_setup's answer when it has printed a plan instead of preparing a run */
+#define TR_RUN_PLAN_DONE (-1)
+/* The run r->d describes made ready to train, up to the banner: 0, TR_RUN_PLAN_DONE,
+ * or an exit code every rank agreed on (r->err says why). Collective. */
+int tr_run_setup(run *r);
+/* Frees what this rank holds, whatever tr_run_setup reached; stops the watchdog. */
+void tr_run_teardown(run *r);
 
+/* ---- train_banner.c ---- */
+/* Rank 0: the layout, model, data and run lines before the first step. */
+void tr_run_print_banner(run *r);
+/* After the session's first step, where the device can tell: its memory beyond the
+ * plan's reservation (largest rank). Collective. */
+void tr_run_report_beyond_plan(run *r);
+
+/* ---- train_step.c ---- */
+/* What tr_run_train_step did with its gradients. */
+enum { TR_RUN_STEP_SKIPPED = 0, TR_RUN_STEP_UPDATED = 1, TR_RUN_STEP_DIVERGED = 2 };
+/* Step `step` (0-based): the batch's forward and backward, the gradients reduced and
+ * the update made; counts on a logged step only. */
+int tr_run_train_step(run *r, long step, int logged, double *loss_sum, long *correct, double *gnorm,
+                      float *lr);
+/* Rank 0: the error of a step whose loss or gradients are not finite. */
+void tr_run_diverged(const run *r, long done, double loss, double gnorm, int norm_taken);
 /* The global batch's loss sum and correct count from every rank's part (only the
  * pipelines' last stages hold losses). Collective over the world. */
 void tr_run_sum_loss(const run *r, double sums[2]);
+/* Loss and accuracy on the test (validation) split, adding to r->t_eval. Collective. */
+void tr_run_evaluate(run *r, double *loss, double *acc);
 
 /* ---- train_memory.c ---- */
 /* This rank's share of the model and how its stage keeps activations (the

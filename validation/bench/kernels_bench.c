@@ -269,7 +269,7 @@ static void bench_lenet(int B)
 
 /* ---- the MLP training step, kernel by kernel ---- */
 /* The kernels of one training step of models/mlp.c 784-256-256-10 (batch B) with SGD
- * momentum, as train.c calls them: zero the gradients, forward, backward, the gradient
+ * momentum, as train_step.c calls them: zero the gradients, forward, backward, the gradient
  * norm, the update of each tensor. */
 static void bench_mlp_step(int B)
 {
