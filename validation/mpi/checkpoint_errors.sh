@@ -200,6 +200,12 @@ done
 wait "$launcher" 2>/dev/null
 check "kill -9 landed during a write" [ "$caught" = 1 ]
 newest=$(ls "$dir"/checkpoints/step_*.h5 | tail -1)
+# resume = auto takes the checkpoint last.h5 names first: a kill that lands after a
+# write's rename but before last.h5 moves to it leaves last.h5 at the one before
+# (by design: see train_checkpoint.c), and the run resumes from that
+if [ -e "$dir/checkpoints/last.h5" ]; then
+  newest=$dir/checkpoints/$(readlink "$dir/checkpoints/last.h5")
+fi
 run 2 "$WORK/out" "$WORK/err" "${big[@]}" train.steps=$(( $(basename "$newest" .h5 | sed 's/step_0*//') + 1 )) \
   run.dir="$dir" checkpoint.every=0
 check "after kill -9: resumes from the newest complete checkpoint ($(basename "$newest")): $(cat "$WORK/err")" \
