@@ -436,6 +436,17 @@ int tr_run_setup(run *r)
     }
     long steps = tr_deck_int(r->d, "train", "steps");
     r->total_steps = steps ? steps : tr_deck_int(r->d, "train", "epochs") * r->steps_per_epoch;
+    /* random tokens never end an epoch (token_data.c): counted in epochs, such a run
+     * would train some 2^40 windows, for ever in practice (epochs = 0 trains nothing:
+     * an evaluation or a sample alone) */
+    if (!steps && r->total_steps && r->lm && r->tokens.random) {
+        rc = tr_run_key_error(r, "train", "steps",
+                              "[train] steps = 0 counts the run in epochs (%ld), and "
+                              "data.format = random_tokens (a benchmark) has none to count; "
+                              "set [train] steps, e.g. steps = 20",
+                              tr_deck_int(r->d, "train", "epochs"));
+        return tr_comm_agree(r->w, rc, r->err);
+    }
     long eval_every = tr_deck_int(r->d, "train", "eval_every");
     long patience = tr_deck_int(r->d, "train", "early_stop");
     if (patience && (!eval_every || eval_every >= r->total_steps)) {

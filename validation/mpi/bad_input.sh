@@ -155,6 +155,9 @@ expect gpt-tp-heads 2 64 "parallel.tp=2.*tp = 2 does not divide \[model\] n_head
 expect gpt-pp-blocks 4 64 "parallel.pp=4.*pp = 4 stages is more than the 2 blocks .*and the head.*use pp <= 3" "$gdeck" "${gtok[@]}" model.vocab_size=300 model.n_layer=2 parallel.pp=4
 expect gpt-layout-indivisible 3 64 "3 ranks cannot be split into tp=2 x pp=1" "$gdeck" "${gtok[@]}" model.vocab_size=300 parallel.tp=2
 expect gpt-zero-range 2 64 "parallel.zero" "$gdeck" "${gtok[@]}" model.vocab_size=300 parallel.zero=3
+# random tokens (a benchmark) never end an epoch: a run counted in epochs would not end
+expect gpt-random-epochs 2 64 "\\[train\\] steps = 0 counts the run in epochs \\(2\\), and data.format = random_tokens \\(a benchmark\\) has none to count; set \\[train\\] steps" \
+  "$gdeck" model.vocab_size=300 data.format=random_tokens train.batch_size=4 train.steps=0 train.epochs=2
 # token files of different tokenizers (their headers' vocabularies): shards of one set,
 # training against validation, the files against [data] tokenizer (for samples)
 mkdir -p "$WORK/shards"
