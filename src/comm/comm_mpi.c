@@ -621,12 +621,18 @@ void tr_reduce_scatterv(float *buf, const size_t *counts, const size_t *displs, 
         tr_shm_reduce_scatterv_f32(g->shm, buf, counts, displs, g_guard_open, g_guard_close);
         return;
     }
-    for (int r = 0; r < g->size; r++) /* each part to its rank */
+    /* each part to its rank. Non-blocking and waited for at once, not MPI_Reduce: MPICH
+     * 4.0.2 to 4.1.1 (Debian 12's MPICH) crash in a blocking MPI_Reduce whose root is
+     * not rank 0 and passes MPI_IN_PLACE, on ranks that share a node (pmodels/mpich
+     * #6540, fixed in 4.1.2); MPI_Ireduce takes another path. */
+    for (int r = 0; r < g->size; r++)
         for (size_t off = 0; off < counts[r]; off += CHUNK) {
             int n = (int)(counts[r] - off < CHUNK ? counts[r] - off : CHUNK);
             float *p = buf + displs[r] + off;
-            MPI_CHECK(MPI_Reduce(g->rank == r ? MPI_IN_PLACE : p, p, n, MPI_FLOAT, MPI_SUM, r,
-                                 g->comm));
+            MPI_Request req;
+            MPI_CHECK(MPI_Ireduce(g->rank == r ? MPI_IN_PLACE : p, p, n, MPI_FLOAT, MPI_SUM, r,
+                                  g->comm, &req));
+            MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
         }
 }
 
