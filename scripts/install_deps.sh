@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # install_deps.sh: the Debian 12 packages the trainer needs to build, test and run.
 # Idempotent: installs only what is missing. Needs root (or sudo).
+# --mpich: also MPICH and its parallel HDF5, beside Open MPI (scripts/test_mpich.sh);
+# Open MPI stays the default mpicc and mpirun (Debian's alternatives rank it first).
 set -euo pipefail
 
 PACKAGES=(build-essential cmake pkg-config git
@@ -9,6 +11,9 @@ PACKAGES=(build-essential cmake pkg-config git
   python3 python3-torch python3-numpy python3-h5py python3-protobuf
   dataset-fashion-mnist
   slurm-wlm munge)  # the slurm tests start a private Slurm (slurmctld, slurmd, munged)
+if [ "${1:-}" = --mpich ]; then
+  PACKAGES+=(mpich libmpich-dev libhdf5-mpich-dev)
+fi
 
 missing=()
 # node and npm fetch the npm data packages; a machine may already have them from

@@ -43,6 +43,17 @@ run() {
   RC=$?
 }
 
+# For the scripts that run system.device=cpu-guarded: its model memory is PROT_NONE
+# outside the rank's own kernels and MPI calls, and UCX's single-copy transport (cma:
+# process_vm_readv, as MPICH 4 on Debian uses it) reads a peer's send buffer while
+# that peer computes, which then fails with EFAULT and kills the job. A GPU's memory
+# stays readable to such transports (CUDA IPC); the guard cannot tell them apart, so
+# these runs keep UCX to copies through shared memory, on this one node (not ^cma:
+# UCX then also takes tcp, and MPICH's MPI_Finalize stalled for minutes on it). (Open
+# MPI's vader, which also has cma, passes these runs as it is; why it never fails that
+# way is not traced.)
+guarded_transports() { export UCX_TLS=${UCX_TLS:-self,posix,sysv}; }
+
 # true in the AddressSanitizer build, where tests run shorter versions of their
 # runs: they check memory there, and the release build checks the full curves
 # (ldd's whole output first: under pipefail, `ldd | grep -q` fails when grep's early

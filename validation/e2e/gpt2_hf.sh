@@ -18,6 +18,7 @@
 #    file, and resume= on a file without optimizer state are refused with the key named;
 #    an import cropped to a shorter context (--seq-len) starts a run of that seq_len.
 source "$(dirname "$0")/../lib.sh"
+guarded_transports
 layout_gpt_setup
 "$PYTHON" -c "import torch, h5py" 2>/dev/null || { echo "skipped: no python3-torch/h5py"; exit 77; }
 TOOL=(timeout 120 "$PYTHON" tools/gpt2_hf.py)

@@ -70,9 +70,18 @@ def job_pids(tag, exe):
             continue
         if ("TR_TEST_TAG=" + tag).encode() not in env:
             continue
-        rank = [e for e in env if e.startswith(b"OMPI_COMM_WORLD_RANK=")]
-        found[int(d)] = int(rank[0].split(b"=")[1]) if rank else -1
+        found[int(d)] = launcher_rank(env)
     return found
+
+
+def launcher_rank(env):
+    """a rank's number as its launcher set it in its environment (Open MPI, PMIx,
+    MPICH's Hydra), -1 where none did"""
+    for var in (b"OMPI_COMM_WORLD_RANK=", b"PMIX_RANK=", b"PMI_RANK="):
+        rank = [e for e in env if e.startswith(var)]
+        if rank:
+            return int(rank[0][len(var):])
+    return -1
 
 
 def catches(pid, sig):

@@ -1,7 +1,9 @@
 /* fault_preload.c: a preload library (LD_PRELOAD) that makes one rank misbehave the
  * way a bad node does, for the tests of what the trainer does about it, without a
- * test hook in the trainer. A rank is chosen by its OMPI_COMM_WORLD_RANK; every other
- * process (mpirun included) runs as usual.
+ * test hook in the trainer. A rank is chosen by the rank its launcher gave it (Open
+ * MPI's OMPI_COMM_WORLD_RANK, PMIx's PMIX_RANK or MPICH Hydra's PMI_RANK); every other
+ * process (mpirun included) runs as usual. Not Slurm's SLURM_PROCID: a batch script,
+ * and the mpirun it starts, have SLURM_PROCID=0 too.
  *   TR_TEST_HANG_RANK=R  pthread_join never returns on rank R, as a thread stuck on a
  *                        dead file system or a GPU stuck in cudaFree leaves a rank at
  *                        the end of a run. The trainer's one join before its
@@ -45,9 +47,20 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+/* this process's rank as its launcher set it, NULL in a process no launcher started
+ * as a rank */
+static const char *launcher_rank(void)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", NULL};
+    for (int i = 0; vars[i]; i++)
+        if (getenv(vars[i]))
+            return getenv(vars[i]);
+    return NULL;
+}
+
 static int is_rank(const char *var)
 {
-    const char *want = getenv(var), *rank = getenv("OMPI_COMM_WORLD_RANK");
+    const char *want = getenv(var), *rank = launcher_rank();
     return want && rank && strcmp(want, rank) == 0;
 }
 

@@ -14,6 +14,7 @@
 # runs take the model's 16-bit-logits code: the whole and the split vocabulary's
 # cross-entropy, the accuracy, the pipeline's last stage and the sampler.
 source "$(dirname "$0")/../lib.sh"
+guarded_transports
 layout_gpt_setup
 G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" train.steps=8)
 # under the sanitizers (which check memory themselves, slowly) only the layout with
@@ -58,7 +59,7 @@ check "... said once what it takes" \
   [ "$(grep -c "TRAINER_STAGED_COMM=yes in the environment: expected 1" "$WORK/err")" = 1 ]
 # ranks that differ (one would make NCCL communicators the other never joins) stop
 # shellcheck disable=SC2016  # the wrapper's own expansions
-printf '#!/usr/bin/env bash\n[ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && export TRAINER_STAGED_COMM=1\nexec "%s" "$@"\n' \
+printf '#!/usr/bin/env bash\n[ "${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}" = 1 ] && export TRAINER_STAGED_COMM=1\nexec "%s" "$@"\n' \
   "$TRAINER" >"$WORK/rank1_staged.sh"
 chmod +x "$WORK/rank1_staged.sh"
 TRAINER="$WORK/rank1_staged.sh" run 2 "$WORK/out" "$WORK/err" "${G[@]}" \

@@ -30,7 +30,7 @@ start_run() {
 start_run "$WORK/hung" 100000000
 victim=
 for pid in $(trainer_pids); do # rank 1: rank 0 is the one that warns half-way
-  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxE "(OMPI_COMM_WORLD_RANK|PMIX_RANK|PMI_RANK)=1" && victim=$pid
 done
 kill -STOP "$victim"
 wait "$LAUNCHER"
@@ -73,7 +73,7 @@ base=(inputs/mnist.in train.log_every=10 run.progress=off run.hang_minutes=0)
 start_run "$WORK/off" "$steps"
 victim=
 for pid in $(trainer_pids); do # rank 1: rank 0 is the one that warns half-way
-  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxE "(OMPI_COMM_WORLD_RANK|PMIX_RANK|PMI_RANK)=1" && victim=$pid
 done
 kill -STOP "$victim"
 sleep 4

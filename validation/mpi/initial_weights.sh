@@ -15,6 +15,7 @@
 # host's staging; and the MLP (PyTorch's fan-in uniform initialisation) at dp 3.
 # (validation/gpu/trainer_on_gpu.sh checks dp 2 on GPUs, the gather through NCCL.)
 source "$(dirname "$0")/../lib.sh"
+guarded_transports
 layout_gpt_setup
 G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" train.steps=1 optim.lr=0 train.batch_size=12
   train.micro_batches=1)
