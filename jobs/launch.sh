@@ -9,11 +9,13 @@
 #   DECK          the input deck
 #   ARGS          array of deck overrides (the job script's layout, then $OVERRIDES)
 #   SRUN_ARGS     array of extra srun options (the job script's binding)
+#   SRUN_MPI      srun's --mpi plugin (default pmix, what Open MPI takes; pmi2 for an
+#                 MPICH built with Slurm's PMI2, cray_shasta on a Cray EX)
 #   MAX_RESTARTS  requeue at most this many times (default 50), so a job that cannot
 #                 make progress does not cycle forever
 #
 # What it does:
-#   1. srun --mpi=pmix: one rank per task as the allocation gives them, cores bound;
+#   1. srun --mpi=$SRUN_MPI: one rank per task as the allocation gives them, cores bound;
 #      srun runs in the background so this shell's traps can run while it waits.
 #   2. Signals: Slurm's `--signal=USR1@T` (the scripts' choice) reaches the trainer
 #      ranks directly; a signal meant for the batch shell (`--signal=B:USR1@T`,
@@ -53,7 +55,8 @@ echo "job $job_ref (${SLURM_JOB_NAME:-?}), restart ${SLURM_RESTART_COUNT:-0}," \
   "$(date '+%F %T'): ${SLURM_JOB_NUM_NODES:-?} node(s) ${SLURM_JOB_NODELIST:-?}," \
   "tasks per node ${SLURM_TASKS_PER_NODE:-?}, ${SLURM_CPUS_PER_TASK:-?} CPUs per task," \
   "GPUs per node ${SLURM_GPUS_ON_NODE:-0}"
-echo "+ srun --mpi=pmix ${SRUN_ARGS[*]} $TRAINER $DECK ${ARGS[*]}"
+SRUN_MPI=${SRUN_MPI:-pmix}
+echo "+ srun --mpi=$SRUN_MPI ${SRUN_ARGS[*]} $TRAINER $DECK ${ARGS[*]}"
 
 got_term=0
 srun_pid=
@@ -71,7 +74,7 @@ trap 'got_term=1; echo "job $job_ref: SIGTERM at $(date +%T); waiting for the ra
 # the nodes like the run directory it holds)
 export TR_STARTED_FILE=$PWD/.trainer-started-$job_ref
 rm -f "$TR_STARTED_FILE"
-srun --mpi=pmix "${SRUN_ARGS[@]}" "$TRAINER" "$DECK" "${ARGS[@]}" &
+srun --mpi="$SRUN_MPI" "${SRUN_ARGS[@]}" "$TRAINER" "$DECK" "${ARGS[@]}" &
 srun_pid=$!
 # `wait` returns early when a trapped signal arrives: wait again until srun is done
 while :; do

@@ -102,6 +102,9 @@ void tr_slurm_read(tr_slurm *s, tr_env_get get)
     s->cpus_on_node = env_int(get, "SLURM_CPUS_ON_NODE", 0);
     s->gpus_on_node = env_int(get, "SLURM_GPUS_ON_NODE", 0);
     env_str(get, "SLURM_DISTRIBUTION", s->distribution, sizeof s->distribution);
+    s->step_tasks = env_int(get, "SLURM_STEP_NUM_TASKS", 0);
+    env_str(get, "SLURM_MPI_TYPE", s->mpi_type, sizeof s->mpi_type);
+    s->launcher_size = env_int(get, "OMPI_COMM_WORLD_SIZE", env_int(get, "PMI_SIZE", 0));
 }
 
 static const char *process_env(const char *name) { return getenv(name); }
@@ -130,6 +133,21 @@ int tr_slurm_check(const tr_slurm *s, const tr_slurm_layout *l, char *err, size_
         return 0;
     int srun = s->ntasks == l->ranks; /* the step variables describe our ranks */
     int n = l->ranks_on_node;
+
+    /* srun started several tasks, but MPI made this one a job of its own: the MPI
+     * library did not take the PMI that srun's --mpi plugin offers (MPICH under
+     * --mpi=pmix, Open MPI under pmi2), so every task would train the whole model
+     * alone. Not where another launcher says 1 (mpirun -np 1 inside a step). */
+    if (l->ranks == 1 && s->step_tasks > 1 && s->launcher_size != 1) {
+        SAY(err, errlen,
+            "srun started %d tasks in this step of Slurm job %s, but MPI made this one a job "
+            "of 1 rank: the MPI library did not take srun's PMI (--mpi=%s); start the "
+            "trainer with the plugin your MPI takes (Open MPI: srun --mpi=pmix, MPICH: "
+            "--mpi=pmi2, Cray MPICH: --mpi=cray_shasta; `srun --mpi=list` lists them; "
+            "jobs/launch.sh: SRUN_MPI)",
+            s->step_tasks, s->job_id, s->mpi_type[0] ? s->mpi_type : "none");
+        return TR_EXIT_USAGE;
+    }
 
     /* CPUs: every thread of every rank on the node needs a core of the job's */
     long threads = (long)n * l->threads;

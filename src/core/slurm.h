@@ -30,6 +30,11 @@ typedef struct tr_slurm {
     int cpus_on_node;        /* SLURM_CPUS_ON_NODE: CPUs the job holds on this node */
     int gpus_on_node;        /* SLURM_GPUS_ON_NODE: GPUs the job holds on this node */
     char distribution[64];   /* SLURM_DISTRIBUTION: "block", "cyclic", ... or "" */
+    int step_tasks;          /* SLURM_STEP_NUM_TASKS: tasks srun started in this step; 0
+                              * outside one (a batch script, mpirun's local ranks) */
+    char mpi_type[32];       /* SLURM_MPI_TYPE: srun's --mpi plugin, or "" */
+    int launcher_size;       /* the job size another launcher gave this process: Open
+                              * MPI's OMPI_COMM_WORLD_SIZE, else PMI_SIZE; 0 none */
 } tr_slurm;
 
 /* Fills s from the variables (s->active = 0 and the rest zero outside Slurm). */

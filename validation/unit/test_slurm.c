@@ -179,6 +179,48 @@ static void test_checks(void)
           "nothing to check outside Slurm");
 }
 
+/* srun's tasks that MPI started as jobs of one rank each (an MPI that does not take
+ * the --mpi plugin's PMI) stop at start-up; mpirun -np 1 inside a step does not */
+static void test_singleton_tasks(void)
+{
+    /* clang-format off */
+    const char *const step[] = {"SLURM_JOB_ID", "77", "SLURM_NTASKS", "2", "SLURM_PROCID", "1",
+                                "SLURM_STEP_NUM_TASKS", "2", "SLURM_MPI_TYPE", "pmix",
+                                "SLURM_CPUS_ON_NODE", "2", NULL};
+    const char *const pmi2[] = {"SLURM_JOB_ID", "77", "SLURM_STEP_NUM_TASKS", "4",
+                                "SLURM_MPI_TYPE", "pmi2", "PMI_SIZE", "4", NULL};
+    const char *const mpirun1[] = {"SLURM_JOB_ID", "77", "SLURM_STEP_NUM_TASKS", "2",
+                                   "OMPI_COMM_WORLD_SIZE", "1", NULL};
+    const char *const batch[] = {"SLURM_JOB_ID", "77", "SLURM_NTASKS", "8", "SLURM_PROCID", "0",
+                                 NULL};
+    tr_slurm_layout one = {.ranks = 1, .ranks_on_node = 1, .threads = 1, .threads_from = "x",
+                           .tp = 1, .pp = 1, .gpu = 0};
+    /* clang-format on */
+    tr_slurm s;
+    char err[1024], warn[512];
+    const char *key;
+    read_env(&s, step);
+    CHECK(tr_slurm_check(&s, &one, err, sizeof err, warn, sizeof warn, &key) == TR_EXIT_USAGE &&
+              strstr(err, "srun started 2 tasks") && strstr(err, "--mpi=pmix") &&
+              strstr(err, "MPICH: --mpi=pmi2") && strstr(err, "SRUN_MPI"),
+          "2 tasks of srun, MPI sees 1 rank: %s", err);
+    read_env(&s, pmi2);
+    CHECK(tr_slurm_check(&s, &one, err, sizeof err, warn, sizeof warn, &key) == TR_EXIT_USAGE &&
+              strstr(err, "srun started 4 tasks") && strstr(err, "--mpi=pmi2"),
+          "PMI_SIZE 4, MPI sees 1 rank: %s", err);
+    read_env(&s, mpirun1);
+    CHECK(tr_slurm_check(&s, &one, err, sizeof err, warn, sizeof warn, &key) == 0,
+          "mpirun -np 1 inside a step of 2 tasks: %s", err);
+    read_env(&s, batch);
+    CHECK(tr_slurm_check(&s, &one, err, sizeof err, warn, sizeof warn, &key) == 0,
+          "the trainer alone in a batch script of an 8-task job: %s", err);
+    tr_slurm_layout two = one;
+    two.ranks = two.ranks_on_node = 2;
+    read_env(&s, step);
+    CHECK(tr_slurm_check(&s, &two, err, sizeof err, warn, sizeof warn, &key) == 0,
+          "2 tasks, 2 ranks: %s", err);
+}
+
 static void test_names(void)
 {
     tr_slurm s;
@@ -218,6 +260,7 @@ int main(void)
     test_task_lists();
     test_odd_values();
     test_checks();
+    test_singleton_tasks();
     test_names();
     test_deck_api();
     return tr_test_finish();
