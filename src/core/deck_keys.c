@@ -64,7 +64,8 @@ const tr_key_spec tr_deck_keys[] = {
 
     K("parallel", "dp", TR_KEY_INT, "0", 0, 1 << 24, 0, "data-parallel ranks; 0 = all ranks / (tp x pp)"),
     K("parallel", "tp", TR_KEY_INT, "1", 1, 1 << 16, 0, "gpt: tensor-parallel ranks (Megatron-style: heads, MLP columns and the vocabulary split; must divide n_head); consecutive ranks"),
-    K("parallel", "pp", TR_KEY_INT, "1", 1, 1 << 16, 0, "gpt: pipeline stages (blocks split by cost; embedding on the first, head on the last, alone there where lighter; at most n_layer + 1)"),
+    K("parallel", "pp", TR_KEY_INT, "1", 1, 1 << 16, 0, "gpt: pipeline stages (blocks split by cost; embedding on the first, head on the last, alone there where lighter; at most n_layer + 1; stage_blocks sets the split by hand)"),
+    K("parallel", "stage_blocks", TR_KEY_INTLIST, "", 0, 48, 0, "gpt: blocks on each pipeline stage, first to last, e.g. 5,4,3 for pp = 3 and n_layer = 12: pp counts adding up to n_layer, none 0 but the last's (the head alone); empty = split by cost (the banner's and --plan's stages: and stage work: lines show a split and weigh it)"),
     K("parallel", "schedule", TR_KEY_CHOICE, "1f1b", 0, 0, "1f1b|gpipe", "pipeline schedule over [train] micro_batches: 1f1b keeps at most pp micro-batches of activations per stage, gpipe all of them"),
     K("parallel", "zero", TR_KEY_INT, "0", 0, 2, 0, "sharded optimizer over the data-parallel ranks: 0 = off, 1 = optimizer state sharded (gradients reduced to their owner, parameters all-gathered), 2 = also the accumulated gradients"),
     K("parallel", "shm_allreduce", TR_KEY_BOOL, "true", 0, 0, 0, "on CPUs: all-reduce gradients (and tp activations) through a shared-memory window when every rank of the group runs on one node; false = MPI_Allreduce"),

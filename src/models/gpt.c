@@ -216,6 +216,58 @@ static const tr_param *P(const tr_model *m, int layer, int i)
 /* local block i (0 <= i < nl) */
 static int blk_layer(const gpt *g, int i, int part) { return g->block0 + i * PER_BLOCK + part; }
 
+const char *tr_gpt_blocks_list(const int *v, int n, char *buf, size_t len)
+{
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%d", i ? "," : "", v[i]);
+    return buf;
+}
+
+/* The deck's split ([parallel] stage_blocks): a count for each of the pp stages, adding
+ * up to n_layer, none 0 but the last's (the head alone). The message suggests the split
+ * by cost, which every stage count has. */
+static int check_stage_blocks(const tr_gpt_config *c, int pp, char *err, size_t errlen)
+{
+    char given[TR_GPT_MAX_STAGES * 4], split[TR_GPT_MAX_STAGES * 4];
+    tr_gpt_blocks_list(c->stage_blocks, c->nstage_blocks, given, sizeof given);
+    tr_gpt_config by_cost = *c;
+    by_cost.nstage_blocks = 0;
+    int counts[TR_GPT_MAX_STAGES], sum = 0, empty = -1;
+    for (int s = 0; s < pp; s++) {
+        int first;
+        tr_gpt_stage_blocks(&by_cost, pp, s, &first, &counts[s]);
+    }
+    tr_gpt_blocks_list(counts, pp, split, sizeof split);
+    for (int s = 0; s < c->nstage_blocks; s++) {
+        sum += c->stage_blocks[s];
+        if (c->stage_blocks[s] == 0 && s < c->nstage_blocks - 1 && empty < 0)
+            empty = s;
+    }
+    const char *fix = "every stage but the last holds at least one block, the last may hold "
+                      "the head alone (0), and the counts add up to n_layer";
+    if (c->nstage_blocks != pp)
+        snprintf(err, errlen,
+                 "[parallel] stage_blocks = %s names %d stage%s, but pp = %d: give one block "
+                 "count a stage, first to last (%s; by cost: %s), or leave it empty to split "
+                 "by cost",
+                 given, c->nstage_blocks, c->nstage_blocks == 1 ? "" : "s", pp, fix, split);
+    else if (sum != c->L)
+        snprintf(err, errlen,
+                 "[parallel] stage_blocks = %s holds %d blocks, but [model] n_layer = %d: the "
+                 "counts must add up to n_layer (by cost: %s)",
+                 given, sum, c->L, split);
+    else if (empty >= 0)
+        snprintf(err, errlen,
+                 "[parallel] stage_blocks = %s leaves stage %d without a block: only the last "
+                 "stage may hold none, the head alone (by cost: %s)",
+                 given, empty, split);
+    else
+        return 0;
+    return TR_EXIT_USAGE;
+}
+
 int tr_gpt_check_config(const tr_gpt_config *c, char *err, size_t errlen)
 {
     if (c->C % c->NH) {
@@ -238,7 +290,7 @@ int tr_gpt_check_config(const tr_gpt_config *c, char *err, size_t errlen)
                  pp, c->L, c->L + 1);
         return TR_EXIT_USAGE;
     }
-    return 0;
+    return c->nstage_blocks ? check_stage_blocks(c, pp, err, errlen) : 0;
 }
 
 /* Relative costs, in FLOPs per token of a training step. */
@@ -255,6 +307,13 @@ void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, 
      * block but the last, which may hold the head alone where that lightens the
      * busiest stage (a vocabulary of 50257 weighs as much as 4.5 of GPT-2 124M's
      * blocks, so at pp 4 the head and one block would set the pace) */
+    if (c->nstage_blocks == pp) { /* the deck's (tr_gpt_check_config checked it) */
+        *first = 0;
+        for (int s = 0; s < stage; s++)
+            *first += c->stage_blocks[s];
+        *count = c->stage_blocks[stage];
+        return;
+    }
     int L = c->L;
     double bc = block_cost(c), hc = head_cost(c);
     double best[65][49];
@@ -1068,6 +1127,10 @@ static int build_from_deck(tr_model *m, const tr_deck *d, tr_shape input,
         .seed = (uint64_t)tr_deck_int(d, "train", "seed"),
         .layout = *layout,
     };
+    /* the deck's split, for its own pp (--layouts plans the others by cost) */
+    if (!layout->cost_split)
+        c.nstage_blocks =
+            tr_deck_intlist(d, "parallel", "stage_blocks", c.stage_blocks, TR_GPT_MAX_STAGES);
     /* a GPU's limit, found here rather than at the first forward pass after set-up
      * (and by --plan, which allocates nothing) */
     if (!strcmp(tr_deck_str(d, "system", "device"), "cuda") && c.NH > 0 && c.C % c.NH == 0 &&

@@ -8,6 +8,9 @@
 
 #include <stdint.h>
 
+/* n_layer <= 48 and every stage but the last holds a block: pp <= 49; a deck's
+ * stage_blocks is read up to this many, so a longer one's count is still told right */
+#define TR_GPT_MAX_STAGES 64
 
 typedef struct tr_gpt_config {
     int L, NH, C, T; /* blocks, heads, width, context length */
@@ -20,6 +23,10 @@ typedef struct tr_gpt_config {
     float embd_pdrop, attn_pdrop, resid_pdrop;
     uint64_t seed;
     tr_model_layout layout; /* this rank's share; zero: the whole model */
+    /* the blocks of each pipeline stage, first to last, where the deck sets them
+     * ([parallel] stage_blocks); nstage_blocks 0: split by cost */
+    int nstage_blocks;
+    int stage_blocks[TR_GPT_MAX_STAGES];
 } tr_gpt_config;
 
 /* Checks what the deck's ranges cannot (heads dividing the width). */
@@ -30,14 +37,17 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
 /* The configuration of a GPT model, NULL for any other model. */
 const tr_gpt_config *tr_gpt_config_of(const tr_model *m);
 
-/* The blocks of stage `stage` of pp: [*first, *first + *count), contiguous, balanced by
- * cost (a block's FLOPs; the first stage also pays the embedding, the last the head's
- * logits); at least one each but on the last stage, which may hold the head alone.
- * Every rank computes the same split. */
+/* The blocks of stage `stage` of pp: [*first, *first + *count), contiguous. Those the
+ * config names (stage_blocks, for pp stages), else balanced by cost (a block's FLOPs;
+ * the first stage also pays the embedding, the last the head's logits); at least one
+ * each but on the last stage, which may hold the head alone. Every rank computes the
+ * same split. */
 void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, int *count);
 /* That split in words for the banner and the plan: "blocks 3-5" or "no blocks". */
 const char *tr_gpt_stage_blocks_text(const tr_gpt_config *c, int pp, int stage, char *buf,
                                      size_t len);
+/* "5,4,3": n block counts as [parallel] stage_blocks writes them */
+const char *tr_gpt_blocks_list(const int *v, int n, char *buf, size_t len);
 /* The cost that split balances, of stage `stage`: model FLOPs per token of a step. */
 double tr_gpt_stage_cost(const tr_gpt_config *c, int pp, int stage);
 

@@ -36,6 +36,8 @@ typedef struct tr_model_layout {
     tr_group *tp_group; /* the tensor-parallel collectives (tp > 1) */
     int slots;          /* micro-batches whose activations a stage keeps at once */
     int recompute;      /* 1: keep only block inputs, recompute blocks in backward */
+    int cost_split;     /* 1: blocks split over the stages by cost, whatever the deck's
+                         * [parallel] stage_blocks (--layouts' other stage counts) */
 } tr_model_layout;
 
 /* Bytes of a model's buffers by purpose (the memory plan). */

@@ -295,9 +295,10 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
     if (nstages == 1) {
         fprintf(out, "memory per rank:\n");
     } else {
-        fprintf(out, "memory per rank by pipeline stage:\n");
+        const tr_gpt_config *gc = tr_gpt_config_of(m);
+        fprintf(out, "memory per rank by pipeline stage%s:\n",
+                gc && gc->nstage_blocks ? " (blocks by [parallel] stage_blocks)" : "");
         for (int s = 0; s < nstages; s++) {
-            const tr_gpt_config *gc = tr_gpt_config_of(m);
             char blocks[48] = "";
             if (gc)
                 tr_gpt_stage_blocks_text(gc, w->pp, s, blocks, sizeof blocks);

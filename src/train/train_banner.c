@@ -71,7 +71,7 @@ static void print_layout(const run *r)
                    tr_gpt_stage_blocks_text(c, w->pp, s, blocks, sizeof blocks),
                    s == 0 ? " + embeddings" : "", s == w->pp - 1 ? " + head" : "");
         }
-        printf("\n");
+        printf("%s\n", c && c->nstage_blocks ? " (by [parallel] stage_blocks)" : "");
         tr_plan_print_stage_work(&r->model, w->pp, r->micro, stdout);
     }
     if (w->dp > 1 && w->dp < w->size)

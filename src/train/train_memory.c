@@ -29,6 +29,9 @@ tr_model_layout tr_run_model_layout(run *r)
         .tp_group = w->tp_group,
         .slots = r->slots,
         .recompute = !strcmp(tr_deck_str(r->d, "train", "recompute"), "block"),
+        /* the deck's [parallel] stage_blocks splits the deck's pp; --layouts' other
+         * stage counts are split by cost */
+        .cost_split = w->pp != tr_deck_int(r->d, "parallel", "pp"),
     };
     return lay;
 }
@@ -644,13 +647,20 @@ void tr_run_print_layouts(run *r)
     const tr_runtime *rt = r->rt;
     int speeds = rt->plan_tflops > 0;
     char a[32], b[32], e[32];
+    /* the deck's split of the blocks holds at its own stage count only */
+    char split[TR_GPT_MAX_STAGES * 4 + 96] = "", given[TR_GPT_MAX_STAGES * 4];
+    if (c && c->nstage_blocks)
+        snprintf(split, sizeof split,
+                 "; stage_blocks %s at pp %d, other stage counts split by cost",
+                 tr_gpt_blocks_list(c->stage_blocks, c->nstage_blocks, given, sizeof given),
+                 c->nstage_blocks);
     printf("layouts of %d rank%s, %d per node: model %s, %zu parameters; global batch %ld in "
            "micro-batches of %ld (the deck's size, or the largest that divides a rank's "
-           "batch); zero %ld, recompute %s, schedule %s, %s, as the deck sets them\n",
+           "batch); zero %ld, recompute %s, schedule %s, %s, as the deck sets them%s\n",
            n, n == 1 ? "" : "s", per_node, r->model.name, r->model.nparams_logical, r->global_batch,
            r->micro_batch, (long)tr_deck_int(r->d, "parallel", "zero"),
            tr_deck_str(r->d, "train", "recompute"), tr_deck_str(r->d, "parallel", "schedule"),
-           tr_deck_str(r->d, "train", "precision"));
+           tr_deck_str(r->d, "train", "precision"), split);
     if (speeds)
         printf("estimated at %g TFLOP/s of model FLOPs a rank, %g GB/s a rank within a node "
                "and %g GB/s across nodes (--tflops, --node-gbps, --network-gbps)\n",

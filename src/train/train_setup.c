@@ -388,9 +388,10 @@ int tr_run_setup(run *r)
         tr_model_layout lay = tr_run_model_layout(r);
         if (tr_model_build(&r->model, model, r->d, (tr_shape){1, 1, 1}, &lay, msg, sizeof msg))
             rc = tr_run_key_error(r, strstr(msg, "[parallel]") ? "parallel" : "model",
-                                  strstr(msg, "[parallel] tp") ? "tp"
-                                  : strstr(msg, "[parallel] pp") ? "pp"
-                                                                 : "n_head",
+                                  strstr(msg, "[parallel] tp")             ? "tp"
+                                  : strstr(msg, "[parallel] stage_blocks") ? "stage_blocks"
+                                  : strstr(msg, "[parallel] pp")           ? "pp"
+                                                                           : "n_head",
                                   "%s", msg);
         if (!rc)
             rc = tr_lm_setup_data(r, seed);

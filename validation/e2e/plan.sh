@@ -227,6 +227,20 @@ check "micro-batches of one sample: no count fits: $(grep '^warning' "$WORK/plan
 check "one rank in the singular: $(grep '^plan:' "$WORK/plan_one")" \
   grep -q "^plan: model gpt, [0-9]* parameters; 1 rank = dp 1 x tp 1 x pp 1, 1 per node$" \
   "$WORK/plan_one"
+# a split by hand ([parallel] stage_blocks): --plan weighs its stages and says so; one
+# that does not name pp stages is refused with the split by cost
+"$TRAINER" --plan inputs/gpt_brown.in --ranks 2 parallel.pp=2 parallel.stage_blocks=3,1 \
+  >"$WORK/plan_split" 2>&1
+check "stage_blocks 3,1: --plan's stages: $(grep -A2 'by pipeline stage' "$WORK/plan_split")" \
+  grep -qz "memory per rank by pipeline stage (blocks by \[parallel\] stage_blocks):
+  stage 0   blocks 0-2 .*
+  stage 1   blocks 3-3 " "$WORK/plan_split"
+"$TRAINER" --plan inputs/gpt_brown.in --ranks 2 parallel.pp=2 parallel.stage_blocks=1,2,1 \
+  >"$WORK/out" 2>"$WORK/err"
+check "stage_blocks of 3 stages at pp 2: exit 64" [ $? = 64 ]
+check "... and why: $(cat "$WORK/err")" grep -q \
+  "stage_blocks = 1,2,1 names 3 stages, but pp = 2: give one block count a stage.*by cost: 4,0" \
+  "$WORK/err"
 # the CPU's sums on a node: a shared-memory window of 2 x 269,322 floats per rank for
 # the MLP's gradients (2.1 MiB); with parallel.shm_allreduce = false none, but MPI's
 # own buffers of the gradient buckets open at once (all of its 1.0 MiB of gradients)
@@ -245,7 +259,8 @@ check "4 CPU ranks through MPI: no window, MPI's buffers" \
 for case in "8 2 inputs/gpt2_124m.in --device-memory 8GiB" \
   "4 4 inputs/gpt2_124m.in train.batch_size=16 parallel.dp=2 parallel.pp=2 --device-memory 6GiB" \
   "8 2 inputs/gpt2_124m.in --device-memory 8GiB --tflops 100 --node-gbps 150 --network-gbps 25" \
-  "4 4 inputs/gpt_brown.in train.batch_size=32 --tflops 0.08 --node-gbps 5 parallel.zero=1 train.recompute=block"; do
+  "4 4 inputs/gpt_brown.in train.batch_size=32 --tflops 0.08 --node-gbps 5 parallel.zero=1 train.recompute=block" \
+  "4 4 inputs/gpt_brown.in parallel.pp=2 parallel.stage_blocks=3,1"; do
   # shellcheck disable=SC2086 # (the case's words are the arguments)
   check "--layouts $case" "$PYTHON" validation/e2e/plan_layouts.py "$TRAINER" $case
 done

@@ -13,7 +13,8 @@ then dp, PER_NODE consecutive ranks a node). With --tflops (in args), the estima
 step of a layout without a pipeline is recomputed here from --plan's FLOPs and bytes,
 a pipeline's is at least its compute over its busy share, and the rows that fit come
 in the order of their steps; without, in the order of fit, tp within a node and busy.
-The deck's layout is marked once. Prints what it checked; exits 1 on the first
+The deck's layout is marked once. A deck's [parallel] stage_blocks holds at its own
+stage count (the others' --plan leaves it empty). Prints what it checked; exits 1 on the first
 difference."""
 import re
 import subprocess
@@ -92,12 +93,19 @@ def main():
     head = re.search(r"global batch (\d+) in micro-batches of (\d+)", out)
     batch, mbs = int(head[1]), int(head[2])
     recompute = "train.recompute=block" in args
+    # a split of the blocks by hand holds at its own stage count, the others by cost
+    split = next((a.split("=", 1)[1] for a in args if a.startswith("parallel.stage_blocks=")), "")
+    if split and f"; stage_blocks {split} at pp {len(split.split(','))}, other stage " \
+            "counts split by cost" not in out:
+        fail("--layouts does not name the deck's stage_blocks")
     if sum(r["deck"] for r in rows) != 1:
         fail("the deck's layout is not marked once")
     for r in rows:
         if r["dp"] * r["tp"] * r["pp"] != ranks:
             fail(f"{r['line']}: not {ranks} ranks")
         lay = [f"parallel.dp={r['dp']}", f"parallel.tp={r['tp']}", f"parallel.pp={r['pp']}"]
+        if split and len(split.split(",")) != r["pp"]:  # the deck's split is for its pp
+            lay.append("parallel.stage_blocks=")
         plan = run(trainer, [*plain, *lay, f"train.micro_batches={r['micro']}"])
         total = re.search(r"^  total +" + SIZE + "$", plan, re.M)[1]
         if total != r["mem"]:

@@ -153,6 +153,7 @@ expect gpt-window-too-long 2 64 "t.val.tok: 100 tokens make no window of seq_len
 expect gpt-batch-too-large 2 64 "global batch 64 is larger than the 49 training samples.*window of seq_len \+ 1 = 9 tokens" "$gdeck" "${gtok[@]}" model.vocab_size=300 train.batch_size=64
 expect gpt-tp-heads 2 64 "parallel.tp=2.*tp = 2 does not divide \[model\] n_head = 1" "$gdeck" "${gtok[@]}" model.vocab_size=300 model.n_head=1 parallel.tp=2
 expect gpt-pp-blocks 4 64 "parallel.pp=4.*pp = 4 stages is more than the 2 blocks .*and the head.*use pp <= 3" "$gdeck" "${gtok[@]}" model.vocab_size=300 model.n_layer=2 parallel.pp=4
+expect gpt-stage-blocks 2 64 "parallel.stage_blocks=2,1.*stage_blocks = 2,1 holds 3 blocks, but \[model\] n_layer = 2: the counts must add up to n_layer \(by cost: " "$gdeck" "${gtok[@]}" model.vocab_size=300 model.n_layer=2 parallel.pp=2 parallel.stage_blocks=2,1
 expect gpt-layout-indivisible 3 64 "3 ranks cannot be split into tp=2 x pp=1" "$gdeck" "${gtok[@]}" model.vocab_size=300 parallel.tp=2
 expect gpt-zero-range 2 64 "parallel.zero" "$gdeck" "${gtok[@]}" model.vocab_size=300 parallel.zero=3
 # random tokens (a benchmark) never end an epoch: a run counted in epochs would not end

@@ -61,6 +61,8 @@ layout 4 pp4_m8 parallel.pp=4 train.micro_batches=8
 layout 4 pp4_gpipe parallel.pp=4 parallel.schedule=gpipe
 # pp = n_layer + 1: the last stage holds the head alone (ln_f, the tied head, the loss)
 layout 5 pp5_head_alone parallel.pp=5 "${SAMPLE[@]}"
+# a split by hand (by cost pp 3 would be 2,1,1): one block, three, the head alone
+layout 3 pp3_stage_blocks parallel.pp=3 parallel.stage_blocks=1,3,0
 layout 2 zero1 parallel.zero=1
 layout 4 zero2_dp4 parallel.zero=2 train.micro_batches=2
 also 2 recompute train.recompute=block
@@ -79,6 +81,9 @@ grep -q "stages: 0: blocks 0-1 + embeddings, 1: blocks 2-3 + head" "$WORK/dp2_tp
 grep -q "stages: 0: blocks 0-0 + embeddings, 1: blocks 1-1, 2: blocks 2-2, 3: blocks 3-3, 4: no blocks + head" \
   "$WORK/pp5_head_alone.out" ||
   fail "the banner names a stage of the head alone: $(grep -A4 '^layout' "$WORK/pp5_head_alone.out")"
+grep -q "stages: 0: blocks 0-0 + embeddings, 1: blocks 1-3, 2: no blocks + head (by \[parallel\] stage_blocks)" \
+  "$WORK/pp3_stage_blocks.out" ||
+  fail "the banner names the split set by hand: $(grep -A4 '^layout' "$WORK/pp3_stage_blocks.out")"
 # the split's costs, by hand: a block 6 x 12 C^2 + 12 C T = 319488 FLOPs a token (C 64,
 # T 32), the head 6 C V = 98304; stage 0 two blocks (46 %), stage 1 two and the head
 # (54 %): the mean stage 7 % below the busiest; the bubble of 4 micro-batches 1/5

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpt_random_layouts.sh: layouts drawn at random (random_layouts.py) give the loss
 # curve of one rank. Each case is a small GPT of odd shapes on the Brown bytes and a
-# layout of 2, 3, 4 or 8 ranks mixing tp, pp, dp, micro-batches, ZeRO 0-2, both schedules,
+# layout of 2, 3, 4 or 8 ranks mixing tp, pp (its blocks split by cost or by hand),
+# dp, micro-batches, ZeRO 0-2, both schedules,
 # recomputation, both reduction paths, a bucket of 4 or 256 KiB, the three
 # precisions, SGD or AdamW, clipping and dropout; it runs 6 steps at that layout and
 # at one rank, and each step's training loss and the final validation loss must agree

@@ -7,7 +7,7 @@ case draws a small GPT of odd shapes (1-5 blocks, 1-6 heads of 3-16 values, so t
 tensor-parallel rank's width may be odd, windows of 7, 16 or 33 tokens, a vocabulary of
 256, 257 or 300 padded to 1, 7 or 64, so that its shards may differ in real rows), a
 layout of 2, 3, 4 or 8 ranks (dp x tp x pp that the heads and blocks allow),
-micro-batches, ZeRO stage, schedule, recomputation, reduction path and bucket size,
+micro-batches, the pipeline's split of the blocks (by cost or by hand), ZeRO stage, schedule, recomputation, reduction path and bucket size,
 precision, optimizer, clipping and dropout. The fixed layouts of gpt_layouts.sh cover
 each feature; these cover the features' mixes and the shapes nobody writes by hand.
 """
@@ -19,7 +19,7 @@ def divisors(x):
     return [d for d in range(1, x + 1) if x % d == 0]
 
 
-def case(rng, tokens):
+def case(rng, split_rng, tokens):
     layers = rng.choice([1, 2, 3, 5])
     heads = rng.choice([1, 2, 3, 4, 6])
     width = max(8, heads * rng.choice([3, 4, 5, 8, 16]))
@@ -58,14 +58,22 @@ def case(rng, tokens):
         f"parallel.bucket_kib={rng.choice([4, 256])}",
     ]
     name = f"dp{dp}_tp{tp}_pp{pp}_m{micro}_{precision}"
+    # a split by hand: a block each but the last's (drawn from a stream of its own, so
+    # a seed's other draws stay those its cases were chosen by)
+    if pp > 1 and split_rng.random() < 0.5:
+        counts = [1] * (pp - 1) + [0]
+        for _ in range(layers - (pp - 1)):
+            counts[split_rng.randrange(pp)] += 1
+        layout.append("parallel.stage_blocks=" + ",".join(map(str, counts)))
+        name += "_split" + "".join(map(str, counts))
     return ranks, tol, name, common, layout
 
 
 def main():
     seed, count, tokens = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    rng = random.Random(seed)
+    rng, split_rng = random.Random(seed), random.Random(seed + 1000003)
     for i in range(count):
-        ranks, tol, name, common, layout = case(rng, tokens)
+        ranks, tol, name, common, layout = case(rng, split_rng, tokens)
         print(ranks, tol, f"c{i}_{name}", *common, "--", *layout)
 
 

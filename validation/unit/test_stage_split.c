@@ -5,7 +5,10 @@
  *    header states: a block 6 x 12 C^2 + 12 C T FLOPs a token, the head 6 C V);
  *  - the last stage holds the head alone only where that is strictly lighter than
  *    the best split giving it a block (so layouts where it is not keep their split);
- *  - tr_gpt_check_config takes pp up to n_layer + 1 and refuses more. */
+ *  - tr_gpt_check_config takes pp up to n_layer + 1 and refuses more;
+ *  - a split given by hand (stage_blocks) is the one taken, and one that does not
+ *    name pp stages, add up to n_layer or give each stage but the last a block is
+ *    refused with the split by cost to use. */
 #include "test_util.h"
 
 #include "models/gpt.h"
@@ -100,5 +103,36 @@ int main(void)
     g.layout.pp = 14;
     CHECK(tr_gpt_check_config(&g, err, sizeof err) != 0, "pp 14 on 12 blocks taken");
     CHECK(strstr(err, "use pp <= 13") != NULL, "the message: %s", err);
+
+    /* a split set by hand ([parallel] stage_blocks) is the one taken, and checked */
+    g.layout.pp = 3;
+    int given[] = {2, 10, 0};
+    memcpy(g.stage_blocks, given, sizeof given);
+    g.nstage_blocks = 3;
+    CHECK(tr_gpt_check_config(&g, err, sizeof err) == 0, "2,10,0 at pp 3 refused: %s", err);
+    for (int s = 0, next = 0; s < 3; s++) {
+        tr_gpt_stage_blocks(&g, 3, s, &first, &count);
+        CHECK(first == next && count == given[s], "2,10,0: stage %d %d + %d", s, first, count);
+        next += count;
+    }
+    char text[48];
+    tr_gpt_stage_blocks_text(&g, 3, 1, text, sizeof text);
+    CHECK(!strcmp(text, "blocks 2-11"), "2,10,0: stage 1 is '%s'", text);
+    CHECK(tr_gpt_stage_cost(&g, 3, 2) == 6.0 * 768 * 50257, "2,10,0: the last stage's cost");
+    g.stage_blocks[1] = 9; /* 11 of 12 blocks */
+    CHECK(tr_gpt_check_config(&g, err, sizeof err) != 0, "2,9,0 of 12 blocks taken");
+    CHECK(strstr(err, "holds 11 blocks, but [model] n_layer = 12") && strstr(err, "by cost: "),
+          "the message: %s", err);
+    g.stage_blocks[0] = 0, g.stage_blocks[1] = 6, g.stage_blocks[2] = 6; /* stage 0 empty */
+    CHECK(tr_gpt_check_config(&g, err, sizeof err) != 0, "0,6,6 taken");
+    CHECK(strstr(err, "leaves stage 0 without a block"), "the message: %s", err);
+    g.layout.pp = 2; /* three counts for two stages */
+    CHECK(tr_gpt_check_config(&g, err, sizeof err) != 0, "3 counts at pp 2 taken");
+    CHECK(strstr(err, "names 3 stages, but pp = 2") && strstr(err, "by cost: 8,4"),
+          "the message: %s", err);
+    g.layout.pp = 1, g.nstage_blocks = 1, g.stage_blocks[0] = 12; /* one stage, all */
+    CHECK(tr_gpt_check_config(&g, err, sizeof err) == 0, "12 at pp 1 refused: %s", err);
+    tr_gpt_stage_blocks(&g, 1, 0, &first, &count);
+    CHECK(first == 0 && count == 12, "12 at pp 1: %d + %d", first, count);
     return tr_test_finish();
 }
