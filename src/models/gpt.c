@@ -300,24 +300,17 @@ static double block_cost(const tr_gpt_config *c)
 }
 static double head_cost(const tr_gpt_config *c) { return 6.0 * (double)c->C * c->V; }
 
-void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, int *count)
+void tr_gpt_split_by(int L, int pp, double block, double head, int *counts)
 {
     /* the contiguous split minimising the most expensive stage: dynamic programming
      * over (stages, blocks); L <= 48 and pp <= L + 1 keep it tiny. Every stage holds a
      * block but the last, which may hold the head alone where that lightens the
      * busiest stage (a vocabulary of 50257 weighs as much as 4.5 of GPT-2 124M's
      * blocks, so at pp 4 the head and one block would set the pace) */
-    if (c->nstage_blocks == pp) { /* the deck's (tr_gpt_check_config checked it) */
-        *first = 0;
-        for (int s = 0; s < stage; s++)
-            *first += c->stage_blocks[s];
-        *count = c->stage_blocks[stage];
-        return;
-    }
-    int L = c->L;
-    double bc = block_cost(c), hc = head_cost(c);
-    double best[65][49];
-    int cut[65][49];
+    if (L < 1 || L > 48 || pp < 1 || pp > L + 1)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: a split of %d blocks over %d stages", L, pp);
+    double best[TR_GPT_MAX_STAGES + 1][49];
+    int cut[TR_GPT_MAX_STAGES + 1][49];
     /* best[s][n]: the cost of the worst of stages 0..s-1 holding blocks 0..n-1 */
     for (int s = 0; s <= pp; s++)
         for (int n = 0; n <= L; n++)
@@ -328,7 +321,7 @@ void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, 
          * none (k = n), and is preferred so only when strictly lighter */
         for (int n = s < pp ? s : L; n <= L - (pp - 1 - s) && n <= L; n++)
             for (int k = s - 1; k < n + (s == pp); k++) { /* stage s-1: blocks k..n-1 */
-                double cost = (n - k) * bc + (s == pp ? hc : 0);
+                double cost = (n - k) * block + (s == pp ? head : 0);
                 double worst = fmax(best[s - 1][k], cost);
                 if (worst < best[s][n]) {
                     best[s][n] = worst;
@@ -336,10 +329,24 @@ void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, 
                 }
             }
     int hi = L;
-    for (int s = pp; s > stage + 1; s--)
+    for (int s = pp; s > 0; s--) {
+        counts[s - 1] = hi - cut[s][hi];
         hi = cut[s][hi];
-    *first = cut[stage + 1][hi];
-    *count = hi - *first;
+    }
+}
+
+void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, int *count)
+{
+    int by_cost[TR_GPT_MAX_STAGES];
+    const int *counts = c->stage_blocks; /* the deck's (tr_gpt_check_config checked it) */
+    if (c->nstage_blocks != pp) {
+        tr_gpt_split_by(c->L, pp, block_cost(c), head_cost(c), by_cost);
+        counts = by_cost;
+    }
+    *first = 0;
+    for (int s = 0; s < stage; s++)
+        *first += counts[s];
+    *count = counts[stage];
 }
 
 const char *tr_gpt_stage_blocks_text(const tr_gpt_config *c, int pp, int stage, char *buf,

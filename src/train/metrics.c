@@ -134,6 +134,20 @@ int tr_summary_write(const char *dir, const tr_summary *s)
         snprintf(slow_busy, sizeof slow_busy, "%.6f", s->slowest_busy_seconds);
         snprintf(median_busy, sizeof median_busy, "%.6f", s->median_busy_seconds);
     }
+    /* a GPT pipeline's stages as measured, and the split their times would choose */
+    char stage_busy[TR_GPT_MAX_STAGES * 16] = "null", by_time[TR_GPT_MAX_STAGES * 4 + 2] = "null";
+    const tr_stage_balance *b = &s->balance;
+    if (b->pp > 1) {
+        size_t k = (size_t)snprintf(stage_busy, sizeof stage_busy, "[");
+        for (int i = 0; i < b->pp && k < sizeof stage_busy; i++)
+            k += (size_t)snprintf(stage_busy + k, sizeof stage_busy - k, "%s%.6f", i ? ", " : "",
+                                  b->busy[i]);
+        if (k < sizeof stage_busy)
+            snprintf(stage_busy + k, sizeof stage_busy - k, "]");
+        char list[TR_GPT_MAX_STAGES * 4];
+        snprintf(by_time, sizeof by_time, "\"%s\"",
+                 tr_gpt_blocks_list(b->counts, b->pp, list, sizeof list));
+    }
     fprintf(f,
             "{\n"
             "  \"model\": \"%s\",\n"
@@ -177,6 +191,8 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             "  \"slowest_rank_host\": %s,\n"
             "  \"slowest_rank_busy_seconds\": %s,\n"
             "  \"median_busy_seconds\": %s,\n"
+            "  \"stage_busy_seconds\": %s,\n"
+            "  \"stage_blocks_by_time\": %s,\n"
             "  \"best_val_loss\": %s,\n"
             "  \"best_val_step\": %s\n"
             "}\n",
@@ -188,8 +204,8 @@ int tr_summary_write(const char *dir, const tr_summary *s)
             s->setup_seconds, s->eval_seconds, s->checkpoint_seconds, s->sample_seconds, s->ranks,
             s->dp, s->tp, s->pp, s->zero, s->peak_rss_bytes, s->optimizer_state_bytes,
             s->threads_per_rank, s->precision ? s->precision : "fp32", s->skipped_steps,
-            s->loss_scale, s->blas_core, slow_rank, slow_host, slow_busy, median_busy, best_loss,
-            best_step);
+            s->loss_scale, s->blas_core, slow_rank, slow_host, slow_busy, median_busy, stage_busy,
+            by_time, best_loss, best_step);
     return tr_run_file_commit(&rf, f);
 }
 
@@ -213,15 +229,16 @@ void tr_summary_print_time(FILE *f, const tr_summary *s)
         fprintf(f, " + samples %.2f", s->sample_seconds);
     /* the loss's sum and the stop agreement of each step, metrics, progress */
     fprintf(f, " + the rest %.2f, on rank 0\n", rest > 0 ? rest : 0);
-    if (s->slowest_rank < 0)
-        return;
-    char stage[48] = "";
-    if (s->pp > 1)
-        snprintf(stage, sizeof stage, " (pipeline stage %d)", s->slowest_stage);
-    fprintf(f,
-            "slowest rank: %d%s on %s, busy %.2f ms a step against a median of %.2f ms over "
-            "the %d ranks doing its work (%+.0f%%)\n",
-            s->slowest_rank, stage, s->slowest_host, 1e3 * s->slowest_busy_seconds,
-            1e3 * s->median_busy_seconds, s->slowest_peers,
-            100 * (s->slowest_busy_seconds / s->median_busy_seconds - 1));
+    if (s->slowest_rank >= 0) {
+        char stage[48] = "";
+        if (s->pp > 1)
+            snprintf(stage, sizeof stage, " (pipeline stage %d)", s->slowest_stage);
+        fprintf(f,
+                "slowest rank: %d%s on %s, busy %.2f ms a step against a median of %.2f ms "
+                "over the %d ranks doing its work (%+.0f%%)\n",
+                s->slowest_rank, stage, s->slowest_host, 1e3 * s->slowest_busy_seconds,
+                1e3 * s->median_busy_seconds, s->slowest_peers,
+                100 * (s->slowest_busy_seconds / s->median_busy_seconds - 1));
+    }
+    tr_stage_balance_print(f, &s->balance);
 }

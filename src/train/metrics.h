@@ -3,6 +3,8 @@
 #ifndef TR_METRICS_H
 #define TR_METRICS_H
 
+#include "stage_balance.h"
+
 #include <stdio.h>
 
 typedef struct tr_metrics_row {
@@ -35,6 +37,7 @@ typedef struct tr_summary {
     int slowest_stage, slowest_peers;
     double slowest_busy_seconds, median_busy_seconds;
     char slowest_host[64];
+    tr_stage_balance balance;               /* a GPT pipeline's stages as measured; pp 0: none */
     double peak_gflops, mfu;                /* all ranks' peak; model FLOPs utilisation */
     double tokens_per_second;               /* language models (0 otherwise) */
     double val_perplexity, unigram_perplexity;
@@ -62,7 +65,8 @@ int tr_run_file_commit(tr_run_file *rf, FILE *f);
 /* Writes DIR/summary.json; returns 0 or errno. */
 int tr_summary_write(const char *dir, const tr_summary *s);
 /* Prints the "time:" line: wall_seconds as the sum of its parts, the rest named;
- * and, where ranks have peers, the "slowest rank:" line. */
+ * where ranks have peers, the "slowest rank:" line; for a GPT pipeline, the "stage
+ * balance:" line. */
 void tr_summary_print_time(FILE *f, const tr_summary *s);
 
 #endif

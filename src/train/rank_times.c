@@ -59,6 +59,22 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The median busy time of stage's ranks (0 where it has none), with how many there
+ * are; sorted: room for every rank's. */
+static double stage_median(const tr_world *w, const tr_rank_times *t, int stage, double *sorted,
+                           int *count)
+{
+    int m = 0;
+    for (int r = 0; r < t->n; r++)
+        if (pp_of(w, r) == stage)
+            sorted[m++] = t->rows[r].busy;
+    *count = m;
+    if (m == 0)
+        return 0;
+    qsort(sorted, (size_t)m, sizeof *sorted, by_value);
+    return m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
+}
+
 void tr_rank_times_straggler(const tr_world *w, const tr_rank_times *t, tr_straggler *out)
 {
     memset(out, 0, sizeof *out);
@@ -66,15 +82,9 @@ void tr_rank_times_straggler(const tr_world *w, const tr_rank_times *t, tr_strag
     double *sorted = tr_alloc((size_t)t->n * sizeof *sorted, "rank times");
     double worst = 0;
     for (int stage = 0; stage < w->pp; stage++) {
-        int m = 0;
-        for (int r = 0; r < t->n; r++)
-            if (pp_of(w, r) == stage)
-                sorted[m++] = t->rows[r].busy;
-        if (m < 2)
-            continue;
-        qsort(sorted, (size_t)m, sizeof *sorted, by_value);
-        double median = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
-        if (median <= 0)
+        int m;
+        double median = stage_median(w, t, stage, sorted, &m);
+        if (m < 2 || median <= 0)
             continue;
         for (int r = 0; r < t->n; r++) {
             double ratio = t->rows[r].busy / median;
@@ -88,6 +98,16 @@ void tr_rank_times_straggler(const tr_world *w, const tr_rank_times *t, tr_strag
                 memcpy(out->host, t->host[r], sizeof out->host);
             }
         }
+    }
+    tr_free(sorted);
+}
+
+void tr_rank_times_stage_busy(const tr_world *w, const tr_rank_times *t, double *busy)
+{
+    double *sorted = tr_alloc((size_t)t->n * sizeof *sorted, "rank times");
+    for (int stage = 0; stage < w->pp; stage++) {
+        int m;
+        busy[stage] = stage_median(w, t, stage, sorted, &m);
     }
     tr_free(sorted);
 }

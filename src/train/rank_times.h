@@ -40,6 +40,8 @@ typedef struct tr_straggler {
 void tr_rank_times_gather(const tr_world *w, const tr_rank_time *mine, tr_rank_times *out);
 /* The same answer on every rank, from the gathered rows. */
 void tr_rank_times_straggler(const tr_world *w, const tr_rank_times *t, tr_straggler *out);
+/* Each pipeline stage's median busy seconds a step: busy[0 .. w->pp). */
+void tr_rank_times_stage_busy(const tr_world *w, const tr_rank_times *t, double *busy);
 /* DIR/ranks.csv: rank,host,dp,pp,tp, then the row (rank 0 calls it). 0 or errno. */
 int tr_rank_times_write(const char *dir, const tr_world *w, const tr_rank_times *t);
 void tr_rank_times_free(tr_rank_times *t);

@@ -117,6 +117,12 @@ static void session_times(run *r, double steps_seconds, long steps_run, double w
     tr_rank_times_gather(w, &mine, &times);
     tr_straggler slow;
     tr_rank_times_straggler(w, &times, &slow);
+    const tr_gpt_config *gc = tr_gpt_config_of(&r->model);
+    if (gc && w->pp > 1) {
+        double busy[TR_GPT_MAX_STAGES];
+        tr_rank_times_stage_busy(w, &times, busy);
+        tr_stage_balance_of(gc, w->pp, busy, &s->balance);
+    }
     int e = w->rank == 0 ? tr_rank_times_write(r->dir, w, &times) : 0;
     if (e)
         fprintf(stderr, "warning: cannot write %s/ranks.csv: %s\n", r->dir, strerror(e));

@@ -84,6 +84,20 @@ grep -q "stages: 0: blocks 0-0 + embeddings, 1: blocks 1-1, 2: blocks 2-2, 3: bl
 grep -q "stages: 0: blocks 0-0 + embeddings, 1: blocks 1-3, 2: no blocks + head (by \[parallel\] stage_blocks)" \
   "$WORK/pp3_stage_blocks.out" ||
   fail "the banner names the split set by hand: $(grep -A4 '^layout' "$WORK/pp3_stage_blocks.out")"
+# what the stages measured: each one's busy time a step, and the split those times
+# choose (its sums by unit.test_stage_balance; here, that a run prints and stores them)
+grep -qE "^stage balance: busy [0-9.]+, [0-9.]+, [0-9.]+ ms a step by stage \(a block [0-9.]+ ms, the head [0-9.]+\); (parallel.stage_blocks=[0-9,]+ would make|these times choose|no split)" \
+  "$WORK/pp3_stage_blocks.out" ||
+  fail "the stages' balance as measured: $(grep -A3 '^time:' "$WORK/pp3_stage_blocks.out")"
+check "summary.json: 3 stages' busy times and a split of 4 blocks by them" "$PYTHON" -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+busy, split = s["stage_busy_seconds"], [int(x) for x in s["stage_blocks_by_time"].split(",")]
+assert len(busy) == 3 and min(busy) > 0 and len(split) == 3 and sum(split) == 4, (busy, split)
+assert min(split[:2]) >= 1, split
+one = json.load(open(sys.argv[2]))
+assert one["stage_busy_seconds"] is None and one["stage_blocks_by_time"] is None, one
+' "$WORK/pp3_stage_blocks/summary.json" "$WORK/single/summary.json"
 # the split's costs, by hand: a block 6 x 12 C^2 + 12 C T = 319488 FLOPs a token (C 64,
 # T 32), the head 6 C V = 98304; stage 0 two blocks (46 %), stage 1 two and the head
 # (54 %): the mean stage 7 % below the busiest; the bubble of 4 micro-batches 1/5
