@@ -300,7 +300,7 @@ static double block_cost(const tr_gpt_config *c)
 }
 static double head_cost(const tr_gpt_config *c) { return 6.0 * (double)c->C * c->V; }
 
-void tr_gpt_split_by(int L, int pp, double block, double head, int *counts)
+void tr_gpt_split_by(int L, int pp, double block, double first, double head, int *counts)
 {
     /* the contiguous split minimising the most expensive stage: dynamic programming
      * over (stages, blocks); L <= 48 and pp <= L + 1 keep it tiny. Every stage holds a
@@ -321,7 +321,7 @@ void tr_gpt_split_by(int L, int pp, double block, double head, int *counts)
          * none (k = n), and is preferred so only when strictly lighter */
         for (int n = s < pp ? s : L; n <= L - (pp - 1 - s) && n <= L; n++)
             for (int k = s - 1; k < n + (s == pp); k++) { /* stage s-1: blocks k..n-1 */
-                double cost = (n - k) * block + (s == pp ? head : 0);
+                double cost = (n - k) * block + (s == 1 ? first : 0) + (s == pp ? head : 0);
                 double worst = fmax(best[s - 1][k], cost);
                 if (worst < best[s][n]) {
                     best[s][n] = worst;
@@ -340,7 +340,7 @@ void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, 
     int by_cost[TR_GPT_MAX_STAGES];
     const int *counts = c->stage_blocks; /* the deck's (tr_gpt_check_config checked it) */
     if (c->nstage_blocks != pp) {
-        tr_gpt_split_by(c->L, pp, block_cost(c), head_cost(c), by_cost);
+        tr_gpt_split_by(c->L, pp, block_cost(c), 0, head_cost(c), by_cost);
         counts = by_cost;
     }
     *first = 0;

@@ -43,11 +43,12 @@ const tr_gpt_config *tr_gpt_config_of(const tr_model *m);
  * each but on the last stage, which may hold the head alone. Every rank computes the
  * same split. */
 void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, int *count);
-/* The contiguous split of L blocks over pp stages whose busiest stage costs least,
- * a block costing `block` and the head, on the last stage, `head` (in any unit; the
- * cost model's FLOPs above, or measured seconds): counts[s] blocks on stage s, at
- * least one but on the last, which holds the head alone only where strictly lighter. */
-void tr_gpt_split_by(int L, int pp, double block, double head, int *counts);
+/* The contiguous split of L blocks over pp stages whose busiest stage costs least, a
+ * block costing `block`, the embeddings on the first stage `first` and the head on the
+ * last `head` (in any unit: the cost model's FLOPs above, which leave the embeddings'
+ * lookup out, or measured seconds): counts[s] blocks on stage s, at least one but on
+ * the last, which holds the head alone only where strictly lighter. */
+void tr_gpt_split_by(int L, int pp, double block, double first, double head, int *counts);
 /* That split in words for the banner and the plan: "blocks 3-5" or "no blocks". */
 const char *tr_gpt_stage_blocks_text(const tr_gpt_config *c, int pp, int stage, char *buf,
                                      size_t len);

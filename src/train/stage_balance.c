@@ -4,11 +4,11 @@
 #include <string.h>
 
 /* the busiest stage of a split, by the estimated times */
-static double busiest_of(const int *counts, int pp, double block, double head)
+static double busiest_of(const tr_stage_balance *b, const int *counts)
 {
     double most = 0;
-    for (int s = 0; s < pp; s++) {
-        double t = counts[s] * block + (s == pp - 1 ? head : 0);
+    for (int s = 0; s < b->pp; s++) {
+        double t = counts[s] * b->block + (s == 0 ? b->first : 0) + (s == b->pp - 1 ? b->head : 0);
         most = t > most ? t : most;
     }
     return most;
@@ -19,8 +19,7 @@ int tr_stage_balance_of(const tr_gpt_config *c, int pp, const double *busy, tr_s
     memset(out, 0, sizeof *out);
     if (pp < 2 || pp > c->L + 1)
         return -1;
-    out->pp = pp;
-    int blocks = 0; /* of the stages before the last: each holds one at least */
+    int blocks = 0; /* of the middle stages (pp 2: stage 0): each holds one at least */
     double seconds = 0;
     for (int s = 0; s < pp; s++) {
         if (!(busy[s] > 0)) {
@@ -31,15 +30,18 @@ int tr_stage_balance_of(const tr_gpt_config *c, int pp, const double *busy, tr_s
         out->busiest = busy[s] > out->busiest ? busy[s] : out->busiest;
         int first;
         tr_gpt_stage_blocks(c, pp, s, &first, &out->now[s]);
-        if (s < pp - 1)
+        if (s < pp - 1 && (s > 0 || pp == 2))
             blocks += out->now[s], seconds += busy[s];
     }
-    /* the embedding's lookup rides on stage 0's blocks, as the cost model has it */
+    out->pp = pp;
     out->block = seconds / blocks;
+    /* the ends' extras: what their stages took beyond their blocks (never below 0) */
+    double first = pp > 2 ? busy[0] - out->now[0] * out->block : 0;
     double head = busy[pp - 1] - out->now[pp - 1] * out->block;
+    out->first = first > 0 ? first : 0;
     out->head = head > 0 ? head : 0;
-    tr_gpt_split_by(c->L, pp, out->block, out->head, out->counts);
-    out->predicted = busiest_of(out->counts, pp, out->block, out->head);
+    tr_gpt_split_by(c->L, pp, out->block, out->first, out->head, out->counts);
+    out->predicted = busiest_of(out, out->counts);
     out->better = memcmp(out->counts, out->now, (size_t)pp * sizeof *out->now) != 0 &&
                   out->predicted <= 0.95 * out->busiest;
     return 0;
@@ -54,8 +56,10 @@ void tr_stage_balance_print(FILE *f, const tr_stage_balance *b)
     fprintf(f, "stage balance: busy");
     for (int s = 0; s < b->pp; s++)
         fprintf(f, "%s %.2f", s ? "," : "", 1e3 * b->busy[s]);
-    fprintf(f, " ms a step by stage (a block %.2f ms, the head %.2f); ", 1e3 * b->block,
-            1e3 * b->head);
+    fprintf(f, " ms a step by stage (a block %.2f ms", 1e3 * b->block);
+    if (b->pp > 2)
+        fprintf(f, ", the embeddings %.2f", 1e3 * b->first);
+    fprintf(f, ", the head %.2f); ", 1e3 * b->head);
     if (b->better)
         fprintf(f, "parallel.stage_blocks=%s would make the busiest about %.2f ms (now %.2f)\n",
                 counts, 1e3 * b->predicted, 1e3 * b->busiest);

@@ -86,7 +86,7 @@ grep -q "stages: 0: blocks 0-0 + embeddings, 1: blocks 1-3, 2: no blocks + head 
   fail "the banner names the split set by hand: $(grep -A4 '^layout' "$WORK/pp3_stage_blocks.out")"
 # what the stages measured: each one's busy time a step, and the split those times
 # choose (its sums by unit.test_stage_balance; here, that a run prints and stores them)
-grep -qE "^stage balance: busy [0-9.]+, [0-9.]+, [0-9.]+ ms a step by stage \(a block [0-9.]+ ms, the head [0-9.]+\); (parallel.stage_blocks=[0-9,]+ would make|these times choose|no split)" \
+grep -qE "^stage balance: busy [0-9.]+, [0-9.]+, [0-9.]+ ms a step by stage \(a block [0-9.]+ ms, the embeddings [0-9.]+, the head [0-9.]+\); (parallel.stage_blocks=[0-9,]+ would make|these times choose|no split)" \
   "$WORK/pp3_stage_blocks.out" ||
   fail "the stages' balance as measured: $(grep -A3 '^time:' "$WORK/pp3_stage_blocks.out")"
 check "summary.json: 3 stages' busy times and a split of 4 blocks by them" "$PYTHON" -c '

@@ -1,7 +1,8 @@
 /* test_stage_balance.c: the split the stages' measured times choose
  * (train/stage_balance.h), on made-up times:
- *  - a block's time is the stages before the last's busy time over their blocks, the
- *    head's what the last stage took beyond its blocks (never below 0);
+ *  - a block's time is the middle stages' busy time over their blocks (pp 2: stage
+ *    0's), the embeddings' and the head's what the first and the last stage took
+ *    beyond their blocks (never below 0);
  *  - the split is the one that minimises the busiest stage by those times, and is
  *    offered (better) only where it differs and shortens the busiest by 5 % or more;
  *  - nothing is said of one stage or of a stage that measured no time;
@@ -87,13 +88,22 @@ int main(void)
           "10,10: the line: %s", text);
     free(text);
 
-    /* three stages: a block's time from both stages before the last */
+    /* three stages: a block's time from the middle one, the embeddings' from stage 0's
+     * extra (2 blocks' worth), the head's from the last's: 2,4,0 evens them at 4 */
     c = model(6, 3, (int[]){1, 3, 2});
-    CHECK(tr_stage_balance_of(&c, 3, (double[]){1.0, 3.0, 2.0 + 4.0}, &b) == 0, "1,3,2 refused");
-    CHECK(fabs(b.block - 1.0) < 1e-12 && fabs(b.head - 4.0) < 1e-12 &&
-              same(b.counts, (int[]){3, 3, 0}, 3) && b.better,
-          "1,3,2: block %g head %g, by time %d,%d,%d", b.block, b.head, b.counts[0], b.counts[1],
-          b.counts[2]);
+    CHECK(tr_stage_balance_of(&c, 3, (double[]){1.0 + 2.0, 3.0, 2.0 + 4.0}, &b) == 0,
+          "1,3,2 refused");
+    CHECK(fabs(b.block - 1.0) < 1e-12 && fabs(b.first - 2.0) < 1e-12 &&
+              fabs(b.head - 4.0) < 1e-12 && same(b.counts, (int[]){2, 4, 0}, 3) && b.better &&
+              fabs(b.predicted - 4.0) < 1e-12,
+          "1,3,2: block %g, embeddings %g, head %g, by time %d,%d,%d (%g)", b.block, b.first,
+          b.head, b.counts[0], b.counts[1], b.counts[2], b.predicted);
+    text = line_of(&b);
+    CHECK(strstr(text, "(a block 1000.00 ms, the embeddings 2000.00, the head 4000.00); "
+                       "parallel.stage_blocks=2,4,0 would make the busiest about 4000.00 ms "
+                       "(now 6000.00)\n") != NULL,
+          "1,3,2: the line: %s", text);
+    free(text);
 
     /* nothing to say */
     CHECK(tr_stage_balance_of(&c, 1, (double[]){1.0}, &b) != 0 && b.pp == 0, "one stage");
