@@ -300,7 +300,13 @@ static double block_cost(const tr_gpt_config *c)
 }
 static double head_cost(const tr_gpt_config *c) { return 6.0 * (double)c->C * c->V; }
 
-void tr_gpt_split_by(int L, int pp, double block, double first, double head, int *counts)
+void tr_gpt_costs(const tr_gpt_config *c, double *block, double *head)
+{
+    *block = block_cost(c);
+    *head = head_cost(c);
+}
+
+double tr_gpt_split_min_max(int L, int pp, tr_stage_cost_fn cost_of, void *ctx, int *counts)
 {
     /* the contiguous split minimising the most expensive stage: dynamic programming
      * over (stages, blocks); L <= 48 and pp <= L + 1 keep it tiny. Every stage holds a
@@ -314,25 +320,49 @@ void tr_gpt_split_by(int L, int pp, double block, double first, double head, int
     /* best[s][n]: the cost of the worst of stages 0..s-1 holding blocks 0..n-1 */
     for (int s = 0; s <= pp; s++)
         for (int n = 0; n <= L; n++)
-            best[s][n] = INFINITY, cut[s][n] = 0;
+            best[s][n] = INFINITY, cut[s][n] = -1;
     best[0][0] = 0;
     for (int s = 1; s <= pp; s++)
         /* stages s..pp-2 need a block each after these n; the last (s = pp) may take
          * none (k = n), and is preferred so only when strictly lighter */
         for (int n = s < pp ? s : L; n <= L - (pp - 1 - s) && n <= L; n++)
             for (int k = s - 1; k < n + (s == pp); k++) { /* stage s-1: blocks k..n-1 */
-                double cost = (n - k) * block + (s == 1 ? first : 0) + (s == pp ? head : 0);
-                double worst = fmax(best[s - 1][k], cost);
+                if (best[s - 1][k] == INFINITY)
+                    continue;
+                double worst = fmax(best[s - 1][k], cost_of(ctx, s - 1, n - k));
                 if (worst < best[s][n]) {
                     best[s][n] = worst;
                     cut[s][n] = k;
                 }
             }
+    if (best[pp][L] == INFINITY)
+        return INFINITY;
     int hi = L;
     for (int s = pp; s > 0; s--) {
         counts[s - 1] = hi - cut[s][hi];
         hi = cut[s][hi];
     }
+    return best[pp][L];
+}
+
+/* tr_gpt_split_by's costs */
+typedef struct split_costs {
+    int pp;
+    double block, first, head;
+} split_costs;
+
+static double split_cost(void *ctx, int stage, int blocks)
+{
+    const split_costs *k = ctx;
+    return blocks * k->block + (stage == 0 ? k->first : 0) + (stage == k->pp - 1 ? k->head : 0);
+}
+
+void tr_gpt_split_by(int L, int pp, double block, double first, double head, int *counts)
+{
+    split_costs k = {pp, block, first, head};
+    if (tr_gpt_split_min_max(L, pp, split_cost, &k, counts) == INFINITY)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: no split of %d blocks over %d stages at costs %g, %g, %g",
+                 L, pp, block, first, head);
 }
 
 void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, int *count)
@@ -1135,7 +1165,10 @@ static int build_from_deck(tr_model *m, const tr_deck *d, tr_shape input,
         .layout = *layout,
     };
     /* the deck's split, for its own pp (--layouts plans the others by cost) */
-    if (!layout->cost_split)
+    if (layout->split) {
+        c.nstage_blocks = layout->pp > 1 ? layout->pp : 1;
+        memcpy(c.stage_blocks, layout->split, (size_t)c.nstage_blocks * sizeof *c.stage_blocks);
+    } else if (!layout->cost_split)
         c.nstage_blocks =
             tr_deck_intlist(d, "parallel", "stage_blocks", c.stage_blocks, TR_GPT_MAX_STAGES);
     /* a GPU's limit, found here rather than at the first forward pass after set-up

@@ -49,11 +49,18 @@ void tr_gpt_stage_blocks(const tr_gpt_config *c, int pp, int stage, int *first, 
  * lookup out, or measured seconds): counts[s] blocks on stage s, at least one but on
  * the last, which holds the head alone only where strictly lighter. */
 void tr_gpt_split_by(int L, int pp, double block, double first, double head, int *counts);
+/* The same over any cost of a stage holding `blocks` blocks (INFINITY: that stage may
+ * not hold so many): the least busiest cost, with its split in counts, or INFINITY
+ * where every split has a stage that may not be (counts untouched). */
+typedef double (*tr_stage_cost_fn)(void *ctx, int stage, int blocks);
+double tr_gpt_split_min_max(int L, int pp, tr_stage_cost_fn cost, void *ctx, int *counts);
 /* That split in words for the banner and the plan: "blocks 3-5" or "no blocks". */
 const char *tr_gpt_stage_blocks_text(const tr_gpt_config *c, int pp, int stage, char *buf,
                                      size_t len);
 /* "5,4,3": n block counts as [parallel] stage_blocks writes them */
 const char *tr_gpt_blocks_list(const int *v, int n, char *buf, size_t len);
+/* The costs the split by cost weighs: a block's and the head's model FLOPs a token. */
+void tr_gpt_costs(const tr_gpt_config *c, double *block, double *head);
 /* The cost that split balances, of stage `stage`: model FLOPs per token of a step. */
 double tr_gpt_stage_cost(const tr_gpt_config *c, int pp, int stage);
 

@@ -38,6 +38,8 @@ typedef struct tr_model_layout {
     int recompute;      /* 1: keep only block inputs, recompute blocks in backward */
     int cost_split;     /* 1: blocks split over the stages by cost, whatever the deck's
                          * [parallel] stage_blocks (--layouts' other stage counts) */
+    const int *split;   /* blocks of each of the pp stages, whatever the deck says (the
+                         * planner trying splits); NULL: the deck's, or by cost */
 } tr_model_layout;
 
 /* Bytes of a model's buffers by purpose (the memory plan). */

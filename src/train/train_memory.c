@@ -184,9 +184,17 @@ static double reserved_bytes(const tr_plan *p)
  * hold equal shares) at `micro` micro-batches, from the model that stage would
  * build: its slots, the micro-batches whose activations it keeps, follow the
  * schedule and the count. This rank's own model where that is the same. */
+static tr_plan split_stage_plan(run *r, int stage, long micro, int max_batch, const int *split);
+
 static tr_plan stage_plan(run *r, int stage, long micro, int max_batch)
 {
-    if (r->w->pp == 1 || (stage == r->w->pp_rank && micro == r->micro))
+    return split_stage_plan(r, stage, micro, max_batch, NULL);
+}
+
+/* stage_plan under another split of the blocks (split: pp counts; NULL: the run's) */
+static tr_plan split_stage_plan(run *r, int stage, long micro, int max_batch, const int *split)
+{
+    if (r->w->pp == 1 || (stage == r->w->pp_rank && micro == r->micro && !split))
         return make_plan(r, &r->model, max_batch);
     tr_world w = *r->w, *saved_w = r->w;
     long saved_micro = r->micro;
@@ -195,6 +203,7 @@ static tr_plan stage_plan(run *r, int stage, long micro, int max_batch)
     r->w = &w;
     r->micro = micro;
     tr_model_layout lay = tr_run_model_layout(r);
+    lay.split = split;
     tr_model m;
     char msg[1024];
     if (tr_model_build(&m, r->model.name, r->d, (tr_shape){1, 1, 1}, &lay, msg, sizeof msg))
@@ -248,6 +257,73 @@ static long fewest_micro_that_fit(run *r, double room, int device, double *need,
     return 0;
 }
 
+/* The search of split_that_fits: what a stage holding a number of blocks would need
+ * (memoised: -1 not yet known), and the FLOPs it weighs by. */
+typedef struct fit_search {
+    run *r;
+    double room;
+    int device, max_batch;
+    double block, head;
+    double need[TR_GPT_MAX_STAGES][49];
+} fit_search;
+
+/* A stage's cost for the split: its FLOPs where it fits the room, else INFINITY. Its
+ * model is built within a split that gives it `blocks` (the other stages any valid
+ * counts: a stage's model depends on its own blocks and place only). */
+static double fitting_cost(void *ctx, int stage, int blocks)
+{
+    fit_search *f = ctx;
+    run *r = f->r;
+    int pp = r->w->pp, L = tr_gpt_config_of(&r->model)->L;
+    if (f->need[stage][blocks] < 0) {
+        int split[TR_GPT_MAX_STAGES], rest = L - blocks;
+        for (int s = 0; s < pp; s++)
+            if (s != stage)
+                split[s] = s < pp - 1 ? 1 : 0, rest -= split[s];
+        split[stage] = blocks;
+        if (rest < 0) /* the others cannot all hold a block: no such split */
+            return INFINITY;
+        split[stage == pp - 1 ? 0 : pp - 1] += rest;
+        tr_plan p = split_stage_plan(r, stage, r->micro, f->max_batch, split);
+        f->need[stage][blocks] = f->device ? reserved_bytes(&p) : p.total;
+    }
+    if (f->need[stage][blocks] > f->room)
+        return INFINITY;
+    return blocks * f->block + (stage == pp - 1 ? f->head : 0);
+}
+
+/* For an out-of-memory message of a GPT pipeline: the split of the blocks (as [parallel]
+ * stage_blocks takes it) under which every stage fits `room` at the deck's
+ * micro-batches, the one whose busiest stage has the fewest FLOPs, with the most a
+ * stage then needs in *need; 0 where none fits, or it is the run's own split. 1F1B
+ * keeps pp - s micro-batches of activations on stage s, and the last stage holds the
+ * logits: moving blocks off the fullest stage may fit what the split by cost does
+ * not. */
+static int split_that_fits(run *r, double room, int device, int *counts, double *need)
+{
+    const tr_gpt_config *c = tr_gpt_config_of(&r->model);
+    int pp = r->w->pp;
+    if (!c || pp < 2 || room <= 0)
+        return 0;
+    fit_search *f = tr_alloc(sizeof *f, "split search");
+    f->r = r, f->room = room, f->device = device;
+    f->max_batch = (int)max_batch_at(r, r->micro_batch);
+    tr_gpt_costs(c, &f->block, &f->head);
+    for (int s = 0; s < pp; s++)
+        for (int n = 0; n <= c->L; n++)
+            f->need[s][n] = -1;
+    int found = tr_gpt_split_min_max(c->L, pp, fitting_cost, f, counts) < INFINITY, same = 1;
+    *need = 0;
+    for (int s = 0; found && s < pp; s++) {
+        int first, n;
+        tr_gpt_stage_blocks(c, pp, s, &first, &n);
+        same &= n == counts[s];
+        *need = f->need[s][counts[s]] > *need ? f->need[s][counts[s]] : *need;
+    }
+    tr_free(f);
+    return found && !same;
+}
+
 /* For an out-of-memory message: fewest_micro_that_fit in words, or that none does,
  * then (a GPT's) how to compare every layout of these ranks. Empty where there is
  * nothing to say. */
@@ -285,6 +361,27 @@ static void micro_batches_hint(run *r, double room, int device, char *out, size_
     }
     if (!r->lm || used >= len) /* a classifier has one layout: data-parallel */
         return;
+    int split[TR_GPT_MAX_STAGES];
+    if (split_that_fits(r, room, device, split, &need)) {
+        char list[TR_GPT_MAX_STAGES * 4];
+        used += (size_t)snprintf(out + used, len - used,
+                                 "; or, at the deck's micro_batches, parallel.stage_blocks=%s "
+                                 "(the fullest stage would need %s; the stages' FLOPs:",
+                                 tr_gpt_blocks_list(split, r->w->pp, list, sizeof list),
+                                 tr_bytes_str(a, sizeof a, need));
+        const tr_gpt_config *c = tr_gpt_config_of(&r->model);
+        double block, head, total = 0;
+        tr_gpt_costs(c, &block, &head);
+        total = c->L * block + head;
+        for (int s = 0; s < r->w->pp && used < len; s++)
+            used +=
+                (size_t)snprintf(out + used, len - used, "%s %.0f %%", s ? "," : "",
+                                 100 * (split[s] * block + (s == r->w->pp - 1 ? head : 0)) / total);
+        if (used < len)
+            used += (size_t)snprintf(out + used, len - used, ")");
+        if (used >= len)
+            return;
+    }
     if (r->rt->plan_ranks)
         snprintf(out + used, len - used, "; --layouts compares every dp x tp x pp of these ranks");
     else

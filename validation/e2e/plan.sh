@@ -241,6 +241,17 @@ check "stage_blocks of 3 stages at pp 2: exit 64" [ $? = 64 ]
 check "... and why: $(cat "$WORK/err")" grep -q \
   "stage_blocks = 1,2,1 names 3 stages, but pp = 2: give one block count a stage.*by cost: 4,0" \
   "$WORK/err"
+# a pipeline that does not fit: 1F1B's stage 0 keeps 4 micro-batches of its blocks'
+# activations, the split by cost gives it a third of the blocks; moving blocks off
+# it fits at the deck's micro-batches, the message names the split and what it costs
+"$TRAINER" --plan inputs/gpt2_124m.in --ranks 4 parallel.pp=4 train.batch_size=16 \
+  train.micro_batches=4 --device-memory 3GiB >"$WORK/plan_nofit" 2>&1
+check "pp 4 not fitting: a split that fits: $(grep '^warning' "$WORK/plan_nofit")" grep -qE \
+  "; or, at the deck's micro_batches, parallel.stage_blocks=2,4,5,1 \(the fullest stage would need [0-9.]+ GiB; the stages' FLOPs: 12 %, 24 %, 30 %, 33 %\)" \
+  "$WORK/plan_nofit"
+"$TRAINER" --plan inputs/gpt2_124m.in --ranks 4 parallel.pp=4 train.batch_size=16 \
+  train.micro_batches=4 --device-memory 3GiB parallel.stage_blocks=2,4,5,1 >"$WORK/plan_fit" 2>&1
+check "... which fits: $(grep -E '^(fits|warning)' "$WORK/plan_fit")" grep -q "^fits: " "$WORK/plan_fit"
 # the CPU's sums on a node: a shared-memory window of 2 x 269,322 floats per rank for
 # the MLP's gradients (2.1 MiB); with parallel.shm_allreduce = false none, but MPI's
 # own buffers of the gradient buckets open at once (all of its 1.0 MiB of gradients)

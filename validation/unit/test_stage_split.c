@@ -8,7 +8,9 @@
  *  - tr_gpt_check_config takes pp up to n_layer + 1 and refuses more;
  *  - a split given by hand (stage_blocks) is the one taken, and one that does not
  *    name pp stages, add up to n_layer or give each stage but the last a block is
- *    refused with the split by cost to use. */
+ *    refused with the split by cost to use;
+ *  - under costs that rule some stages' counts out (the planner's memory limit), the
+ *    least busiest split that avoids them, and none where every split has one. */
 #include "test_util.h"
 
 #include "models/gpt.h"
@@ -66,6 +68,13 @@ static void check_split(int C, int T, int V, int L, int pp)
     else
         CHECK(worst <= with_block * (1 + 1e-12), "%s busiest %.6g, with a block %.6g", at, worst,
               with_block);
+}
+
+/* a cost that forbids more than `cap` blocks on stage 0 (as a memory limit would) */
+static double capped(void *ctx, int stage, int blocks)
+{
+    int cap = *(const int *)ctx;
+    return stage == 0 && blocks > cap ? INFINITY : blocks + (stage == 2 ? 0.5 : 0);
 }
 
 int main(void)
@@ -134,5 +143,21 @@ int main(void)
     CHECK(tr_gpt_check_config(&g, err, sizeof err) == 0, "12 at pp 1 refused: %s", err);
     tr_gpt_stage_blocks(&g, 1, 0, &first, &count);
     CHECK(first == 0 && count == 12, "12 at pp 1: %d + %d", first, count);
+
+    /* the split under costs that rule some stages out: 6 blocks over 3 stages, the
+     * last's head half a block; unbounded 2,2,2 (2.5); stage 0 at most 1: 1,3,2 or
+     * 1,2,3 would cost 3 and 3.5, 1,3,2 is taken; nothing fits stage 0 at 0 */
+    int split[3], cap = 9;
+    CHECK(tr_gpt_split_min_max(6, 3, capped, &cap, split) == 2.5 && split[0] == 2 &&
+              split[1] == 2 && split[2] == 2,
+          "unbounded: %d,%d,%d", split[0], split[1], split[2]);
+    cap = 1;
+    CHECK(tr_gpt_split_min_max(6, 3, capped, &cap, split) == 3 && split[0] == 1 && split[1] == 3 &&
+              split[2] == 2,
+          "stage 0 at most 1: %d,%d,%d", split[0], split[1], split[2]);
+    cap = 0;
+    split[0] = -7;
+    CHECK(tr_gpt_split_min_max(6, 3, capped, &cap, split) == INFINITY && split[0] == -7,
+          "stage 0 at most 0: a split found");
     return tr_test_finish();
 }
