@@ -76,7 +76,9 @@ DEVICE=${DEVICE:-cuda}
 #    --device-memory 80GiB --layouts --tflops 400 --node-gbps 150 --network-gbps 25
 #    system.device=cuda train.precision=bf16-mixed` with this script's other overrides
 #    compares every layout (README, "Which layout to choose"): this one first, an
-#    estimated 170 ms a step against 530 ms for dp 512.
+#    estimated 170 ms a step against 530 ms for dp 512. The split by cost counts
+#    FLOPs; each session's log ends with a "stage balance:" line, the split the
+#    stages' measured times would choose: OVERRIDES=parallel.stage_blocks=... sets it.
 #  - batch: 1024 sequences (1M tokens a step, GPT-3 XL's batch) = 64 replicas x 16
 #    micro-batches of one sequence; the 1F1B pipeline bubble is (pp - 1) /
 #    (micro_batches + pp - 1) = 30%: raise micro_batches with the batch to shrink it.
