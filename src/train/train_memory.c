@@ -303,8 +303,9 @@ static int split_that_fits(run *r, double room, int device, int *counts, double 
 {
     const tr_gpt_config *c = tr_gpt_config_of(&r->model);
     int pp = r->w->pp;
-    if (!c || pp < 2 || room <= 0)
-        return 0;
+    if (!c || pp < 2 || room <= 0 ||
+        largest_stage_need(r, r->micro, (int)max_batch_at(r, r->micro_batch), device) <= room)
+        return 0; /* (--plan asks whether or not the run fits) */
     fit_search *f = tr_alloc(sizeof *f, "split search");
     f->r = r, f->room = room, f->device = device;
     f->max_batch = (int)max_batch_at(r, r->micro_batch);
