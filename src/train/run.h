@@ -75,6 +75,14 @@ int tr_run_setup(run *r);
 /* Frees what this rank holds, whatever tr_run_setup reached; stops the watchdog. */
 void tr_run_teardown(run *r);
 
+/* ---- run_dir.c ---- */
+/* Rank 0 makes and locks r->dir ([run] dir) and writes the resolved deck there; the
+ * others only check the key. 0, or an exit code with r->err. Not collective. */
+int tr_run_open_dir(run *r);
+/* Rank 0, after the resume decision: metrics.csv continued from r->start_step, and
+ * the TensorBoard events where [run] tensorboard asks. 0, or an exit code. */
+int tr_run_open_metrics(run *r);
+
 /* ---- train_banner.c ---- */
 /* Rank 0: the layout, model, data and run lines before the first step. */
 void tr_run_print_banner(run *r);

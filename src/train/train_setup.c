@@ -1,24 +1,21 @@
-/* train_setup.c: a run's set-up and teardown: the layout and data checked, the run
- * directory and its lock, metrics files, the resume decision, the model, optimizer
- * and gradient reduction made, and what a rank holds freed at the end. Every input
- * error is found before any work and agreed on by all ranks (tr_comm_agree), so it
- * is printed once and nobody hangs. */
+/* train_setup.c: a run's set-up and teardown, in phases (tr_run_setup): the device
+ * chosen, the layout and data checked, the model built, the run directory opened
+ * (run_dir.c), the steps counted, memory checked and reserved, the resume decision,
+ * the optimizer and gradient reduction made; and what a rank holds freed at the end.
+ * Every input error is found before any work and agreed on by all ranks
+ * (tr_comm_agree), so it is printed once and nobody hangs. */
 #include "backend/lowp_math.h"
-#include "core/dir_lock.h"
 #include "core/error.h"
 #include "core/watchdog.h"
 #include "device_select.h"
-#include "metrics.h"
 #include "models/gpt.h"
 #include "run.h"
 #include "tensorboard.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* "FILE:LINE: " prefix for a message about one deck key */
 int tr_run_key_error(run *r, const char *section, const char *name, const char *fmt, ...)
@@ -112,90 +109,6 @@ static int check_data(run *r)
         return tr_run_key_error(r, "data", "test_images",
                          "test images are %dx%d but training images are %dx%d", r->test.h,
                          r->test.w, r->train.h, r->train.w);
-    return 0;
-}
-
-static int mkdir_p(const char *path)
-{
-    char tmp[2048];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0775) && errno != EEXIST)
-                return errno;
-            *p = '/';
-        }
-    if (mkdir(tmp, 0775) && errno != EEXIST)
-        return errno;
-    return 0;
-}
-
-/* One run at a time in a run directory (core/dir_lock.h): rank 0 holds its lock for
- * the life of the process. */
-static int lock_run_dir(run *r)
-{
-    char who[600];
-    if (!tr_dir_lock(r->dir, who, sizeof who))
-        return 0;
-    return tr_run_key_error(
-        r, "run", "dir",
-        "the run directory '%s' is in use by another run (%s): two runs in one directory "
-        "would overwrite each other's checkpoints and metrics.csv, and one would resume from "
-        "the other's; give this run a directory of its own (run.dir=..., e.g. with the job "
-        "id: a deck without [run] dir under Slurm gets runs/<deck>-<job id>)",
-        r->dir, who);
-}
-
-/* Rank 0 prepares the run directory; the others wait for its verdict. */
-static int open_run_dir(run *r)
-{
-    snprintf(r->dir, sizeof r->dir, "%s", tr_deck_str(r->d, "run", "dir"));
-    if (!r->dir[0]) /* a slip, not a file system's failure: every rank says so */
-        return tr_run_key_error(r, "run", "dir",
-                                "is empty: name the run directory (default runs/default)");
-    if (r->w->rank != 0)
-        return 0;
-    int e = mkdir_p(r->dir);
-    if (!e) {
-        int rc = lock_run_dir(r);
-        if (rc)
-            return rc;
-    }
-    char path[2200];
-    snprintf(path, sizeof path, "%s/deck.in", r->dir);
-    FILE *f = e ? NULL : fopen(path, "w");
-    if (!f)
-        return tr_run_key_error(r, "run", "dir", "cannot create the run directory '%s': %s", r->dir,
-                         strerror(e ? e : errno)),
-               TR_EXIT_IOERR;
-    tr_deck_write_resolved(r->d, f);
-    if (fclose(f))
-        return tr_run_key_error(r, "run", "dir", "cannot write '%s': %s", path, strerror(errno)),
-               TR_EXIT_IOERR;
-    return 0;
-}
-
-/* After the resume decision: metrics.csv continues where the checkpoint stands. */
-static int open_metrics(run *r)
-{
-    if (r->w->rank != 0)
-        return 0;
-    r->metrics = tr_metrics_open(r->dir, r->start_step);
-    if (!r->metrics)
-        return tr_run_key_error(r, "run", "dir", "cannot %s '%s/metrics.csv': %s",
-                                r->start_step > 0 ? "continue" : "write", r->dir, strerror(errno)),
-               TR_EXIT_IOERR;
-    if (tr_deck_bool(r->d, "run", "tensorboard")) {
-        r->tb = tr_tb_open(r->dir, r->start_step + 1, r->lm ? r->model.targets_per_sample : 0,
-                           r->precision == TR_PREC_FP16);
-        if (!r->tb)
-            return tr_run_key_error(r, "run", "tensorboard",
-                                    "cannot write TensorBoard's event file under '%s/tensorboard': "
-                                    "%s (run.tensorboard = false does without it)",
-                                    r->dir, strerror(errno)),
-                   TR_EXIT_IOERR;
-    }
     return 0;
 }
 
@@ -306,7 +219,9 @@ static int resume(run *r, uint64_t seed)
     return rc;
 }
 
-int tr_run_setup(run *r)
+/* [system] device: chosen (a GPU job without usable GPUs stops here), its matrix
+ * products set to the precision. */
+static int choose_device(run *r)
 {
     /* [system] device first: a GPU job without usable GPUs stops before any work
      * (a plan allocates nothing and is made anywhere, so it skips this) */
@@ -340,7 +255,14 @@ int tr_run_setup(run *r)
     const char *prec = tr_deck_str(r->d, "train", "precision");
     r->precision = tr_precision_parse(prec);
     r->dev->k->set_gemm_precision(r->precision);
-    rc = check_layout(r);
+    return 0;
+}
+
+/* The layout checked against the ranks and the batch, the grid of groups made, and
+ * on GPUs their NCCL communicators (or the tests' staging through host copies). */
+static int make_layout(run *r)
+{
+    int rc = check_layout(r);
     if (rc && r->rt->plan_layouts) { /* --layouts plans the others from this one */
         size_t n = strlen(r->err);
         snprintf(r->err + n, sizeof r->err - n,
@@ -372,9 +294,14 @@ int tr_run_setup(run *r)
         if (rc)
             return rc;
     }
+    return 0;
+}
 
+/* The data read and checked and the model built, the same on every rank. */
+static int build_model_and_data(run *r, uint64_t seed)
+{
     r->err[0] = '\0';
-    uint64_t seed = (uint64_t)tr_deck_int(r->d, "train", "seed");
+    int rc = 0;
     const char *model = tr_deck_str(r->d, "model", "name");
     const char *format = tr_deck_str(r->d, "data", "format");
     r->lm = !strcmp(model, "gpt");
@@ -419,12 +346,13 @@ int tr_run_setup(run *r)
     rc = tr_comm_agree(r->w, rc, r->err);
     if (rc)
         return rc;
+    return 0;
+}
 
-    rc = r->rt->plan_ranks ? 0 : open_run_dir(r); /* a plan writes nothing */
-    rc = tr_comm_agree(r->w, rc, r->err);
-    if (rc)
-        return rc;
-
+/* The loader or the token windows started, and the run's length in steps checked. */
+static int count_steps(run *r, uint64_t seed)
+{
+    int rc;
     if (r->lm) {
         tr_token_data_start(&r->tokens, r->global_batch, r->w->dp_rank, r->w->dp,
                             tr_deck_bool(r->d, "data", "shuffle"));
@@ -460,7 +388,13 @@ int tr_run_setup(run *r)
                               r->total_steps, r->total_steps / 10 ? r->total_steps / 10 : 1);
         return tr_comm_agree(r->w, rc, r->err);
     }
+    return 0;
+}
 
+/* The evaluation batch a rank takes, and so the largest batch activations are sized
+ * for. */
+static long size_batches(run *r)
+{
     long eval_global = tr_deck_int(r->d, "train", "eval_batch_size");
     r->eval_local_batch = (eval_global + r->w->dp - 1) / r->w->dp;
     if (r->eval_local_batch > 4096)
@@ -472,14 +406,14 @@ int tr_run_setup(run *r)
     if (r->lm && r->eval_local_batch > r->micro_batch)
         r->eval_local_batch = r->micro_batch; /* sequences are large: eval as trained */
     long max_batch = r->micro_batch > r->eval_local_batch ? r->micro_batch : r->eval_local_batch;
-    if (r->rt->plan_ranks) {
-        if (r->rt->plan_layouts)
-            tr_run_print_layouts(r);
-        if (!r->rt->plan_layouts || !r->lm)
-            tr_run_print_plan(r, (int)max_batch);
-        return TR_RUN_PLAN_DONE;
-    }
-    rc = tr_comm_agree(r->w, tr_run_check_memory(r, (int)max_batch), r->err);
+    return max_batch;
+}
+
+/* The plan's memory checked and reserved, the model and optimizer allocated, then a
+ * checkpoint resumed (or the initial weights drawn) and the metrics opened. */
+static int allocate_and_resume(run *r, long max_batch, uint64_t seed)
+{
+    int rc = tr_comm_agree(r->w, tr_run_check_memory(r, (int)max_batch), r->err);
     if (rc)
         return rc;
     rc = tr_comm_agree(r->w, tr_run_reserve(r, (int)max_batch), r->err);
@@ -501,10 +435,18 @@ int tr_run_setup(run *r)
     r->sharded = r->w->tp > 1 || r->w->pp > 1 || (zero && r->w->dp > 1);
     rc = resume(r, seed);
     if (!rc)
-        rc = open_metrics(r);
+        rc = tr_run_open_metrics(r);
     rc = tr_comm_agree(r->w, rc, r->err);
     if (rc)
         return rc;
+    return 0;
+}
+
+/* The gradient reduction: shared-memory windows on a node, buckets, the parameters
+ * gathered from ZeRO's slices, the pipeline's schedule. */
+static void start_reductions(run *r)
+{
+    int zero = (int)tr_deck_int(r->d, "parallel", "zero");
     /* CPU ranks on one node sum gradients (and tp activations) in shared memory */
     if (r->dev->host_memory && tr_deck_bool(r->d, "parallel", "shm_allreduce")) {
         tr_group_share_memory(r->w->dp_group, r->model.nparams);
@@ -530,6 +472,11 @@ int tr_run_setup(run *r)
         r->fwd_req = tr_alloc((size_t)r->slots * sizeof *r->fwd_req, "pipeline requests");
         memset(r->fwd_req, 0, (size_t)r->slots * sizeof *r->fwd_req);
     }
+}
+
+/* The peak MFU is measured against: set, or each rank's device measured at once. */
+static void measure_peak(run *r)
+{
     r->peak_gflops = tr_deck_float(r->d, "system", "peak_gflops");
     snprintf(r->peak_source, sizeof r->peak_source, "set by [system] peak_gflops");
     if (r->peak_gflops <= 0) {
@@ -539,6 +486,40 @@ int tr_run_setup(run *r)
         tr_allreduce(&mine, &sum, 1, TR_F64, TR_SUM, r->w->world);
         r->peak_gflops = sum / r->w->size;
     }
+}
+
+int tr_run_setup(run *r)
+{
+    int rc = choose_device(r);
+    if (rc)
+        return rc;
+    rc = make_layout(r);
+    if (rc)
+        return rc;
+    uint64_t seed = (uint64_t)tr_deck_int(r->d, "train", "seed");
+    rc = build_model_and_data(r, seed);
+    if (rc)
+        return rc;
+    rc = r->rt->plan_ranks ? 0 : tr_run_open_dir(r); /* a plan writes nothing */
+    rc = tr_comm_agree(r->w, rc, r->err);
+    if (rc)
+        return rc;
+    rc = count_steps(r, seed);
+    if (rc)
+        return rc;
+    long max_batch = size_batches(r);
+    if (r->rt->plan_ranks) {
+        if (r->rt->plan_layouts)
+            tr_run_print_layouts(r);
+        if (!r->rt->plan_layouts || !r->lm)
+            tr_run_print_plan(r, (int)max_batch);
+        return TR_RUN_PLAN_DONE;
+    }
+    rc = allocate_and_resume(r, max_batch, seed);
+    if (rc)
+        return rc;
+    start_reductions(r);
+    measure_peak(r);
     tr_run_print_banner(r);
     return 0;
 }
