@@ -140,8 +140,9 @@ int tr_group_has_nccl(const tr_group *g);
 int tr_group_share_memory(tr_group *g, size_t max_count);
 /* the shared memory each rank of such a group holds for max_count (at most 4 MiB) */
 size_t tr_shm_window_bytes(size_t max_count);
-/* Tests only: the largest count or displacement tr_allgatherv hands MPI at once
- * (0: MPI's INT_MAX), so its path for buffers past 2^31 elements runs on small ones. */
+/* Tests only: the largest count or displacement tr_allgatherv, tr_send, tr_isend and
+ * tr_recv hand MPI as such (0: MPI's INT_MAX), so their paths for buffers past 2^31
+ * elements run on small ones. */
 void tr_comm_test_max_count(size_t n);
 int tr_group_shares_memory(const tr_group *g);
 

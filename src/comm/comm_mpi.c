@@ -504,7 +504,8 @@ int tr_group_rank(const tr_group *g) { return g->rank; }
 
 /* MPI counts are int: large buffers go in pieces. */
 #define CHUNK ((size_t)1 << 30)
-/* the largest count or displacement the all-gather gives MPI (tests lower it) */
+/* the largest count or displacement the all-gather and the point-to-point calls give
+ * MPI as such (tests lower it) */
 static size_t g_max_count = INT_MAX;
 
 void tr_comm_test_max_count(size_t n) { g_max_count = n ? n : INT_MAX; }
@@ -674,6 +675,43 @@ void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dty
     tr_free(c);
 }
 
+/* A point-to-point message of count elements as (MPI datatype, int count): the base
+ * type itself up to g_max_count, else one element of a derived type spanning the whole
+ * message (whole pieces of CHUNK elements, then the rest), so that a pipeline's
+ * activations past 2^31 elements (e.g. a micro-batch of 16 x 8192 tokens of a 16384-wide
+ * model) still go as one message with one request. The caller frees the type with
+ * message_type_free once the call has been made: MPI keeps a type that a pending
+ * operation uses until that operation completes. */
+static int message_type(size_t count, tr_dtype dtype, MPI_Datatype *type)
+{
+    MPI_Datatype base = mpi_type(dtype);
+    if (count <= g_max_count) {
+        *type = base;
+        return (int)count;
+    }
+    size_t piece = CHUNK < g_max_count ? CHUNK : g_max_count;
+    size_t pieces = count / piece, rest = count % piece;
+    MPI_Datatype chunk, body;
+    MPI_CHECK(MPI_Type_contiguous((int)piece, base, &chunk));
+    MPI_CHECK(MPI_Type_contiguous((int)pieces, chunk, &body));
+    MPI_Aint lb, extent;
+    MPI_CHECK(MPI_Type_get_extent(base, &lb, &extent));
+    int lens[2] = {1, (int)rest};
+    MPI_Aint displs[2] = {0, (MPI_Aint)(pieces * piece) * extent};
+    MPI_Datatype types[2] = {body, base};
+    MPI_CHECK(MPI_Type_create_struct(rest ? 2 : 1, lens, displs, types, type));
+    MPI_CHECK(MPI_Type_commit(type));
+    MPI_CHECK(MPI_Type_free(&chunk));
+    MPI_CHECK(MPI_Type_free(&body));
+    return 1;
+}
+
+static void message_type_free(MPI_Datatype type, tr_dtype dtype)
+{
+    if (type != mpi_type(dtype))
+        MPI_CHECK(MPI_Type_free(&type));
+}
+
 void tr_send(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g)
 {
     NCCL_P2P_IF_DEVICE(g, buf, peer, 1, tr_nccl_send(n_, buf, count, dtype, peer, NULL));
@@ -681,9 +719,10 @@ void tr_send(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, t
         tr_staged_send(buf, count, dtype, peer, tag, g);
         return;
     }
-    if (count > INT_MAX)
-        tr_fatal(TR_EXIT_SOFTWARE, "bug: send of %zu elements", count);
-    MPI_CHECK(MPI_Send(buf, (int)count, mpi_type(dtype), peer, tag, g->comm));
+    MPI_Datatype type;
+    int n = message_type(count, dtype, &type);
+    MPI_CHECK(MPI_Send(buf, n, type, peer, tag, g->comm));
+    message_type_free(type, dtype);
 }
 
 void tr_isend(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_group *g,
@@ -694,10 +733,10 @@ void tr_isend(const void *buf, size_t count, tr_dtype dtype, int peer, int tag, 
         tr_staged_isend(buf, count, dtype, peer, tag, g, req);
         return;
     }
-    if (count > INT_MAX)
-        tr_fatal(TR_EXIT_SOFTWARE, "bug: send of %zu elements", count);
-    MPI_CHECK(MPI_Isend(buf, (int)count, mpi_type(dtype), peer, tag, g->comm,
-                        (MPI_Request *)req->storage));
+    MPI_Datatype type;
+    int n = message_type(count, dtype, &type);
+    MPI_CHECK(MPI_Isend(buf, n, type, peer, tag, g->comm, (MPI_Request *)req->storage));
+    message_type_free(type, dtype);
     req->active = TR_REQ_MPI;
 }
 
@@ -708,9 +747,10 @@ void tr_recv(void *buf, size_t count, tr_dtype dtype, int peer, int tag, tr_grou
         tr_staged_recv(buf, count, dtype, peer, tag, g);
         return;
     }
-    if (count > INT_MAX)
-        tr_fatal(TR_EXIT_SOFTWARE, "bug: receive of %zu elements", count);
-    MPI_CHECK(MPI_Recv(buf, (int)count, mpi_type(dtype), peer, tag, g->comm, MPI_STATUS_IGNORE));
+    MPI_Datatype type;
+    int n = message_type(count, dtype, &type);
+    MPI_CHECK(MPI_Recv(buf, n, type, peer, tag, g->comm, MPI_STATUS_IGNORE));
+    message_type_free(type, dtype);
 }
 
 void tr_bcast(void *buf, size_t count, tr_dtype dtype, int root, tr_group *g)

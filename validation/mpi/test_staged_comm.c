@@ -8,8 +8,9 @@
  * reduce-scatter), and copy through the device table: all-reduce in place and out of
  * place, non-blocking all-reduce completed by tr_wait and by polling tr_test, reduce to
  * a root, reduce-scatter and all-gather over uneven parts (16-bit values too), sends
- * and receives (blocking and not, and empty ones) and a broadcast; and the host
- * all-gather of a buffer past MPI's int counts (in pieces), on small ones. */
+ * and receives (blocking and not, and empty ones) and a broadcast; and, on small
+ * buffers, the host all-gather of a buffer past MPI's int counts (in pieces) and sends
+ * and receives past them (a derived type). */
 #include "comm/comm.h"
 #include "core/error.h"
 #include "test_util.h"
@@ -221,6 +222,44 @@ static void test_allgather_pieces(tr_group *g, int me)
     tr_free(u);
 }
 
+/* sends and receives past the count limit go as one message of a derived type: run
+ * here with the limit lowered to 64 elements, as floats over whole pieces and a rest
+ * (1000 = 15 x 64 + 40) and as 16-bit values over whole pieces only (1024), blocking
+ * and not, each received whole and checked against what the sender drew */
+static void test_p2p_pieces(tr_group *g, int me)
+{
+    const size_t nf = 1000, nu = 1024;
+    int peer = me ^ 1, from = me % 2 == 0 ? me : peer;
+    float *f = tr_alloc(nf * sizeof *f, "f32");
+    uint16_t *u = tr_alloc(nu * sizeof *u, "u16");
+    tr_comm_test_max_count(64);
+    if (me % 2 == 0) {
+        for (size_t i = 0; i < nf; i++)
+            f[i] = (float)(i * 3 + (size_t)me) * 0.25f;
+        for (size_t i = 0; i < nu; i++)
+            u[i] = (uint16_t)(i * 5 + (size_t)me);
+        tr_send(f, nf, TR_F32, peer, 10, g);
+        tr_request r = {0};
+        tr_isend(u, nu, TR_U16, peer, 11, g, &r);
+        tr_wait(&r);
+    } else {
+        memset(f, 0xff, nf * sizeof *f);
+        memset(u, 0xff, nu * sizeof *u);
+        tr_recv(f, nf, TR_F32, peer, 10, g);
+        tr_recv(u, nu, TR_U16, peer, 11, g);
+    }
+    tr_comm_test_max_count(0);
+    size_t bad = 0;
+    for (size_t i = 0; i < nf; i++)
+        bad += f[i] != (float)(i * 3 + (size_t)from) * 0.25f;
+    for (size_t i = 0; i < nu; i++)
+        bad += u[i] != (uint16_t)(i * 5 + (size_t)from);
+    CHECK(bad == 0, "send and receive past the count limit: %zu of %zu elements wrong on rank %d",
+          bad, nf + nu, me);
+    tr_free(f);
+    tr_free(u);
+}
+
 /* ranks 0-1 and 2-3 exchange: the even rank sends (blocking, then non-blocking), the
  * odd one receives into device memory; then an empty message each way */
 static void test_p2p(tr_group *g, int me, size_t n)
@@ -286,8 +325,10 @@ int main(int argc, char **argv)
             test_bcast(w.world, w.rank, sizes[k]);
         }
         test_scatter_gather(w.world, w.rank);
-        if (pass == 0)
+        if (pass == 0) {
             test_allgather_pieces(w.world, w.rank);
+            test_p2p_pieces(w.world, w.rank);
+        }
         g_arena_used = 0;
         if (pass == 0)
             CHECK(tr_group_share_memory(w.world, 3000) == 1, "4 ranks of one node: no window");
