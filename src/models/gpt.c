@@ -40,6 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(TR_MODEL_MAX_LAYERS >= 6 * TR_GPT_MAX_LAYERS + 4,
+               "model.h: TR_MODEL_MAX_LAYERS holds fewer layers than the deepest GPT has");
+
 enum { LN1, QKV, PROJ, LN2, FC, FCPROJ, PER_BLOCK };
 
 /* Dropout sites (their Philox streams: TR_STREAM_DROPOUT + site): the embeddings, and
@@ -309,15 +312,19 @@ void tr_gpt_costs(const tr_gpt_config *c, double *block, double *head)
 double tr_gpt_split_min_max(int L, int pp, tr_stage_cost_fn cost_of, void *ctx, int *counts)
 {
     /* the contiguous split minimising the most expensive stage: dynamic programming
-     * over (stages, blocks); L <= 48 and pp <= L + 1 keep it tiny. Every stage holds a
+     * over (stages, blocks), pp x L x L costs at most. Every stage holds a
      * block but the last, which may hold the head alone where that lightens the
      * busiest stage (a vocabulary of 50257 weighs as much as 4.5 of GPT-2 124M's
      * blocks, so at pp 4 the head and one block would set the pace) */
-    if (L < 1 || L > 48 || pp < 1 || pp > L + 1)
+    if (L < 1 || L > TR_GPT_MAX_LAYERS || pp < 1 || pp > L + 1)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: a split of %d blocks over %d stages", L, pp);
-    double best[TR_GPT_MAX_STAGES + 1][49];
-    int cut[TR_GPT_MAX_STAGES + 1][49];
-    /* best[s][n]: the cost of the worst of stages 0..s-1 holding blocks 0..n-1 */
+    /* best[s][n]: the cost of the worst of stages 0..s-1 holding blocks 0..n-1 (on the
+     * heap: at 128 blocks the tables take 200 KB, and a planner's cost function may
+     * build a model on the stack below this frame) */
+    typedef double best_row[TR_GPT_MAX_LAYERS + 1];
+    typedef int cut_row[TR_GPT_MAX_LAYERS + 1];
+    best_row *best = tr_alloc((size_t)(pp + 1) * sizeof *best, "split search");
+    cut_row *cut = tr_alloc((size_t)(pp + 1) * sizeof *cut, "split search");
     for (int s = 0; s <= pp; s++)
         for (int n = 0; n <= L; n++)
             best[s][n] = INFINITY, cut[s][n] = -1;
@@ -335,14 +342,14 @@ double tr_gpt_split_min_max(int L, int pp, tr_stage_cost_fn cost_of, void *ctx, 
                     cut[s][n] = k;
                 }
             }
-    if (best[pp][L] == INFINITY)
-        return INFINITY;
-    int hi = L;
-    for (int s = pp; s > 0; s--) {
+    double least = best[pp][L];
+    for (int s = pp, hi = L; least < INFINITY && s > 0; s--) {
         counts[s - 1] = hi - cut[s][hi];
         hi = cut[s][hi];
     }
-    return best[pp][L];
+    tr_free(best);
+    tr_free(cut);
+    return least;
 }
 
 /* tr_gpt_split_by's costs */

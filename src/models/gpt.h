@@ -8,9 +8,12 @@
 
 #include <stdint.h>
 
-/* n_layer <= 48 and every stage but the last holds a block: pp <= 49; a deck's
- * stage_blocks is read up to this many, so a longer one's count is still told right */
-#define TR_GPT_MAX_STAGES 64
+/* [model] n_layer's most: 128 covers the published models deepest in blocks (GPT-3
+ * 175B's 96, Megatron's 1T configuration's 128) */
+#define TR_GPT_MAX_LAYERS 128
+/* every stage but the last holds a block: pp <= n_layer + 1; a deck's stage_blocks is
+ * read up to this many, so a longer one's count is still told right */
+#define TR_GPT_MAX_STAGES (TR_GPT_MAX_LAYERS + 8)
 
 typedef struct tr_gpt_config {
     int L, NH, C, T; /* blocks, heads, width, context length */

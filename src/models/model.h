@@ -20,8 +20,9 @@
 
 #include <stdint.h>
 
-/* a GPT has 6 parameter groups per block: 48 blocks (GPT-2 1558M) + 3 */
-#define TR_MODEL_MAX_LAYERS 320
+/* a GPT has 6 parameter groups per block and 4 more (the two embeddings, ln_f, the head's
+ * copy of wte): 6 x 128 blocks (gpt.h: TR_GPT_MAX_LAYERS) + 4 (gpt.c asserts it) */
+#define TR_MODEL_MAX_LAYERS 772
 #define TR_MODEL_MAX_TENSORS (TR_MODEL_MAX_LAYERS * TR_LAYER_MAX_PARAMS)
 
 typedef struct tr_model tr_model;

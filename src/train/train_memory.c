@@ -264,7 +264,7 @@ typedef struct fit_search {
     double room;
     int device, max_batch;
     double block, head;
-    double need[TR_GPT_MAX_STAGES][49];
+    double need[TR_GPT_MAX_STAGES][TR_GPT_MAX_LAYERS + 1];
 } fit_search;
 
 /* A stage's cost for the split: its FLOPs where it fits the room, else INFINITY. Its

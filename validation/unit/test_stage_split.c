@@ -10,7 +10,9 @@
  *    name pp stages, add up to n_layer or give each stage but the last a block is
  *    refused with the split by cost to use;
  *  - under costs that rule some stages' counts out (the planner's memory limit), the
- *    least busiest split that avoids them, and none where every split has one. */
+ *    least busiest split that avoids them, and none where every split has one;
+ *  - the deepest model the deck takes (128 blocks) at up to pp 129, and GPT-3 175B's
+ *    96 blocks at pp 16. */
 #include "test_util.h"
 
 #include "models/gpt.h"
@@ -159,5 +161,29 @@ int main(void)
     split[0] = -7;
     CHECK(tr_gpt_split_min_max(6, 3, capped, &cap, split) == INFINITY && split[0] == -7,
           "stage 0 at most 0: a split found");
+
+    /* the deepest model the deck takes (n_layer = TR_GPT_MAX_LAYERS): pp up to one stage
+     * a block and the head alone; GPT-3 175B's 96 blocks at pp 16, six a stage (its
+     * head weighs a third of a block, so the last stage keeps six too) */
+    tr_gpt_config d = {.C = 64, .T = 64, .V = 50257, .L = TR_GPT_MAX_LAYERS, .NH = 1};
+    d.layout.pp = TR_GPT_MAX_LAYERS + 1;
+    CHECK(tr_gpt_check_config(&d, err, sizeof err) == 0, "pp %d on %d blocks refused: %s",
+          d.layout.pp, d.L, err);
+    for (int s = 0; s < d.layout.pp; s++) {
+        tr_gpt_stage_blocks(&d, d.layout.pp, s, &first, &count);
+        CHECK(first == s && count == (s < d.L), "%d blocks at pp %d: stage %d %d + %d", d.L,
+              d.layout.pp, s, first, count);
+    }
+    d.layout.pp = TR_GPT_MAX_LAYERS + 2;
+    CHECK(tr_gpt_check_config(&d, err, sizeof err) != 0, "pp %d on %d blocks taken", d.layout.pp,
+          d.L);
+    check_split(64, 64, 256, TR_GPT_MAX_LAYERS, 4); /* (the brute force takes L^(pp-1) steps) */
+    tr_gpt_config gpt3 = {.C = 12288, .T = 2048, .V = 50257, .L = 96, .NH = 96};
+    int blocks = 0;
+    for (int s = 0; s < 16; s++) {
+        tr_gpt_stage_blocks(&gpt3, 16, s, &first, &count);
+        CHECK(first == blocks && count == 6, "175B pp 16: stage %d %d + %d", s, first, count);
+        blocks += count;
+    }
     return tr_test_finish();
 }
