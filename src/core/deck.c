@@ -660,6 +660,7 @@ static const struct scope_rule {
     {"mlp: ", "model", "name", "mlp", 1, "model.name = mlp", NULL},
     {"mlp, cnn: ", "model", "name", "gpt", 0, "model.name = mlp or cnn", NULL},
     {"idx: ", "data", "format", "idx", 1, "data.format = idx", NULL},
+    {"wsd: ", "optim", "schedule", "wsd", 1, "optim.schedule = wsd", NULL},
     /* random_tokens reads no files */
     {"tokens: ", "data", "format", "tokens", 1, "data.format = tokens", "train_tokens"},
     {"tokens: ", "data", "format", "tokens", 1, "data.format = tokens", "val_tokens"},

@@ -57,9 +57,10 @@ const tr_key_spec tr_deck_keys[] = {
     K("optim", "beta1", TR_KEY_FLOAT, "0.9", 0, 0.999999, 0, "adamw: first-moment decay"),
     K("optim", "beta2", TR_KEY_FLOAT, "0.999", 0, 0.999999999, 0, "adamw: second-moment decay"),
     K("optim", "eps", TR_KEY_FLOAT, "1e-8", 1e-30, 1, 0, "adamw: denominator epsilon"),
-    K("optim", "schedule", TR_KEY_CHOICE, "constant", 0, 0, "constant|cosine|linear", "learning-rate schedule after the linear warmup: constant, cosine decay to min_lr, or linear decay to min_lr (fine-tuning's usual one)"),
+    K("optim", "schedule", TR_KEY_CHOICE, "constant", 0, 0, "constant|cosine|linear|wsd", "learning-rate schedule after the linear warmup: constant, cosine decay to min_lr, linear decay to min_lr (fine-tuning's usual one), or wsd (warmup-stable-decay: lr held, then the last decay_steps fall to min_lr as 1 - sqrt; a resumed run given more steps continues the same curve and decays at its new end)"),
     K("optim", "warmup_steps", TR_KEY_INT, "0", 0, BIG, 0, "steps of linear warmup from 0 to lr"),
-    K("optim", "min_lr", TR_KEY_FLOAT, "0", 0, 1e6, 0, "cosine, linear: learning rate at the last step"),
+    K("optim", "min_lr", TR_KEY_FLOAT, "0", 0, 1e6, 0, "cosine, linear, wsd: learning rate at the last step"),
+    K("optim", "decay_steps", TR_KEY_INT, "0", 0, BIG, 0, "wsd: the final steps that decay lr to min_lr (0: a fifth of the steps after the warmup, rounded up)"),
     K("optim", "clip_grad_norm", TR_KEY_FLOAT, "0", 0, 1e12, 0, "clip gradients to this global L2 norm (0 = off)"),
 
     K("parallel", "dp", TR_KEY_INT, "0", 0, 1 << 24, 0, "data-parallel ranks; 0 = all ranks / (tp x pp)"),

@@ -1,5 +1,5 @@
 /* optim.c: SGD with momentum and AdamW over flat buffers; warmup, then constant,
- * cosine or linear decay. */
+ * cosine, linear or warmup-stable-decay. */
 #include "optim.h"
 #include "core/error.h"
 
@@ -26,8 +26,10 @@ void tr_optim_init(tr_optim *o, const tr_deck *d, const tr_device *dev, size_t c
     const char *sched = tr_deck_str(d, "optim", "schedule");
     o->schedule = !strcmp(sched, "cosine")   ? TR_SCHED_COSINE
                   : !strcmp(sched, "linear") ? TR_SCHED_LINEAR
+                  : !strcmp(sched, "wsd")    ? TR_SCHED_WSD
                                              : TR_SCHED_CONSTANT;
     o->warmup_steps = tr_deck_int(d, "optim", "warmup_steps");
+    o->decay_steps = tr_deck_int(d, "optim", "decay_steps");
     o->min_lr = (float)tr_deck_float(d, "optim", "min_lr");
     o->clip_norm = (float)tr_deck_float(d, "optim", "clip_grad_norm");
     o->total_steps = total_steps;
@@ -85,6 +87,21 @@ float tr_optim_lr(const tr_optim *o, long step)
     if (o->schedule == TR_SCHED_CONSTANT)
         return o->lr;
     long span = o->total_steps - o->warmup_steps;
+    if (o->schedule == TR_SCHED_WSD) {
+        /* warmup-stable-decay (MiniCPM; Hägele et al. 2024, "Scaling Laws and
+         * Compute-Optimal Training Beyond Fixed Training Durations"): lr until the last
+         * `decay` steps, which fall to min_lr as 1 - sqrt(progress), the cooldown they
+         * found best. Only the decay depends on the run's length, so a run resumed before
+         * it with more steps follows the same curve and decays at its new end. */
+        long decay = span < 0 ? 0 : o->decay_steps > 0 ? o->decay_steps : (span + 4) / 5;
+        if (decay > span)
+            decay = span > 0 ? span : 0;
+        long start = o->total_steps - decay;
+        if (step < start)
+            return o->lr;
+        double t = decay > 0 ? (double)(step - start) / (double)decay : 1.0;
+        return o->min_lr + (o->lr - o->min_lr) * (float)(1.0 - sqrt(t < 1 ? t : 1));
+    }
     /* reaches min_lr after the last step, as PyTorch's CosineAnnealingLR(T_max = span);
      * linear: as Hugging Face's get_linear_schedule_with_warmup after its warmup */
     double progress = span > 0 ? (double)(step - o->warmup_steps) / (double)span : 1.0;

@@ -7,7 +7,12 @@
 #include "models/model.h"
 
 typedef enum { TR_OPT_SGD = 0, TR_OPT_ADAMW = 1 } tr_opt_kind;
-typedef enum { TR_SCHED_CONSTANT = 0, TR_SCHED_COSINE = 1, TR_SCHED_LINEAR = 2 } tr_sched_kind;
+typedef enum {
+    TR_SCHED_CONSTANT = 0,
+    TR_SCHED_COSINE = 1,
+    TR_SCHED_LINEAR = 2,
+    TR_SCHED_WSD = 3
+} tr_sched_kind;
 
 typedef struct tr_optim {
     tr_opt_kind kind;
@@ -15,6 +20,7 @@ typedef struct tr_optim {
     double beta1, beta2; /* double: see tr_adamw_make_consts */
     tr_sched_kind schedule;
     long warmup_steps, total_steps;
+    long decay_steps; /* wsd: the final steps of the decay; 0: a fifth of those after warmup */
     float min_lr;
     float clip_norm; /* 0: off */
     /* state, flat like the parameters: sgd uses m (momentum buffer), adamw m and v.

@@ -4,7 +4,9 @@
 # checkpoint resumes at another rank count within the any-layout tolerance; a
 # signal to one rank checkpoints at the next step boundary and exits 75; keep and
 # every_minutes write and keep the checkpoints they say, and last.h5 names the newest;
-# checkpoints written in the background (checkpoint.async) resume the same.
+# checkpoints written in the background (checkpoint.async) resume the same; a run
+# made longer from a checkpoint before optim.schedule = wsd's decay ends as if run
+# straight.
 source "$(dirname "$0")/../lib.sh"
 require_data
 RUN_TIMEOUT=300
@@ -126,4 +128,25 @@ check "async: resumed from step $A: $RC $(cat "$WORK/err")" \
   grep -q "resumed from .*$(basename "$(ck . $A)"): step $A" "$WORK/out"
 check "async: final state bit-identical to the straight run" \
   h5_same "$(ck "$WORK/straight" $STEPS)" "$(ck "$WORK/async2" $STEPS)"
+# 8. a run made longer from a checkpoint (optim.schedule = wsd): 30 steps whose last 10
+#    decay, continued from step 15 (before that decay) as a run of 40, ends bit-identical
+#    to the run of 40 done straight: the stable rate, then its own decay at its new end
+wsd=(inputs/mnist.in optim.schedule=wsd optim.decay_steps=10 optim.warmup_steps=3
+  optim.min_lr=0.001 train.log_every=1 run.progress=off)
+run 2 "$WORK/out" "$WORK/err" "${wsd[@]}" train.steps=40 run.dir="$WORK/wsd40"
+check "wsd: 40 steps straight: $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+run 2 "$WORK/out" "$WORK/err" "${wsd[@]}" train.steps=30 checkpoint.every=15 run.dir="$WORK/wsd30"
+check "wsd: 30 steps: $RC $(cat "$WORK/err")" [ "$RC" = 0 ]
+run 2 "$WORK/out" "$WORK/err" "${wsd[@]}" train.steps=40 run.dir="$WORK/wsd30to40" \
+  checkpoint.resume="$(ck "$WORK/wsd30" 15)"
+check "wsd: 30 steps' step 15 continued to 40: $RC $(cat "$WORK/err")" \
+  grep -q "resumed from .*$(basename "$(ck . 15)"): step 15" "$WORK/out"
+check "wsd: ... says the steps differ" grep -q "\[train\] steps = 40 (checkpoint: 30)" "$WORK/out"
+check "wsd: ... and ends bit-identical to the 40 steps done straight" \
+  h5_same "$(ck "$WORK/wsd40" 40)" "$(ck "$WORK/wsd30to40" 40)"
+lr_at() { awk -F, -v s="$2" '$3 == "train" && $1 == s {print $6}' "$1/metrics.csv"; } # RUN STEP
+check "wsd: the rate held (40 steps: $(lr_at "$WORK/wsd40" 25) at step 25 and 30)" \
+  [ "$(lr_at "$WORK/wsd40" 25)" = "$(lr_at "$WORK/wsd40" 30)" ]
+check "wsd: ... where the 30 steps' run had decayed ($(lr_at "$WORK/wsd30" 30) at step 30)" \
+  awk "BEGIN {exit !($(lr_at "$WORK/wsd30" 30) < $(lr_at "$WORK/wsd40" 30))}"
 finish
