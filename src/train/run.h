@@ -15,6 +15,7 @@
 #include "optim.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
+#include "plan.h"
 #include "train.h"
 #include "train_checkpoint.h"
 #include "val_tracker.h"
@@ -118,6 +119,20 @@ int tr_run_check_memory(run *r, int max_batch);
 int tr_run_reserve(run *r, int max_batch);
 /* trainer --plan: every pipeline stage's plan of the layout set up. */
 void tr_run_print_plan(run *r, int max_batch);
+/* The plan of a rank of pipeline stage `stage` (of this rank's tp rank: the tp ranks
+ * hold equal shares) at `micro` micro-batches, from the model that stage would
+ * build: its slots, the micro-batches whose activations it keeps, follow the
+ * schedule and the count. This rank's own model where that is the same. */
+tr_plan tr_run_stage_plan(run *r, int stage, long micro, int max_batch);
+/* The fewest [train] micro_batches (a divisor of the rank's batch, above the deck's)
+ * at which every rank (the largest stage's, in a pipeline) would need no more than
+ * `room` bytes of the device's reservation (device) or of the host (else), with that
+ * need in *need; else 0, with *need and *most what the most micro-batches would
+ * still need (GPipe keeps every micro-batch's activations; a classifier's evaluation
+ * batch stays). Every rank works out the same answer. */
+long tr_run_fewest_micro_that_fit(run *r, double room, int device, double *need, long *most);
+
+/* ---- train_layouts.c ---- */
 /* trainer --plan --layouts: each dp x tp x pp of the run's ranks a GPT allows, with
  * its largest stage's memory, whether it fits, the pipeline's least busy share and
  * the most a rank sends per step, the best first; another model's one layout is
