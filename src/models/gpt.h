@@ -1,4 +1,5 @@
-/* gpt.h: the GPT-2 style transformer (model name "gpt"), see gpt.c. */
+/* gpt.h: the GPT-2 style transformer (model name "gpt"), see gpt.c; its layout checks
+ * and the pipeline's split of its blocks: gpt_stage_split.c. */
 #ifndef TR_GPT_H
 #define TR_GPT_H
 
