@@ -124,6 +124,15 @@ void tr_run_print_plan(run *r, int max_batch);
  * build: its slots, the micro-batches whose activations it keeps, follow the
  * schedule and the count. This rank's own model where that is the same. */
 tr_plan tr_run_stage_plan(run *r, int stage, long micro, int max_batch);
+/* The same under another split of the blocks (split: pp counts, as [parallel]
+ * stage_blocks takes them; NULL: the run's). */
+tr_plan tr_run_split_stage_plan(run *r, int stage, long micro, int max_batch, const int *split);
+/* A GPT pipeline's split of the blocks under which every stage fits `room` (of the
+ * device's reservation, or of the host) at r->micro micro-batches, the one whose
+ * busiest stage has the fewest FLOPs, in counts, with the most a stage then needs in
+ * *need: 1; 0 where the run's own split fits, none does, or the search finds that
+ * one. For the out-of-memory messages and --layouts. */
+int tr_run_split_that_fits(run *r, double room, int device, int *counts, double *need);
 /* The fewest [train] micro_batches (a divisor of the rank's batch, above the deck's)
  * at which every rank (the largest stage's, in a pipeline) would need no more than
  * `room` bytes of the device's reservation (device) or of the host (else), with that

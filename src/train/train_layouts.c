@@ -25,6 +25,11 @@ typedef struct layout_row {
     double step;  /* estimated seconds a step (0: no speeds given) */
     int tp_spans; /* the tp group spans nodes */
     int deck;     /* the deck's own layout */
+    /* a pipeline that fits at no micro-batch count under its split by cost (or the
+     * deck's): planned at the deck's micro-batches under the split that fits, these
+     * block counts a stage (nsplit of them; 0: the usual split) */
+    int nsplit;
+    int split[TR_GPT_MAX_STAGES];
 } layout_row;
 
 /* With speeds, fit first, then the estimated step. Without: fit, tp on a node's
@@ -66,6 +71,7 @@ static int crosses_nodes(int span, int per_node) { return span > per_node || per
  * ranks lie. */
 static void measure_layout(run *r, layout_row *row)
 {
+    const int *split = row->nsplit ? row->split : NULL;
     const tr_runtime *rt = r->rt;
     const tr_world *w = r->w;
     const tr_gpt_config *c = tr_gpt_config_of(&r->model);
@@ -81,7 +87,8 @@ static void measure_layout(run *r, layout_row *row)
         cost_sum += w->pp > 1 ? tr_gpt_stage_cost(c, w->pp, s) : 1;
     row->need = row->node = row->net = 0;
     for (int s = 0; s < w->pp; s++) {
-        tr_plan p = tr_run_stage_plan(r, s, r->micro, (int)(r->local_batch / r->micro));
+        tr_plan p =
+            tr_run_split_stage_plan(r, s, r->micro, (int)(r->local_batch / r->micro), split);
         tr_plan_traffic t =
             tr_plan_stage_traffic(&p, &r->model, w, r->d, r->local_batch, r->micro, s);
         row->need = p.total > row->need ? p.total : row->need;
@@ -106,8 +113,9 @@ static void measure_layout(run *r, layout_row *row)
 
 /* The layout dp x tp x pp of the run's ranks at micro-batches of the deck's size (or
  * the largest that divides the rank's batch), or where those do not fit `room`, at
- * the fewest micro-batches that do: r's world, batch and model stand for that
- * layout's rank 0 while it is worked out. */
+ * the fewest micro-batches that do, or where none does, a pipeline at the deck's
+ * count under the split of its blocks that fits (tr_run_split_that_fits): r's world,
+ * batch and model stand for that layout's rank 0 while it is worked out. */
 static layout_row plan_layout(run *r, int dp, int tp, int pp, double room)
 {
     tr_world w = *r->w, *saved_w = r->w;
@@ -123,25 +131,34 @@ static layout_row plan_layout(run *r, int dp, int tp, int pp, double room)
     r->eval_local_batch = mbs; /* a language model evaluates as it trains */
     layout_row row = {.dp = dp, .tp = tp, .pp = pp, .fits = -1};
     row.tp_spans = crosses_nodes(tp, w.local_size > 0 ? w.local_size : w.size);
-    long micro = r->local_batch / mbs;
+    long deck_micro = r->local_batch / mbs, micro = deck_micro;
     for (int pass = 0; pass < 2 && micro; pass++) {
         /* stage 0's model at this count (its slots follow it), which tr_run_stage_plan takes
          * for this rank's own stage */
         r->micro = micro;
         r->micro_batch = r->local_batch / micro;
         tr_model_layout lay = tr_run_model_layout(r);
+        lay.split = row.nsplit ? row.split : NULL;
         char msg[1024];
         if (tr_model_build(&r->model, saved_model.name, r->d, (tr_shape){1, 1, 1}, &lay, msg,
                            sizeof msg))
             tr_fatal(TR_EXIT_SOFTWARE, "bug: layout dp %d x tp %d x pp %d: %s", dp, tp, pp, msg);
         measure_layout(r, &row);
-        row.raised = pass;
+        row.raised = micro != deck_micro;
         if (room > 0)
             row.fits = row.need <= room;
-        /* where it does not fit, once more at the fewest micro-batches that do */
+        /* where it does not fit, once more at the fewest micro-batches that do, or where
+         * none does, at this count under a split of the blocks that fits */
         double need;
-        long most;
-        micro = row.fits ? 0 : tr_run_fewest_micro_that_fit(r, room, 0, &need, &most);
+        long most, next = 0;
+        if (room > 0 && !row.fits && !row.nsplit) {
+            next = tr_run_fewest_micro_that_fit(r, room, 0, &need, &most);
+            if (!next && pp > 1 && tr_run_split_that_fits(r, room, 0, row.split, &need)) {
+                row.nsplit = pp;
+                next = micro;
+            }
+        }
+        micro = next;
         tr_model_free(&r->model);
     }
     r->model = saved_model;
@@ -271,12 +288,19 @@ void tr_run_print_layouts(run *r)
                 snprintf(v, sizeof v, "%.0f", tok);
             snprintf(est, sizeof est, "  %10s  %8s", t, v);
         }
-        printf("  %s %5d %5d %5d %6ld%s %12s  %5s  %3.0f %% %14s %13s%s%s\n", w->deck ? "*" : " ",
+        char blocks[TR_GPT_MAX_STAGES * 4 + 16] = "", counts[TR_GPT_MAX_STAGES * 4];
+        if (w->nsplit)
+            snprintf(blocks, sizeof blocks, "  stage_blocks %s",
+                     tr_gpt_blocks_list(w->split, w->nsplit, counts, sizeof counts));
+        printf("  %s %5d %5d %5d %6ld%s %12s  %5s  %3.0f %% %14s %13s%s%s%s\n", w->deck ? "*" : " ",
                w->dp, w->tp, w->pp, w->micro, w->raised ? "+" : " ",
                tr_bytes_str(a, sizeof a, w->need), fit, 100 * w->busy,
                tr_bytes_str(b, sizeof b, w->node), tr_bytes_str(e, sizeof e, w->net), est,
-               w->tp_spans ? "  tp spans nodes" : "");
+               w->tp_spans ? "  tp spans nodes" : "", blocks);
     }
+    int splits = 0;
+    for (int i = 0; i < nrows; i++)
+        splits += rows[i].nsplit > 0;
     char list[256];
     if (nbad_tp) {
         list_values(bad_tp, nbad_tp, list, sizeof list);
@@ -301,6 +325,11 @@ void tr_run_print_layouts(run *r)
     else
         printf("fits: not judged: a GPU's plan needs the GPU's memory, e.g. --device-memory "
                "80GiB\n");
+    if (splits)
+        printf("stage_blocks: a pipeline that fits at no micro-batch count with its blocks "
+               "split %s, planned at the deck's micro-batches under the split that fits whose "
+               "busiest stage has the fewest FLOPs (set it as [parallel] stage_blocks)\n",
+               c->nstage_blocks ? "as the deck says or by cost" : "by cost");
     printf("busy: the least share of a step a rank computes, by the stages' balance of model "
            "FLOPs and the pipeline's bubble (pp - 1 of micro + pp - 1 slots); sent: the most "
            "bytes a rank sends per step to ranks of its node and across nodes (dp, tp, pp and "

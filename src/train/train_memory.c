@@ -181,15 +181,12 @@ static double reserved_bytes(const tr_plan *p)
            p->optimizer + p->backend;
 }
 
-static tr_plan split_stage_plan(run *r, int stage, long micro, int max_batch, const int *split);
-
 tr_plan tr_run_stage_plan(run *r, int stage, long micro, int max_batch)
 {
-    return split_stage_plan(r, stage, micro, max_batch, NULL);
+    return tr_run_split_stage_plan(r, stage, micro, max_batch, NULL);
 }
 
-/* tr_run_stage_plan under another split of the blocks (split: pp counts; NULL: the run's) */
-static tr_plan split_stage_plan(run *r, int stage, long micro, int max_batch, const int *split)
+tr_plan tr_run_split_stage_plan(run *r, int stage, long micro, int max_batch, const int *split)
 {
     if (r->w->pp == 1 || (stage == r->w->pp_rank && micro == r->micro && !split))
         return make_plan(r, &r->model, max_batch);
@@ -249,7 +246,7 @@ long tr_run_fewest_micro_that_fit(run *r, double room, int device, double *need,
     return 0;
 }
 
-/* The search of split_that_fits: what a stage holding a number of blocks would need
+/* The search of tr_run_split_that_fits: what a stage holding a number of blocks would need
  * (memoised: -1 not yet known), and the FLOPs it weighs by. */
 typedef struct fit_search {
     run *r;
@@ -276,7 +273,7 @@ static double fitting_cost(void *ctx, int stage, int blocks)
         if (rest < 0) /* the others cannot all hold a block: no such split */
             return INFINITY;
         split[stage == pp - 1 ? 0 : pp - 1] += rest;
-        tr_plan p = split_stage_plan(r, stage, r->micro, f->max_batch, split);
+        tr_plan p = tr_run_split_stage_plan(r, stage, r->micro, f->max_batch, split);
         f->need[stage][blocks] = f->device ? reserved_bytes(&p) : p.total;
     }
     if (f->need[stage][blocks] > f->room)
@@ -284,14 +281,10 @@ static double fitting_cost(void *ctx, int stage, int blocks)
     return blocks * f->block + (stage == pp - 1 ? f->head : 0);
 }
 
-/* For an out-of-memory message of a GPT pipeline: the split of the blocks (as [parallel]
- * stage_blocks takes it) under which every stage fits `room` at the deck's
- * micro-batches, the one whose busiest stage has the fewest FLOPs, with the most a
- * stage then needs in *need; 0 where none fits, or it is the run's own split. 1F1B
- * keeps pp - s micro-batches of activations on stage s, and the last stage holds the
- * logits: moving blocks off the fullest stage may fit what the split by cost does
- * not. */
-static int split_that_fits(run *r, double room, int device, int *counts, double *need)
+/* (run.h) 1F1B keeps pp - s micro-batches of activations on stage s, and the last
+ * stage holds the logits: moving blocks off the fullest stage may fit what the split
+ * by cost does not. */
+int tr_run_split_that_fits(run *r, double room, int device, int *counts, double *need)
 {
     const tr_gpt_config *c = tr_gpt_config_of(&r->model);
     int pp = r->w->pp;
@@ -355,7 +348,7 @@ static void micro_batches_hint(run *r, double room, int device, char *out, size_
     if (!r->lm || used >= len) /* a classifier has one layout: data-parallel */
         return;
     int split[TR_GPT_MAX_STAGES];
-    if (split_that_fits(r, room, device, split, &need)) {
+    if (tr_run_split_that_fits(r, room, device, split, &need)) {
         char list[TR_GPT_MAX_STAGES * 4];
         used += (size_t)snprintf(out + used, len - used,
                                  "; or, at the deck's micro_batches, parallel.stage_blocks=%s "

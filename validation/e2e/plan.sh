@@ -293,10 +293,18 @@ for case in "8 2 inputs/gpt2_124m.in --device-memory 8GiB" \
   "4 4 inputs/gpt2_124m.in train.batch_size=16 parallel.dp=2 parallel.pp=2 --device-memory 6GiB" \
   "8 2 inputs/gpt2_124m.in --device-memory 8GiB --tflops 100 --node-gbps 150 --network-gbps 25" \
   "4 4 inputs/gpt_brown.in train.batch_size=32 --tflops 0.08 --node-gbps 5 parallel.zero=1 train.recompute=block" \
-  "4 4 inputs/gpt_brown.in parallel.pp=2 parallel.stage_blocks=3,1"; do
+  "4 4 inputs/gpt_brown.in parallel.pp=2 parallel.stage_blocks=3,1" \
+  "4 4 inputs/gpt2_124m.in train.batch_size=4 train.micro_batches=4 parallel.pp=4 --device-memory 2GiB"; do
   # shellcheck disable=SC2086 # (the case's words are the arguments)
   check "--layouts $case" "$PYTHON" validation/e2e/plan_layouts.py "$TRAINER" $case
 done
+# where no micro-batch count fits a pipeline split by cost (micro-batches of one sample
+# already), --layouts plans it under the split that fits: GPT-2 124M at dp 2 x pp 2 in
+# 2 GiB as 6,6 (the head's stage lighter by a third of its FLOPs)
+"$TRAINER" --plan inputs/gpt2_124m.in --ranks 4 --layouts train.batch_size=4 \
+  train.micro_batches=4 parallel.pp=4 --device-memory 2GiB >"$WORK/layouts_split" 2>&1
+check "--layouts: a split that fits: $(grep stage_blocks "$WORK/layouts_split" | head -1)" grep -qE \
+  "^ +2 +1 +2 +2  +1.9 GiB +95 % .*  stage_blocks 6,6$" "$WORK/layouts_split"
 "$TRAINER" --plan inputs/gpt_brown.in --ranks 8 --layouts train.batch_size=8 model.n_layer=2 \
   >"$WORK/layouts" 2>&1
 check "--layouts: tp that does not divide n_head left out" \

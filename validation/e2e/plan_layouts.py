@@ -5,7 +5,9 @@ against `trainer --plan` of each layout it lists, and its own rules.
 Every row's memory must be the total that --plan prints for that layout (dp x tp x pp
 at the row's micro-batches); its "fits" the fit --plan judges, at micro-batches of
 the deck's size or, marked "+", at the fewest that fit (--plan at the next fewer that
-divide the rank's batch does not fit); its "busy" (1 - the least wait) x (1 - the
+divide the rank's batch does not fit), or where none fits, a pipeline's at the deck's
+size under the split of the blocks it names (stage_blocks: --plan of it fits, of the
+usual split at one sample a micro-batch does not); its "busy" (1 - the least wait) x (1 - the
 bubble) of --plan's stage work line; its bytes sent at least what --plan's figures
 give stage 0 by the ring formulas (and exactly that without a pipeline), split into
 the node's and the network's by where each group's ranks lie (tp innermost, then pp,
@@ -50,7 +52,8 @@ def run(trainer, args):
 
 ROW = re.compile(
     r"^  ([* ]) +(\d+) +(\d+) +(\d+) +(\d+)([+ ]) +" + SIZE + r" +(\d+ %|no|\?) +(\d+) % +"
-    + SIZE + " +" + SIZE + r"(?: +([0-9.]+) (ms|s) +([0-9.]+)( [kM])?)?(  tp spans nodes)?$"
+    + SIZE + " +" + SIZE + r"(?: +([0-9.]+) (ms|s) +([0-9.]+)( [kM])?)?(  tp spans nodes)?"
+    r"(?:  stage_blocks ([0-9,]+))?$"
 )
 
 
@@ -85,9 +88,12 @@ def main():
             rows.append(
                 dict(deck=m[1] == "*", dp=int(m[2]), tp=int(m[3]), pp=int(m[4]),
                      micro=int(m[5]), raised=m[6] == "+", mem=m[7], fit=m[8], busy=int(m[9]),
-                     node=m[10], net=m[11], step=step, spans=bool(m[16]), line=line))
+                     node=m[10], net=m[11], step=step, spans=bool(m[16]), split=m[17] or "",
+                     line=line))
     if not rows:
         fail("no layout rows in:\n" + out)
+    if len(re.findall(r"^fits: ", out, re.M)) != 1:
+        fail("not one fits: line in:\n" + out)
     if (tflops is not None) != all(r["step"] is not None for r in rows):
         fail("estimated steps printed without --tflops, or missing with it")
     head = re.search(r"global batch (\d+) in micro-batches of (\d+)", out)
@@ -104,7 +110,9 @@ def main():
         if r["dp"] * r["tp"] * r["pp"] != ranks:
             fail(f"{r['line']}: not {ranks} ranks")
         lay = [f"parallel.dp={r['dp']}", f"parallel.tp={r['tp']}", f"parallel.pp={r['pp']}"]
-        if split and len(split.split(",")) != r["pp"]:  # the deck's split is for its pp
+        if r["split"]:  # a split that fits where no micro-batch count does
+            lay.append(f"parallel.stage_blocks={r['split']}")
+        elif split and len(split.split(",")) != r["pp"]:  # the deck's split is for its pp
             lay.append("parallel.stage_blocks=")
         plan = run(trainer, [*plain, *lay, f"train.micro_batches={r['micro']}"])
         total = re.search(r"^  total +" + SIZE + "$", plan, re.M)[1]
@@ -119,6 +127,16 @@ def main():
         size0 = max(k for k in range(1, min(mbs, local) + 1) if local % k == 0)
         if r["raised"] != (r["micro"] > local // size0) or local % r["micro"]:
             fail(f"{r['line']}: the deck's micro-batches of {size0} make {local // size0}")
+        if r["split"]:
+            # ... where at the most micro-batches (of one sample) the usual split does not fit
+            usual = [a for a in lay if not a.startswith("parallel.stage_blocks=")]
+            if split and len(split.split(",")) != r["pp"]:
+                usual.append("parallel.stage_blocks=")
+            at = run(trainer, [*plain, *usual, f"train.micro_batches={local}"])
+            if r["raised"] or not re.search(r"^warning: does not fit", at, re.M):
+                fail(f"{r['line']}: a split where micro_batches = {local} fits, or raised")
+            if "stage_blocks" not in out.split("\nbusy:")[0].split("\n")[-1]:
+                fail("no legend for the rows' stage_blocks")
         if r["raised"]:
             fewer = max(k for k in range(local // size0, r["micro"]) if local % k == 0)
             at = run(trainer, [*plain, *lay, f"train.micro_batches={fewer}"])
