@@ -253,14 +253,14 @@ check "pp 4 not fitting: a split that fits: $(grep '^warning' "$WORK/plan_nofit"
   train.micro_batches=4 --device-memory 3GiB parallel.stage_blocks=2,4,5,1 >"$WORK/plan_fit" 2>&1
 check "... which fits: $(grep -E '^(fits|warning)' "$WORK/plan_fit")" grep -q "^fits: " "$WORK/plan_fit"
 # the deepest models the deck takes: GPT-3 175B's shape (96 blocks of 12288, context
-# 2048) at 1024 GPUs as dp 8 x tp 8 x pp 16 in bf16, its parameters counted as the
-# literature's 175B and six blocks a stage; 128 blocks at pp 129 (a block a stage, the
-# head alone); 129 blocks refused at the key
+# 2048) at 1024 ranks as dp 8 x tp 8 x pp 16 in bf16, its parameters counted as the
+# literature's 175B and six blocks a stage, fitting 80 GiB (the CPU's plan, which every
+# build makes; a CUDA build's GPU plan, system.device=cuda, needs 53.4 GiB); 128 blocks
+# at pp 129 (a block a stage, the head alone); 129 blocks refused at the key
 "$TRAINER" --plan inputs/gpt2_124m.in --ranks 1024 --ranks-per-node 8 model.n_layer=96 \
   model.n_head=96 model.n_embd=12288 model.seq_len=2048 train.batch_size=1536 \
-  train.micro_batches=192 train.precision=bf16-mixed system.device=cuda \
-  data.format=random_tokens train.steps=10 parallel.tp=8 parallel.pp=16 \
-  --device-memory 80GiB >"$WORK/plan_175b" 2>&1
+  train.micro_batches=192 train.precision=bf16-mixed data.format=random_tokens \
+  train.steps=10 parallel.tp=8 parallel.pp=16 --device-memory 80GiB >"$WORK/plan_175b" 2>&1
 check "GPT-3 175B's shape: $(grep -E '^(plan|fits|warning)' "$WORK/plan_175b")" grep -qz \
   "plan: model gpt, 174604259328 parameters; 1024 ranks = dp 8 x tp 8 x pp 16, 8 per node.*
   stage 0   blocks 0-5 .*
