@@ -246,22 +246,24 @@ long tr_run_fewest_micro_that_fit(run *r, double room, int device, double *need,
     return 0;
 }
 
-/* The search of tr_run_split_that_fits: what a stage holding a number of blocks would need
- * (memoised: -1 not yet known), and the FLOPs it weighs by. */
+/* The search of tr_run_split_that_fits: what a stage holding a number of blocks would
+ * need (memoised: -1 not yet known), the most blocks each stage fits (-2 not yet
+ * known, -1 none), and the FLOPs a stage weighs by. */
 typedef struct fit_search {
     run *r;
     double room;
     int device, max_batch;
     double block, head;
+    int cap[TR_GPT_MAX_STAGES];
     double need[TR_GPT_MAX_STAGES][TR_GPT_MAX_LAYERS + 1];
 } fit_search;
 
-/* A stage's cost for the split: its FLOPs where it fits the room, else INFINITY. Its
- * model is built within a split that gives it `blocks` (the other stages any valid
- * counts: a stage's model depends on its own blocks and place only). */
-static double fitting_cost(void *ctx, int stage, int blocks)
+/* What stage `stage` would need holding `blocks` blocks, from its model built within a
+ * split that gives it so many (the other stages any valid counts: a stage's model
+ * depends on its own blocks and place only); INFINITY where the others could not all
+ * hold a block. */
+static double stage_need(fit_search *f, int stage, int blocks)
 {
-    fit_search *f = ctx;
     run *r = f->r;
     int pp = r->w->pp, L = tr_gpt_config_of(&r->model)->L;
     if (f->need[stage][blocks] < 0) {
@@ -270,15 +272,45 @@ static double fitting_cost(void *ctx, int stage, int blocks)
             if (s != stage)
                 split[s] = s < pp - 1 ? 1 : 0, rest -= split[s];
         split[stage] = blocks;
-        if (rest < 0) /* the others cannot all hold a block: no such split */
+        if (rest < 0)
             return INFINITY;
         split[stage == pp - 1 ? 0 : pp - 1] += rest;
         tr_plan p = tr_run_split_stage_plan(r, stage, r->micro, f->max_batch, split);
         f->need[stage][blocks] = f->device ? reserved_bytes(&p) : p.total;
     }
-    if (f->need[stage][blocks] > f->room)
+    return f->need[stage][blocks];
+}
+
+/* The most blocks stage `stage` holds within the room, -1 where it holds none it may
+ * (every stage but the last needs one). A stage needs more with each block it holds
+ * (weights, gradients, optimizer state, activations; the rest stays), so a binary
+ * search: log2(L) plans a stage instead of L (a 128-block model's --layouts at 1024
+ * ranks planned every count: minutes). */
+static int stage_cap(fit_search *f, int stage)
+{
+    if (f->cap[stage] != -2)
+        return f->cap[stage];
+    int pp = f->r->w->pp, L = tr_gpt_config_of(&f->r->model)->L, last = stage == pp - 1;
+    int lo = last ? 0 : 1, hi = L - (pp - 1 - !last); /* the others: one block each but the last */
+    if (stage_need(f, stage, lo) > f->room)
+        return f->cap[stage] = -1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (stage_need(f, stage, mid) <= f->room)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return f->cap[stage] = lo;
+}
+
+/* A stage's cost for the split: its FLOPs where it fits the room, else INFINITY. */
+static double fitting_cost(void *ctx, int stage, int blocks)
+{
+    fit_search *f = ctx;
+    if (blocks > stage_cap(f, stage))
         return INFINITY;
-    return blocks * f->block + (stage == pp - 1 ? f->head : 0);
+    return blocks * f->block + (stage == f->r->w->pp - 1 ? f->head : 0);
 }
 
 /* (run.h) 1F1B keeps pp - s micro-batches of activations on stage s, and the last
@@ -295,16 +327,20 @@ int tr_run_split_that_fits(run *r, double room, int device, int *counts, double 
     f->r = r, f->room = room, f->device = device;
     f->max_batch = (int)max_batch_at(r, r->micro_batch);
     tr_gpt_costs(c, &f->block, &f->head);
-    for (int s = 0; s < pp; s++)
+    for (int s = 0; s < pp; s++) {
+        f->cap[s] = -2;
         for (int n = 0; n <= c->L; n++)
             f->need[s][n] = -1;
+    }
     int found = tr_gpt_split_min_max(c->L, pp, fitting_cost, f, counts) < INFINITY, same = 1;
     *need = 0;
     for (int s = 0; found && s < pp; s++) {
         int first, n;
         tr_gpt_stage_blocks(c, pp, s, &first, &n);
         same &= n == counts[s];
-        *need = f->need[s][counts[s]] > *need ? f->need[s][counts[s]] : *need;
+        double x = stage_need(f, s, counts[s]); /* (probed by the search: within the room) */
+        found &= x <= room;
+        *need = x > *need ? x : *need;
     }
     tr_free(f);
     return found && !same;
