@@ -610,10 +610,7 @@ void tr_ireduce(void *buf, size_t count, tr_dtype dtype, tr_redop op, int root, 
 
 void tr_reduce_scatterv(float *buf, const size_t *counts, const size_t *displs, tr_group *g)
 {
-#ifdef TRAINER_HAVE_CUDA
-    if (nccl_for(g, buf, NULL))
-        tr_fatal(TR_EXIT_SOFTWARE, "bug: tr_reduce_scatterv on device memory");
-#endif
+    NCCL_IF_DEVICE(g, buf, NULL, tr_nccl_reduce_scatterv(n_, buf, counts, displs));
     if (tr_staged(buf, NULL)) {
         tr_staged_reduce_scatterv(buf, counts, displs, g);
         return;

@@ -400,6 +400,22 @@ extern "C" void tr_nccl_allgatherv(tr_nccl *c, void *buf, const size_t *counts,
     finish(c, NULL);
 }
 
+extern "C" void tr_nccl_reduce_scatterv(tr_nccl *c, float *buf, const size_t *counts,
+                                       const size_t *displs)
+{
+    cudaStream_t s = begin(c);
+    /* each part reduced in place to its rank, fused into one operation: pieces of any
+     * size, with the calls this file already loads (a reduce's recvbuff is ignored
+     * on the other ranks, so their copy of a part stays as it was) */
+    NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < c->size; r++)
+        if (counts[r]) /* the same on every rank, so every rank skips the same */
+            NCCL_CHECK(ncclReduce(buf + displs[r], buf + displs[r], counts[r], ncclFloat32,
+                                  ncclSum, r, c->comm, s));
+    NCCL_CHECK(ncclGroupEnd());
+    finish(c, NULL);
+}
+
 extern "C" void tr_nccl_send(tr_nccl *c, const void *buf, size_t count, tr_dtype dtype,
                              int peer, tr_request *req)
 {

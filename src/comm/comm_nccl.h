@@ -47,6 +47,8 @@ void tr_nccl_reduce(tr_nccl *c, void *buf, size_t count, tr_dtype dtype, tr_redo
                     tr_request *req);
 void tr_nccl_allgatherv(tr_nccl *c, void *buf, const size_t *counts, const size_t *displs,
                         tr_dtype dtype);
+/* fp32 sums of each rank's part [displs[r], + counts[r]) left in place on rank r */
+void tr_nccl_reduce_scatterv(tr_nccl *c, float *buf, const size_t *counts, const size_t *displs);
 void tr_nccl_send(tr_nccl *c, const void *buf, size_t count, tr_dtype dtype, int peer,
                   tr_request *req);
 void tr_nccl_recv(tr_nccl *c, void *buf, size_t count, tr_dtype dtype, int peer);

@@ -661,6 +661,8 @@ static const struct scope_rule {
     {"mlp, cnn: ", "model", "name", "gpt", 0, "model.name = mlp or cnn", NULL},
     {"idx: ", "data", "format", "idx", 1, "data.format = idx", NULL},
     {"wsd: ", "optim", "schedule", "wsd", 1, "optim.schedule = wsd", NULL},
+    {"gpt, with tp > 1: ", "model", "name", "gpt", 1, "model.name = gpt", NULL},
+    {"gpt, with tp > 1: ", "parallel", "tp", "1", 0, "parallel.tp > 1", NULL},
     /* random_tokens reads no files */
     {"tokens: ", "data", "format", "tokens", 1, "data.format = tokens", "train_tokens"},
     {"tokens: ", "data", "format", "tokens", 1, "data.format = tokens", "val_tokens"},

@@ -27,6 +27,8 @@
  * vocabulary, and the cross-entropy reduces row statistics instead of gathering
  * logits. LayerNorms, wpe and the row-parallel biases are replicated: their inputs
  * and gradients are the same on every tp rank, so they stay equal without talking.
+ * Sequence parallelism (layout.sequence_parallel, at tp > 1) splits the tokens
+ * between the tensor-parallel products too (see "sequence parallelism" below).
  * Each tensor records which rectangles of the logical tensor it holds (tr_param
  * blocks) and its index in the whole model, so initialisation and checkpoints see
  * the logical tensors whatever the layout. */
@@ -56,7 +58,9 @@ typedef struct slot_pass {
     long step, row0;
 } slot_pass;
 
-/* One block's activations for one slot (pointers into buffers of max_batch rows). */
+/* One block's activations for one slot (pointers into buffers of max_batch rows; in
+ * sequence parallelism ln1, res2, ln2 and res3 and the layernorms' statistics hold this
+ * rank's rows only, from its first). */
 typedef struct block_acts {
     void *ln1;                        /* [B,T,C] stored in stored_format */
     float *ln1_mean, *ln1_rstd;       /* [B,T], [B,T] */
@@ -83,6 +87,13 @@ typedef struct gpt {
      * MLP's activations are stored in its width (transformer_kernels.h) */
     int stored_format;
     int wte, wpe, lnf, head_wte, block0; /* layer indices, -1 where absent */
+    /* sequence parallelism: sp where the layout asks for it (tp > 1), sp_on while the
+     * passes run with it (not generation's); the ranks' parts of a pass's rows in
+     * elements, counts then offsets; a layernorm's output gathered over the tp ranks
+     * for the product that reads it ([B,T,C] stored in stored_format) */
+    int sp, sp_on;
+    size_t *sp_parts; /* [2 tp] */
+    void *lnfull;
     block_acts *blk;   /* [nl * slots]; with recompute only res3 is kept */
     block_acts work;   /* recompute: one block's activations, rebuilt in backward */
     void **encoded;    /* [slots] of [B,T,C]: the stream into the stage's first block,
@@ -220,6 +231,12 @@ static const tr_param *P(const tr_model *m, int layer, int i)
 /* local block i (0 <= i < nl) */
 static int blk_layer(const gpt *g, int i, int part) { return g->block0 + i * PER_BLOCK + part; }
 
+/* Row r of a tensor of rows of `width` values stored in `format`. */
+static void *row_of(const void *base, size_t r, size_t width, int format)
+{
+    return (char *)base + r * width * tr_stored_bytes(format);
+}
+
 static void build_layers(tr_model *m, gpt *g)
 {
     const tr_gpt_config *c = &g->cfg;
@@ -303,28 +320,29 @@ static float *buf(const tr_model *m, int alloc, size_t n, size_t *sum, const cha
     return g->bufs[g->nbufs++] = p;
 }
 
-/* One block's activations for max_batch rows; with `only_res3` just its output. */
-static void block_buffers(const tr_model *m, block_acts *b, size_t BT, size_t att, int alloc,
-                          int only_res3, size_t *a)
+/* One block's activations for max_batch rows, BT (of which the rank keeps `rows` of the
+ * stream, sequence parallelism's share); with `only_res3` just its output. */
+static void block_buffers(const tr_model *m, block_acts *b, size_t BT, size_t rows, size_t att,
+                          int alloc, int only_res3, size_t *a)
 {
     const gpt *g = G(m);
     size_t C = (size_t)g->cfg.C;
     /* the activations stored in the format's width (transformer_kernels.h), in floats'
      * worth, rounded up */
-    size_t es = tr_stored_bytes(m->precision), lnc = (BT * C * es + 3) / sizeof(float);
+    size_t es = tr_stored_bytes(m->precision), lnc = (rows * C * es + 3) / sizeof(float);
     b->res3 = buf(m, alloc, lnc, a, "activations");
     if (only_res3)
         return;
     b->ln1 = buf(m, alloc, lnc, a, "activations");
-    b->ln1_mean = buf(m, alloc, BT, a, "activations");
-    b->ln1_rstd = buf(m, alloc, BT, a, "activations");
+    b->ln1_mean = buf(m, alloc, rows, a, "activations");
+    b->ln1_rstd = buf(m, alloc, rows, a, "activations");
     b->qkv = buf(m, alloc, (BT * 3 * (size_t)g->Cl * es + 3) / sizeof(float), a, "activations");
     b->atty = buf(m, alloc, (BT * (size_t)g->Cl * es + 3) / sizeof(float), a, "activations");
     b->att = buf(m, alloc, att, a, "attention state");
     b->res2 = buf(m, alloc, lnc, a, "activations");
     b->ln2 = buf(m, alloc, lnc, a, "activations");
-    b->ln2_mean = buf(m, alloc, BT, a, "activations");
-    b->ln2_rstd = buf(m, alloc, BT, a, "activations");
+    b->ln2_mean = buf(m, alloc, rows, a, "activations");
+    b->ln2_rstd = buf(m, alloc, rows, a, "activations");
     size_t hidden = (BT * (size_t)g->Fl * es + 3) / sizeof(float);
     b->fch = buf(m, alloc, hidden, a, "activations");
     b->fch_gelu = buf(m, alloc, hidden, a, "activations");
@@ -339,7 +357,11 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
      * CPU's max and 1 / sum, the GPU's log-sum-exp), never the T x T probabilities */
     size_t att = m->dev->k->attention_state_floats(max_batch, c->T, g->NHl);
     size_t *a = &mem->activations, *s = &mem->scratch;
-    size_t stream = (BT * C * tr_stored_bytes(m->precision) + 3) / sizeof(float);
+    /* the stream's rows a rank keeps: in sequence parallelism its share of max_batch's
+     * (the largest share), or a whole sequence's, for generation, which runs without */
+    size_t T = (size_t)c->T, share = (BT + (size_t)g->tp - 1) / (size_t)g->tp;
+    size_t rows = g->sp ? (share > T ? share : T) : BT;
+    size_t stream = (rows * C * tr_stored_bytes(m->precision) + 3) / sizeof(float);
     int S = g->slots;
     if (alloc)
         g->dev = m->dev;
@@ -348,16 +370,21 @@ static void gpt_buffers(tr_model *m, int max_batch, int alloc, tr_model_memory *
     mem->logits_format = g->lfmt;
     size_t logits = (BT * (size_t)g->Vl * tr_stored_bytes(g->lfmt) + 3) / sizeof(float);
     for (int i = 0; i < g->nl * S; i++)
-        block_buffers(m, &g->blk[i], BT, att, alloc, g->recompute, a);
+        block_buffers(m, &g->blk[i], BT, rows, att, alloc, g->recompute, a);
     if (g->recompute) /* one block's worth, rebuilt for each block in backward */
-        block_buffers(m, &g->work, BT, att, alloc, 0, s);
+        block_buffers(m, &g->work, BT, rows, att, alloc, 0, s);
+    if (g->sp && g->nl) /* a layernorm's output of every row, gathered */
+        g->lnfull = buf(m, alloc, (BT * C * tr_stored_bytes(m->precision) + 3) / sizeof(float), s,
+                        "activations");
     for (int i = 0; i < S; i++) {
         g->encoded[i] = buf(m, alloc, stream, a, "activations");
         if (!g->last)
             continue;
-        g->lnf_out[i] = buf(m, alloc, stream, a, "activations");
-        g->lnf_mean[i] = buf(m, alloc, BT, a, "activations");
-        g->lnf_rstd[i] = buf(m, alloc, BT, a, "activations");
+        /* every row: the head reads them all */
+        g->lnf_out[i] = buf(m, alloc, (BT * C * tr_stored_bytes(m->precision) + 3) / sizeof(float),
+                            a, "activations");
+        g->lnf_mean[i] = buf(m, alloc, rows, a, "activations");
+        g->lnf_rstd[i] = buf(m, alloc, rows, a, "activations");
         size_t before = *a;
         g->logits[i] = buf(m, alloc, logits, a, "logits");
         mem->logits += *a - before;
@@ -406,6 +433,7 @@ static void gpt_free(tr_model *m)
     free(g->tok);
     free(g->tgt);
     free(g->pass);
+    free(g->sp_parts);
     free(g);
     m->impl = NULL;
 }
@@ -420,33 +448,157 @@ static void tp_sum(const gpt *g, float *x, size_t n)
         tr_allreduce(x, x, n, TR_F32, TR_SUM, g->cfg.layout.tp_group);
 }
 
+/* ---- sequence parallelism -------------------------------------------------------
+ * Megatron's (Korthikanti et al. 2022): between the tensor-parallel products, tp rank
+ * q keeps rows [B T q / tp, B T (q + 1) / tp) of a pass's B x T tokens. A row-parallel
+ * product's partial sums are reduce-scattered instead of all-reduced, so that each
+ * rank adds its rows' bias, dropout and residual, and normalises them; a layernorm's
+ * output is all-gathered before the column-parallel product that reads it (and again
+ * in backward, for the weight gradient), and so is the gradient of a row-parallel
+ * product's output. The same bytes as the all-reduces forward (a ring all-reduce is a
+ * reduce-scatter and an all-gather), half as many again backward; in return the
+ * element-wise work is done once instead of tp times, and the residual stream, the
+ * layernorms' outputs kept for backward and the pipeline's messages take 1/tp of the
+ * room. The layernorms' weight gradients are then each rank's rows' share: summed
+ * over tp at the step's last backward (sum_replica_grads). */
+typedef struct row_span {
+    size_t r0, n; /* this rank's rows of the pass: [r0, r0 + n) */
+} row_span;
+
+static row_span pass_rows(const gpt *g, size_t BT)
+{
+    if (!g->sp_on)
+        return (row_span){0, BT};
+    size_t r0 = BT * (size_t)g->tp_rank / (size_t)g->tp;
+    return (row_span){r0, BT * (size_t)(g->tp_rank + 1) / (size_t)g->tp - r0};
+}
+
+/* every rank's part of BT rows of width C, in elements: counts, then offsets */
+static const size_t *sp_parts_of(const gpt *g, size_t BT)
+{
+    size_t C = (size_t)g->cfg.C, tp = (size_t)g->tp;
+    for (size_t q = 0; q < tp; q++) {
+        size_t r0 = BT * q / tp, r1 = BT * (q + 1) / tp;
+        g->sp_parts[q] = (r1 - r0) * C;
+        g->sp_parts[tp + q] = r0 * C;
+    }
+    return g->sp_parts;
+}
+
+/* A row-parallel product's partial sums x [BT, C]: summed over tp, every row
+ * (tp_sum) or in sequence parallelism this rank's (the others' left as they were). */
+static void tp_combine(const gpt *g, float *x, size_t BT)
+{
+    if (!g->sp_on) {
+        tp_sum(g, x, BT * (size_t)g->cfg.C);
+        return;
+    }
+    const size_t *p = sp_parts_of(g, BT);
+    tr_reduce_scatterv(x, p, p + g->tp, g->cfg.layout.tp_group);
+}
+
+/* Every rank's rows of x [BT, C], each rank's own in place: moved, never summed, so
+ * 16-bit values go as they are. */
+static void sp_gather(const gpt *g, void *x, size_t BT, tr_dtype type)
+{
+    const size_t *p = sp_parts_of(g, BT);
+    tr_allgatherv(x, p, p + g->tp, type, g->cfg.layout.tp_group);
+}
+
+static tr_dtype stored_type(const tr_model *m)
+{
+    return tr_stored_bytes(m->precision) == 2 ? TR_U16 : TR_F32;
+}
+
+/* A layernorm's output `ln` (this rank's rows) over all BT rows, for the
+ * column-parallel product that reads it: ln itself, or in sequence parallelism
+ * gathered into lnfull. */
+static const void *ln_all_rows(const tr_model *m, const void *ln, size_t BT)
+{
+    const gpt *g = G(m);
+    if (!g->sp_on)
+        return ln;
+    row_span r = pass_rows(g, BT);
+    size_t C = (size_t)g->cfg.C;
+    m->dev->copy(row_of(g->lnfull, r.r0, C, m->precision), ln,
+                 r.n * C * tr_stored_bytes(m->precision));
+    sp_gather(g, g->lnfull, BT, stored_type(m));
+    return g->lnfull;
+}
+
+/* The gradient of a row-parallel product's output over all BT rows, from the
+ * stream's (g->dres, this rank's rows) through the site's dropout mask (drawn again):
+ * dres itself where neither applies, else in proj_out, which forward is done with. */
+static const float *proj_grad(const tr_model *m, size_t BT, const tr_dropout *d)
+{
+    const gpt *g = G(m);
+    row_span r = pass_rows(g, BT);
+    size_t n = r.n * (size_t)g->cfg.C;
+    float *part = g->proj_out + r.r0 * (size_t)g->cfg.C;
+    if (tr_dropout_on(d))
+        m->k->dropout(part, g->dres, n, d);
+    else if (g->sp_on)
+        m->dev->copy(part, g->dres, n * sizeof *part);
+    else
+        return g->dres;
+    if (g->sp_on)
+        sp_gather(g, g->proj_out, BT, TR_F32);
+    return g->proj_out;
+}
+
+/* In sequence parallelism, at the step's last backward: a layernorm's gradients,
+ * each rank's rows' share of every micro-batch's, summed over tp (before the
+ * data-parallel buckets read them), so that every tp rank holds the whole. */
+static void sum_replica_grads(const tr_model *m, int layer, int last_backward)
+{
+    const gpt *g = G(m);
+    if (!g->sp_on || !last_backward)
+        return;
+    for (int i = 0; i < m->layers[layer].nparams; i++) {
+        const tr_param *p = &m->layers[layer].params[i];
+        tp_sum(g, p->grad, p->numel);
+    }
+}
+
 /* ---- dropout ------------------------------------------------------------------- */
 
 /* Site `site`'s dropout in slot's pass (off where it is not training or p is 0), for a
  * tensor of `per_row` elements per batch row: the call's element 0 is element row0
- * per_row of the global batch's. Attention's (per_row 1) numbers its rows so, and its
- * heads as the model's (dropout_math.h). */
-static tr_dropout site_dropout(const gpt *g, int slot, int site, float p, uint64_t per_row)
+ * per_row + skip of the global batch's (skip: where this rank's rows start, in sequence
+ * parallelism). Attention's (per_row 1) numbers its rows so, and its heads as the
+ * model's (dropout_math.h). */
+static tr_dropout site_dropout_from(const gpt *g, int slot, int site, float p, uint64_t per_row,
+                                    uint64_t skip)
 {
     const slot_pass *s = &g->pass[slot];
     int on = s->train && p > 0.0f;
     tr_dropout d = tr_dropout_make(on ? p : 0.0f, g->cfg.seed, on ? (uint64_t)s->step : 0,
                                    TR_STREAM_DROPOUT + (uint32_t)site,
-                                   on ? (uint64_t)s->row0 * per_row : 0);
+                                   on ? (uint64_t)s->row0 * per_row + skip : 0);
     d.heads = g->cfg.NH;
     d.head0 = g->tp_rank * g->NHl;
     return d;
 }
 
-/* Local block i's three sites in slot's pass, indexed by SITE_* (T positions a row) */
-static void block_dropouts(const gpt *g, int slot, int i, int T, tr_dropout d[SITES_PER_BLOCK])
+static tr_dropout site_dropout(const gpt *g, int slot, int site, float p, uint64_t per_row)
+{
+    return site_dropout_from(g, slot, site, p, per_row, 0);
+}
+
+/* Local block i's three sites in slot's pass, indexed by SITE_* (T positions a row;
+ * the residual stream's from this rank's rows r) */
+static void block_dropouts(const gpt *g, int slot, int i, int T, row_span r,
+                           tr_dropout d[SITES_PER_BLOCK])
 {
     const tr_gpt_config *c = &g->cfg;
     int site0 = 1 + SITES_PER_BLOCK * (g->l0 + i);
     uint64_t row = (uint64_t)T * (uint64_t)c->C; /* the residual stream's values a row */
+    uint64_t skip = (uint64_t)r.r0 * (uint64_t)c->C;
     d[SITE_ATTN] = site_dropout(g, slot, site0 + SITE_ATTN, c->attn_pdrop, 1);
-    d[SITE_ATTN_RESID] = site_dropout(g, slot, site0 + SITE_ATTN_RESID, c->resid_pdrop, row);
-    d[SITE_MLP_RESID] = site_dropout(g, slot, site0 + SITE_MLP_RESID, c->resid_pdrop, row);
+    d[SITE_ATTN_RESID] =
+        site_dropout_from(g, slot, site0 + SITE_ATTN_RESID, c->resid_pdrop, row, skip);
+    d[SITE_MLP_RESID] =
+        site_dropout_from(g, slot, site0 + SITE_MLP_RESID, c->resid_pdrop, row, skip);
 }
 
 void tr_gpt_stage_train(tr_model *m, int slot, long step, long row0)
@@ -467,7 +619,11 @@ static void block_forward(tr_model *m, int i, int slot, const block_acts *b, con
     gpt *g = G(m);
     const tr_kernels *k = m->k;
     int C = g->cfg.C, BT = B * T, Cl = g->Cl, Fl = g->Fl;
-    size_t n = (size_t)BT * C;
+    /* the stream's rows this rank computes (all but in sequence parallelism), and
+     * where their sums land in proj_out */
+    row_span r = pass_rows(g, (size_t)BT);
+    size_t n = r.n * (size_t)C;
+    float *part = g->proj_out + r.r0 * (size_t)C;
     const tr_layer *lay = &m->layers[blk_layer(g, i, 0)];
     const tr_param *ln1 = lay[LN1].params, *qkv = lay[QKV].params, *proj = lay[PROJ].params;
     const tr_param *ln2 = lay[LN2].params, *fc = lay[FC].params, *fcp = lay[FCPROJ].params;
@@ -478,35 +634,35 @@ static void block_forward(tr_model *m, int i, int slot, const block_acts *b, con
      * (proj_out) by every kernel that reads it ("read as values of format",
      * transformer_kernels.h). The residual stream (x, res2, res3) is stored in the
      * format's width, as the layernorms' outputs are. */
-    k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, ln1[0].value, ln1[1].value, B, T,
-                         C, m->precision);
+    k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, ln1[0].value, ln1[1].value, 1,
+                         (int)r.n, C, m->precision);
     /* ln_1's and ln_2's outputs, qkv, attention's and the MLP's activations are stored
      * in the format's width; dln, dqkv and dfch, free until backward, are the fp32
      * scratch of their readers and writers */
-    k->linear_forward_stored_io(b->qkv, b->ln1, qkv[0].value, qkv[1].value, BT, C, 3 * Cl,
-                                m->precision, g->dqkv, g->dln);
+    k->linear_forward_stored_io(b->qkv, ln_all_rows(m, b->ln1, (size_t)BT), qkv[0].value,
+                                qkv[1].value, BT, C, 3 * Cl, m->precision, g->dqkv, g->dln);
     /* att is the backend's state for backward, stored (rounded) by the kernel itself */
     tr_dropout d[SITES_PER_BLOCK];
-    block_dropouts(g, slot, i, T, d);
+    block_dropouts(g, slot, i, T, r, d);
     k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, g->NHl, m->precision,
                          &d[SITE_ATTN]);
     k->linear_forward_stored(g->proj_out, b->atty, proj[0].value,
                              bias_here ? proj[1].value : NULL, BT, Cl, C, m->precision, g->dln);
-    tp_sum(g, g->proj_out, n);
-    /* dropped after the tp sum: every tp rank draws the same mask for the whole row */
+    tp_combine(g, g->proj_out, (size_t)BT);
+    /* dropped after the tp sum: every tp rank draws the same mask for a row */
     if (tr_dropout_on(&d[SITE_ATTN_RESID]))
-        k->dropout(g->proj_out, g->proj_out, n, &d[SITE_ATTN_RESID]);
-    k->residual_forward(b->res2, x, g->proj_out, n, m->precision);
-    k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value, ln2[1].value,
-                         B, T, C, m->precision);
-    k->linear_gelu_forward(b->fch, b->fch_gelu, b->ln2, fc[0].value, fc[1].value, BT, C, Fl,
-                           m->precision, g->dfch, g->dln);
+        k->dropout(part, part, n, &d[SITE_ATTN_RESID]);
+    k->residual_forward(b->res2, x, part, n, m->precision);
+    k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, ln2[0].value, ln2[1].value, 1,
+                         (int)r.n, C, m->precision);
+    k->linear_gelu_forward(b->fch, b->fch_gelu, ln_all_rows(m, b->ln2, (size_t)BT), fc[0].value,
+                           fc[1].value, BT, C, Fl, m->precision, g->dfch, g->dln);
     k->linear_forward_stored(g->proj_out, b->fch_gelu, fcp[0].value,
                              bias_here ? fcp[1].value : NULL, BT, Fl, C, m->precision, g->dfch);
-    tp_sum(g, g->proj_out, n);
+    tp_combine(g, g->proj_out, (size_t)BT);
     if (tr_dropout_on(&d[SITE_MLP_RESID]))
-        k->dropout(g->proj_out, g->proj_out, n, &d[SITE_MLP_RESID]);
-    k->residual_forward(b->res3, b->res2, g->proj_out, n, m->precision);
+        k->dropout(part, part, n, &d[SITE_MLP_RESID]);
+    k->residual_forward(b->res3, b->res2, part, n, m->precision);
 }
 
 /* Where block i of slot s keeps its activations for the forward pass. */
@@ -542,6 +698,8 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
     /* a training pass where tr_gpt_stage_train marked it, else an evaluation */
     g->pass[slot].train = g->pass[slot].marked;
     g->pass[slot].marked = 0;
+    row_span r = pass_rows(g, (size_t)BT);
+    size_t n = r.n * (size_t)C;
     if (g->first) { /* its tokens stay where backward finds them */
         tok = tr_model_upload(m, g->tok[slot], tok, (size_t)BT * sizeof *tok);
         /* the fp32 sum in proj_out (free until the first block), stored into the stream */
@@ -553,12 +711,14 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
             k->embedding_shard_forward(g->proj_out, tok, P(m, g->wte, 0)->value,
                                        g->tp_rank == 0 ? P(m, g->wpe, 0)->value : NULL, B, T,
                                        C, g->v0, g->Vl);
-            tp_sum(g, g->proj_out, (size_t)BT * C);
+            tp_combine(g, g->proj_out, (size_t)BT);
         }
-        tr_dropout d = site_dropout(g, slot, 0, g->cfg.embd_pdrop, (uint64_t)T * C);
+        float *part = g->proj_out + r.r0 * C; /* this rank's rows */
+        tr_dropout d =
+            site_dropout_from(g, slot, 0, g->cfg.embd_pdrop, (uint64_t)T * C, (uint64_t)r.r0 * C);
         if (tr_dropout_on(&d))
-            k->dropout(g->proj_out, g->proj_out, (size_t)BT * C, &d);
-        k->narrow_stored(g->encoded[slot], g->proj_out, (size_t)BT * C, m->precision);
+            k->dropout(part, part, n, &d);
+        k->narrow_stored(g->encoded[slot], part, n, m->precision);
     }
     for (int i = 0; i < g->nl; i++) {
         block_acts b = acts_for(g, i, slot);
@@ -568,20 +728,17 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
         return;
     const void *x = g->nl ? g->blk[(g->nl - 1) * g->slots + slot].res3 : g->encoded[slot];
     const tr_param *lnf = m->layers[g->lnf].params;
-    k->layernorm_forward(g->lnf_out[slot], g->lnf_mean[slot], g->lnf_rstd[slot], x, lnf[0].value,
-                         lnf[1].value, B, T, C, m->precision);
+    k->layernorm_forward(row_of(g->lnf_out[slot], r.r0, C, m->precision), g->lnf_mean[slot],
+                         g->lnf_rstd[slot], x, lnf[0].value, lnf[1].value, 1, (int)r.n, C,
+                         m->precision);
+    if (g->sp_on) /* the head reads every row */
+        sp_gather(g, g->lnf_out[slot], (size_t)BT, stored_type(m));
     /* tied head: logits = ln_f(x) wte^T over this rank's rows (padded rows are zero:
      * zero logits, which the cross-entropy ignores) */
     /* the logits, in the backend's form, are read as values of the format by the
      * loss, the accuracy and tr_gpt_stage_logits; the loss is fp32 math */
     k->lm_head_forward(g->logits[slot], g->lnf_out[slot], P(m, g->head_wte, 0)->value,
                        (size_t)BT, C, g->Vl, m->precision, g->lfmt, g->dln);
-}
-
-/* Row r of a tensor of rows of `width` values stored in `format`. */
-static void *row_of(const void *base, size_t r, size_t width, int format)
-{
-    return (char *)base + r * width * tr_stored_bytes(format);
 }
 
 int tr_gpt_can_decode(const tr_model *m) { return !G(m)->recompute; }
@@ -629,6 +786,8 @@ void tr_gpt_stage_decode(tr_model *m, const int32_t *tok, int pos)
     const tr_kernels *k = m->k;
     int C = g->cfg.C, f = m->precision;
     check_slot(m, 0, 1, pos + 1);
+    if (g->sp_on)
+        tr_fatal(TR_EXIT_SOFTWARE, "bug: decoding in sequence parallelism");
     if (g->recompute)
         tr_fatal(TR_EXIT_SOFTWARE, "bug: decoding without the activations of every block");
     g->pass[0].train = g->pass[0].marked = 0; /* no dropout */
@@ -738,7 +897,8 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
     gpt *g = G(m);
     const tr_kernels *k = m->k;
     int C = g->cfg.C, BT = B * T, Cl = g->Cl, Fl = g->Fl;
-    size_t n = (size_t)BT * C;
+    row_span r = pass_rows(g, (size_t)BT); /* this rank's rows of the stream and of dres */
+    float *dln_part = g->dln + r.r0 * (size_t)C;
     const tr_layer *lay = &m->layers[blk_layer(g, i, 0)];
     const tr_param *ln1 = lay[LN1].params, *qkv = lay[QKV].params, *proj = lay[PROJ].params;
     const tr_param *ln2 = lay[LN2].params, *fc = lay[FC].params, *fcp = lay[FCPROJ].params;
@@ -756,39 +916,32 @@ static void block_backward(tr_model *m, int i, int s, int B, int T)
      * layernorms' input gradients add into dres (the residual's backward). The hidden
      * gradient lives in dfch, in the backend's form (transformer_kernels.h). */
     /* resid dropout: the projections' output gradients are dres through the same mask
-     * (drawn again), in proj_out, which forward is done with */
+     * (drawn again), in proj_out, which forward is done with (proj_grad) */
     tr_dropout d[SITES_PER_BLOCK];
-    block_dropouts(g, s, i, T, d);
-    const float *dproj = g->dres;
-    if (tr_dropout_on(&d[SITE_MLP_RESID])) {
-        k->dropout(g->proj_out, g->dres, n, &d[SITE_MLP_RESID]);
-        dproj = g->proj_out;
-    }
-    k->mlp_backward(g->dln, fc[0].grad, fc[1].grad, fcp[0].grad, fcp[1].grad, dproj, b.ln2,
-                    b.fch, b.fch_gelu, fc[0].value, fcp[0].value, BT, C, Fl, m->precision,
-                    g->dfch);
-    tp_sum(g, g->dln, n);
-    k->layernorm_backward(g->dres, ln2[0].grad, ln2[1].grad, g->dln, b.res2, ln2[0].value,
-                          b.ln2_mean, b.ln2_rstd, B, T, C, m->precision, 1);
+    block_dropouts(g, s, i, T, r, d);
+    const float *dproj = proj_grad(m, (size_t)BT, &d[SITE_MLP_RESID]);
+    k->mlp_backward(g->dln, fc[0].grad, fc[1].grad, fcp[0].grad, fcp[1].grad, dproj,
+                    ln_all_rows(m, b.ln2, (size_t)BT), b.fch, b.fch_gelu, fc[0].value, fcp[0].value,
+                    BT, C, Fl, m->precision, g->dfch);
+    tp_combine(g, g->dln, (size_t)BT);
+    k->layernorm_backward(g->dres, ln2[0].grad, ln2[1].grad, dln_part, b.res2, ln2[0].value,
+                          b.ln2_mean, b.ln2_rstd, 1, (int)r.n, C, m->precision, 1);
     /* attention half: res2 = x_in + c_proj(attn(c_attn(ln_1(x_in)))) */
     /* attention's tensors are stored in the format, its output gradient too (c_proj's
      * input gradient, in dfch, which the MLP's backward has freed; dln is the CPU's
      * fp32 scratch for it), and so is dqkv, whose widening to fp32 on the CPU goes to
      * dfch again once attention's backward is done with it */
-    dproj = g->dres;
-    if (tr_dropout_on(&d[SITE_ATTN_RESID])) {
-        k->dropout(g->proj_out, g->dres, n, &d[SITE_ATTN_RESID]);
-        dproj = g->proj_out;
-    }
+    dproj = proj_grad(m, (size_t)BT, &d[SITE_ATTN_RESID]);
     k->linear_backward_stored_dinp(g->dfch, proj[0].grad, proj[1].grad, dproj, b.atty,
                                    proj[0].value, BT, Cl, C, m->precision, g->dln);
     k->attention_backward(g->dqkv, g->datt, g->dfch, b.atty, b.qkv, b.att, B, T, Cl, g->NHl,
                           m->precision, &d[SITE_ATTN]);
-    k->linear_backward_stored_dout(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv, b.ln1,
-                                   qkv[0].value, BT, C, 3 * Cl, m->precision, g->dfch);
-    tp_sum(g, g->dln, n);
-    k->layernorm_backward(g->dres, ln1[0].grad, ln1[1].grad, g->dln, x_in, ln1[0].value,
-                          b.ln1_mean, b.ln1_rstd, B, T, C, m->precision, 1);
+    k->linear_backward_stored_dout(g->dln, qkv[0].grad, qkv[1].grad, g->dqkv,
+                                   ln_all_rows(m, b.ln1, (size_t)BT), qkv[0].value, BT, C, 3 * Cl,
+                                   m->precision, g->dfch);
+    tp_combine(g, g->dln, (size_t)BT);
+    k->layernorm_backward(g->dres, ln1[0].grad, ln1[1].grad, dln_part, x_in, ln1[0].value,
+                          b.ln1_mean, b.ln1_rstd, 1, (int)r.n, C, m->precision, 1);
 }
 
 void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int32_t *y, int B,
@@ -801,6 +954,8 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
     check_slot(m, slot, B, T);
     if (!m->dev->host_memory) /* what this slot's forward and loss uploaded */
         tok = g->tok[slot], y = g->tgt[slot];
+    row_span r = pass_rows(g, (size_t)BT);
+    int last_backward = ready != NULL; /* the step's (gpt.h) */
     if (g->last) {
         const tr_param *wte = P(m, g->head_wte, 0);
         /* the whole vocabulary: v0 0, its V real columns of Vl */
@@ -808,31 +963,36 @@ void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int3
         k->xent_linear_backward(g->dln, wte->grad, g->logits[slot], g->xstats[slot], y,
                                 loss_scale, (size_t)BT, g->Vl, v0, nreal, g->lnf_out[slot],
                                 wte->value, C, m->precision, g->lfmt);
-        tp_sum(g, g->dln, (size_t)BT * C);
+        tp_combine(g, g->dln, (size_t)BT);
         const tr_param *lnf = m->layers[g->lnf].params;
         const void *x_last =
             g->nl ? g->blk[(g->nl - 1) * g->slots + slot].res3 : g->encoded[slot];
-        k->layernorm_backward(g->dres, lnf[0].grad, lnf[1].grad, g->dln, x_last, lnf[0].value,
-                              g->lnf_mean[slot], g->lnf_rstd[slot], B, T, C, m->precision, 0);
+        k->layernorm_backward(g->dres, lnf[0].grad, lnf[1].grad, g->dln + r.r0 * C, x_last,
+                              lnf[0].value, g->lnf_mean[slot], g->lnf_rstd[slot], 1, (int)r.n, C,
+                              m->precision, 0);
+        sum_replica_grads(m, g->lnf, last_backward);
         if (ready)
             ready(ctx, lnf[0].offset);
     }
     /* g->dres is the gradient of the residual stream, walking down */
     for (int i = g->nl - 1; i >= 0; i--) {
         block_backward(m, i, slot, B, T);
+        sum_replica_grads(m, blk_layer(g, i, LN1), last_backward);
+        sum_replica_grads(m, blk_layer(g, i, LN2), last_backward);
         if (ready)
             ready(ctx, m->layers[blk_layer(g, i, LN1)].params[0].offset);
     }
     if (g->first) {
         const tr_param *wte = P(m, g->wte, 0), *wpe = P(m, g->wpe, 0);
-        tr_dropout d = site_dropout(g, slot, 0, c->embd_pdrop, (uint64_t)T * C);
-        if (tr_dropout_on(&d)) /* the embeddings' gradient through forward's mask */
-            k->dropout(g->dres, g->dres, (size_t)BT * C, &d);
+        /* the embeddings' gradient through forward's mask, of every row */
+        tr_dropout d =
+            site_dropout_from(g, slot, 0, c->embd_pdrop, (uint64_t)T * C, (uint64_t)r.r0 * C);
+        const float *demb = proj_grad(m, (size_t)BT, &d);
         /* the shard entry at tp 1 too (the whole vocabulary: v0 0, V rows), without
          * embedding_backward's check of the tokens, which this slot's forward made of
          * these very tokens: on a GPU, a host wait fewer a step */
         int whole = g->tp == 1;
-        k->embedding_shard_backward(wte->grad, wpe->grad, g->dres, tok, B, T, C, whole ? 0 : g->v0,
+        k->embedding_shard_backward(wte->grad, wpe->grad, demb, tok, B, T, C, whole ? 0 : g->v0,
                                     whole ? c->V : g->Vl);
         if (ready)
             ready(ctx, 0);
@@ -846,6 +1006,19 @@ static void gpt_backward(tr_model *m, const void *xv, const int32_t *y, int B, f
 }
 
 void *tr_gpt_stage_input(tr_model *m, int slot) { return G(m)->encoded[slot]; }
+
+size_t tr_gpt_stage_rows(const tr_model *m, int B, int T)
+{
+    return pass_rows(G(m), (size_t)B * (size_t)T).n;
+}
+
+int tr_gpt_sequence_parallel(tr_model *m, int on)
+{
+    gpt *g = G(m);
+    int was = g->sp_on;
+    g->sp_on = g->sp && on;
+    return was;
+}
 void *tr_gpt_stage_output(tr_model *m, int slot)
 {
     gpt *g = G(m);
@@ -936,6 +1109,7 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
     lo->slots = lo->slots > 1 ? lo->slots : 1;
     g->tp = lo->tp, g->tp_rank = lo->tp_rank;
     g->slots = lo->slots, g->recompute = lo->recompute;
+    g->sp = g->sp_on = lo->sequence_parallel && g->tp > 1;
     /* the vocabulary split evenly: pad to a multiple of vocab_pad x tp */
     int pad = cfg->vocab_pad * g->tp;
     g->cfg.Vp = (cfg->V + pad - 1) / pad * pad;
@@ -955,8 +1129,9 @@ int tr_gpt_build(tr_model *m, const tr_gpt_config *cfg, char *err, size_t errlen
     g->tok = calloc(S, sizeof(int32_t *));
     g->tgt = calloc(S, sizeof(int32_t *));
     g->pass = calloc(S, sizeof *g->pass);
-    if (!g->blk || !g->encoded || !g->lnf_out || !g->lnf_mean || !g->lnf_rstd || !g->logits ||
-        !g->xstats || !g->tok || !g->tgt || !g->pass)
+    g->sp_parts = calloc(2 * (size_t)g->tp, sizeof *g->sp_parts);
+    if (!g->sp_parts || !g->blk || !g->encoded || !g->lnf_out || !g->lnf_mean || !g->lnf_rstd ||
+        !g->logits || !g->xstats || !g->tok || !g->tgt || !g->pass)
         tr_fatal(TR_EXIT_OSERR, "out of memory");
     m->impl = g;
     m->hooks = &gpt_hooks;

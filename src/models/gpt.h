@@ -86,13 +86,23 @@ void tr_gpt_stage_forward(tr_model *m, int slot, const int32_t *tok, int B, int 
  * (evaluation, generation) has no dropout. */
 void tr_gpt_stage_train(tr_model *m, int slot, long step, long row0);
 double tr_gpt_stage_loss(tr_model *m, int slot, const int32_t *y, int B, long *correct);
+/* `ready` is given on the step's last backward only (the data-parallel buckets start
+ * from it); in sequence parallelism that backward also sums the layernorms' gradients
+ * over the tp ranks (each rank's rows' share until then). */
 void tr_gpt_stage_backward(tr_model *m, int slot, const int32_t *tok, const int32_t *y, int B,
                            float loss_scale, tr_grads_ready_fn ready, void *ctx);
 /* the residual stream [B,T,C], stored in the model's precision (lowp_math.h: 16 bits a
- * value in bf16/fp16-mixed: tr_stored_bytes(m->precision) each); its gradient fp32 */
+ * value in bf16/fp16-mixed: tr_stored_bytes(m->precision) each); its gradient fp32. In
+ * sequence parallelism a rank holds tr_gpt_stage_rows of its B x T rows: those of its
+ * tp rank's share, which the same tp rank of the next stage holds too. */
 void *tr_gpt_stage_input(tr_model *m, int slot);
 void *tr_gpt_stage_output(tr_model *m, int slot);
 float *tr_gpt_stage_grad(tr_model *m); /* [B,T,C] */
+size_t tr_gpt_stage_rows(const tr_model *m, int B, int T);
+/* Sequence parallelism (layout.sequence_parallel at tp > 1) on or off for the passes
+ * that follow; returns whether it was on. Generation turns it off (a decoded token is
+ * one row); a model without it stays without. */
+int tr_gpt_sequence_parallel(tr_model *m, int on);
 /* Last stage: the logits of row `row` of slot 0 after a forward, this rank's
  * vocabulary shard [v0, v0 + Vl) (*v0, *Vl set), copied to full[v0, v0 + Vl) in host
  * memory. */

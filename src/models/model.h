@@ -37,6 +37,8 @@ typedef struct tr_model_layout {
     tr_group *tp_group; /* the tensor-parallel collectives (tp > 1) */
     int slots;          /* micro-batches whose activations a stage keeps at once */
     int recompute;      /* 1: keep only block inputs, recompute blocks in backward */
+    int sequence_parallel; /* 1 (with tp > 1): the tp ranks split the residual stream's
+                            * rows between the tensor-parallel products (gpt.c) */
     int cost_split;     /* 1: blocks split over the stages by cost, whatever the deck's
                          * [parallel] stage_blocks (--layouts' other stage counts) */
     const int *split;   /* blocks of each of the pp stages, whatever the deck says (the

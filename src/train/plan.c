@@ -85,18 +85,37 @@ static double stream_bytes(const tr_gpt_config *c, long local_batch, long micro)
 /* tp all-reduces per micro-batch of stage `stage`: per block two forward (after each
  * row-parallel layer), two backward (before each column-parallel layer's input
  * gradient leaves), two more when the block is recomputed; the embedding (first
- * stage) and the head (last) one each. */
-static double tp_allreduces(const tr_gpt_config *c, int pp, int stage, int recompute)
+ * stage) and the head (last) one each. In sequence parallelism (gpt.c), their bytes'
+ * worth (a ring all-reduce sends a reduce-scatter's and an all-gather's): per block
+ * forward two reduce-scatters and two all-gathers, backward two of each and the
+ * layernorms' outputs gathered again, one all-reduce's worth more. */
+static double tp_allreduces(const tr_gpt_config *c, int pp, int stage, int recompute, int sp)
 {
     int first, nl;
     tr_gpt_stage_blocks(c, pp, stage, &first, &nl);
-    return (double)nl * (4 + 2 * recompute) + (stage == 0) + (stage == pp - 1);
+    return (double)nl * (4 + sp + 2 * recompute) + (stage == 0) + (stage == pp - 1);
+}
+
+static int sequence_parallel(const tr_world *w, const tr_deck *d)
+{
+    return w->tp > 1 && tr_deck_bool(d, "parallel", "sequence_parallel");
 }
 
 /* a pipeline's activations travel in the precision's width (gpt.h), gradients fp32 */
 static double pp_activation_bytes(const tr_model *m, double stream)
 {
     return stream / sizeof(float) * (double)tr_stored_bytes(m->precision);
+}
+
+/* what a rank sends between stages of a stream's bytes: in sequence parallelism its
+ * tp rank's share of the rows (the largest) */
+static double pp_stream_bytes(const tr_gpt_config *c, const tr_world *w, const tr_deck *d,
+                              long local_batch, long micro)
+{
+    if (!sequence_parallel(w, d))
+        return stream_bytes(c, local_batch, micro);
+    double rows = ceil((double)(local_batch / micro) * c->T / w->tp);
+    return rows * c->C * sizeof(float);
 }
 
 static double tied_wte_bytes(const tr_gpt_config *c, int tp)
@@ -118,14 +137,17 @@ tr_plan_traffic tr_plan_stage_traffic(const tr_plan *p, const tr_model *m, const
     if (!c)
         return t;
     int recompute = !strcmp(tr_deck_str(d, "train", "recompute"), "block");
+    int sp = sequence_parallel(w, d);
     double stream = stream_bytes(c, local_batch, micro);
+    double piped = pp_stream_bytes(c, w, d, local_batch, micro);
     if (w->tp > 1)
-        t.tp = allreduce_sent(tp_allreduces(c, w->pp, stage, recompute) * micro * stream, w->tp);
+        t.tp =
+            allreduce_sent(tp_allreduces(c, w->pp, stage, recompute, sp) * micro * stream, w->tp);
     if (w->pp > 1) {
         if (stage < w->pp - 1) /* activations forward */
-            t.pp += micro * pp_activation_bytes(m, stream);
+            t.pp += micro * pp_activation_bytes(m, piped);
         if (stage > 0) /* gradients back */
-            t.pp += micro * stream;
+            t.pp += micro * piped;
         if (stage == 0 || stage == w->pp - 1)
             t.emb = allreduce_sent(tied_wte_bytes(c, w->tp), 2);
     }
@@ -142,15 +164,19 @@ static void print_model_parallel_comm(const tr_model *m, const tr_world *w, cons
     char a[32], b[32], e[32];
     double stream = stream_bytes(c, local_batch, micro);
     int recompute = !strcmp(tr_deck_str(d, "train", "recompute"), "block");
+    int sp = sequence_parallel(w, d);
     if (w->tp > 1) {
-        double per_micro = tp_allreduces(c, w->pp, 0, recompute);
+        double per_micro = tp_allreduces(c, w->pp, 0, recompute, sp);
         double bytes = per_micro * micro * stream;
-        fprintf(out, "  tp group (%d ranks): %.0f all-reduces of %s per micro-batch (stage 0), "
-                "%s per step, each rank sending about %s\n",
-                w->tp, per_micro, B(a, sizeof a, stream), B(b, sizeof b, bytes),
-                B(e, sizeof e, allreduce_sent(bytes, w->tp)));
+        fprintf(out,
+                "  tp group (%d ranks): %s%.0f all-reduces of %s per micro-batch (stage 0), "
+                "%s per step, each rank sending about %s%s\n",
+                w->tp, sp ? "the bytes of " : "", per_micro, B(a, sizeof a, stream),
+                B(b, sizeof b, bytes), B(e, sizeof e, allreduce_sent(bytes, w->tp)),
+                sp ? " (sequence parallel: as reduce-scatters and all-gathers)" : "");
     }
     if (w->pp > 1) {
+        stream = pp_stream_bytes(c, w, d, local_batch, micro); /* a rank's share */
         double act = pp_activation_bytes(m, stream);
         fprintf(out,
                 "  pp group (%d stages): per micro-batch %s of activations forward and %s "

@@ -58,6 +58,8 @@ static void print_layout(const run *r)
         printf("; dp sums through %s", summed_by(w->dp_group));
     if (w->tp > 1)
         printf("; tp sums through %s", summed_by(w->tp_group));
+    if (w->tp > 1 && r->lm && tr_deck_bool(r->d, "parallel", "sequence_parallel"))
+        printf(", sequence parallel (a tp rank keeps 1/%d of the tokens between products)", w->tp);
     printf("\n");
     if (w->tp > 1)
         print_groups(w, "tp", w->tp, 1);

@@ -252,11 +252,14 @@ void tr_run_print_layouts(run *r)
                  c->nstage_blocks);
     printf("layouts of %d rank%s, %d per node: model %s, %zu parameters; global batch %ld in "
            "micro-batches of %ld (the deck's size, or the largest that divides a rank's "
-           "batch); zero %ld, recompute %s, schedule %s, %s, as the deck sets them%s\n",
+           "batch); zero %ld, recompute %s, schedule %s, %s%s, as the deck sets them%s\n",
            n, n == 1 ? "" : "s", per_node, r->model.name, r->model.nparams_logical, r->global_batch,
            r->micro_batch, (long)tr_deck_int(r->d, "parallel", "zero"),
            tr_deck_str(r->d, "train", "recompute"), tr_deck_str(r->d, "parallel", "schedule"),
-           tr_deck_str(r->d, "train", "precision"), split);
+           tr_deck_str(r->d, "train", "precision"),
+           tr_deck_bool(r->d, "parallel", "sequence_parallel") ? ", sequence parallel at tp > 1"
+                                                                 : "",
+           split);
     if (speeds)
         printf("estimated at %g TFLOP/s of model FLOPs a rank, %g GB/s a rank within a node "
                "and %g GB/s across nodes (--tflops, --node-gbps, --network-gbps)\n",

@@ -30,6 +30,7 @@ tr_model_layout tr_run_model_layout(run *r)
         .tp_group = w->tp_group,
         .slots = r->slots,
         .recompute = !strcmp(tr_deck_str(r->d, "train", "recompute"), "block"),
+        .sequence_parallel = tr_deck_bool(r->d, "parallel", "sequence_parallel"),
         /* the deck's [parallel] stage_blocks splits the deck's pp; --layouts' other
          * stage counts are split by cost */
         .cost_split = w->pp != tr_deck_int(r->d, "parallel", "pp"),

@@ -22,11 +22,12 @@
 
 enum { TAG_ACTIVATION = 1, TAG_GRADIENT = 2 };
 
-/* the residual stream's values for B x T tokens, and their type in a message: the
- * activations are stored in the precision's width (gpt.h), their gradients are fp32 */
+/* the residual stream's values for B x T tokens on this rank (its share of the rows in
+ * sequence parallelism), and their type in a message: the activations are stored in
+ * the precision's width (gpt.h), their gradients are fp32 */
 static size_t stream_floats(const run *r, int B, int T)
 {
-    return (size_t)B * T * (size_t)tr_gpt_config_of(&r->model)->C;
+    return tr_gpt_stage_rows(&r->model, B, T) * (size_t)tr_gpt_config_of(&r->model)->C;
 }
 
 static tr_dtype stream_type(const run *r)
@@ -122,6 +123,8 @@ void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total,
     float *full = last ? tr_alloc((size_t)c->Vp * sizeof *full, "sample logits") : NULL;
     size_t *counts = tr_alloc(2 * (size_t)w->tp * sizeof *counts, "sample gather");
     tr_dtype st = stream_type(r);
+    /* every tp rank runs every row of the one sequence (a decoded token is one row) */
+    int sp = tr_gpt_sequence_parallel(m, 0);
     int cached = 0; /* tokens [0, cached) are in the stages' keys and values */
     for (int n = n_prompt; n < n_total; n++) {
         tr_watchdog_beat("a sampled token", -1);
@@ -155,6 +158,7 @@ void tr_pipeline_generate(run *r, int32_t *tok, int n_prompt, int n_total,
         tr_bcast(&next, 1, TR_I32, w->pp - 1, w->pp_group);
         tok[n] = next;
     }
+    tr_gpt_sequence_parallel(m, sp);
     tr_free(counts);
     tr_free(full);
 }

@@ -3,7 +3,9 @@
 # go between stages as NCCL sends and receives over links (src/comm/comm.h: a
 # communicator and a stream per direction), against the same runs on the CPU. The
 # layout GPT (20 AdamW steps, 4 micro-batches) at pp 2 with 1F1B and with GPipe;
-# tp 2 x pp 2, and pp 4 with 8 micro-batches; dp 2 x tp 2 x pp 2 with ZeRO-1. A
+# tp 2 x pp 2, and pp 4 with 8 micro-batches; dp 2 x tp 2 x pp 2 with ZeRO-1;
+# sequence parallelism (reduce-scatters and all-gathers in place of tp's all-reduces)
+# at tp 2 x pp 2, and at tp 2 in bf16 (16-bit layernorm outputs gathered). A
 # layout of more ranks than usable GPUs shares them, its messages and collectives
 # staged through host copies over MPI instead of NCCL (lib.sh's gpu_staged), which
 # tests all but NCCL on one GPU. Each must give the CPU's loss curve
@@ -24,10 +26,11 @@ S=${TR_GPU_TEST_STEPS:-20}
 G=("$WORK/gpt.in" "${LAYOUT_GPT[@]}" train.steps="$S" data.val_limit=4)
 gpu_setup "${G[@]}"
 # TR_GPU_TEST_LAYOUTS: the names of the layouts to run (default: all). The emulated
-# suite's staged run (validation/emu: one GPU, so every layout staged) takes the three
-# whose staged calls differ, pp 2 (point-to-point), tp 2 x pp 2 (tp's all-reduces too)
-# and dp 2 x tp 2 x pp 2 with ZeRO-1 (its reduce to owner and all-gather): GPipe, bf16
-# and pp 4 make the same calls, and its unstaged run covers them.
+# suite's staged run (validation/emu: one GPU, so every layout staged) takes the four
+# whose staged calls differ, pp 2 (point-to-point), tp 2 x pp 2 (tp's all-reduces too),
+# dp 2 x tp 2 x pp 2 with ZeRO-1 (its reduce to owner and all-gather) and tp 2 x pp 2
+# in sequence parallelism (tp's reduce-scatters and all-gathers): GPipe, bf16 and pp 4
+# make the same calls, and its unstaged run covers them.
 # pp NAME NP RTOL ARGS...: gpu_pair, and the final validation losses agree within RTOL
 pp() {
   local name=$1 rtol=$3
@@ -48,6 +51,9 @@ pp gpt_pp2_bf16 2 1e-2 "${G[@]}" parallel.pp=2 train.precision=bf16-mixed
 pp gpt_tp2_pp2 4 1e-4 "${G[@]}" parallel.tp=2 parallel.pp=2
 pp gpt_pp4_m8 4 1e-4 "${G[@]}" parallel.pp=4 train.micro_batches=8
 pp gpt_dp2_tp2_pp2_zero1 8 1e-4 "${G[@]}" parallel.tp=2 parallel.pp=2 parallel.zero=1
+SP=parallel.sequence_parallel=true
+pp gpt_tp2_pp2_sp 4 1e-4 "${G[@]}" parallel.tp=2 parallel.pp=2 $SP
+pp gpt_tp2_sp_bf16 2 1e-2 "${G[@]}" parallel.tp=2 $SP train.precision=bf16-mixed
 
 # the pp 2 checkpoint of the last step resumes on GPUs for one step, and samples text
 # through the stages (one step, not four: nothing compares the resumed curve, and on

@@ -15,11 +15,15 @@
 # at every layout, micro-batching and recomputation; a mask keyed by a rank's local
 # rows, or drawn again differently in a recomputed forward, moves the curve by far
 # more than 2e-6.
-# Four runs also sample 40 bytes greedily after training, past the 32-token window:
+# Sequence parallelism (a tp rank keeps its share of the tokens between the products)
+# runs at tp 2, tp 4 and dp 2 x tp 2 x pp 2 recomputing; its dropout masks too are
+# drawn for each element's global place, its layernorms' gradients summed over tp.
+# Five runs also sample 40 bytes greedily after training, past the 32-token window:
 # one rank, dp 2 x tp 2 x pp 2 and pp 5 (its last stage the head alone) with the
 # key-value cache (one row through the stages per token until the window slides,
 # then whole windows), and dp 2 x tp 2 x pp 2 recomputing, which keeps no cache (a
-# whole window per token): the same text.
+# whole window per token), once in sequence parallelism (which generation turns
+# off): the same text.
 source "$(dirname "$0")/../lib.sh"
 layout_gpt_setup
 common=("${LAYOUT_GPT[@]}" checkpoint.at_end=false)
@@ -69,6 +73,11 @@ also 2 recompute train.recompute=block
 layout 8 dp2_tp2_pp2_zero1_recompute parallel.tp=2 parallel.pp=2 parallel.zero=1 \
   train.recompute=block parallel.schedule=gpipe "${SAMPLE[@]}"
 also 8 dp2_pp4_zero2 parallel.pp=4 parallel.zero=2
+SP=parallel.sequence_parallel=true
+layout 2 tp2_sp parallel.tp=2 $SP
+also 4 tp4_sp parallel.tp=4 $SP
+layout 8 dp2_tp2_pp2_sp_recompute parallel.tp=2 parallel.pp=2 $SP train.recompute=block \
+  "${SAMPLE[@]}"
 # a model deeper than GPT-2's deepest (100 blocks; the deck takes 128) split by hand
 # over 4 stages, against its own single-rank run; at a fifth of the learning rate, as
 # at 1e-3 its gradient norm spikes at step 10 (6.8), which turns the layouts' 1e-8
@@ -77,9 +86,14 @@ also 1 deep_single model.n_layer=100 optim.lr=2e-4
 also 4 deep_pp4 model.n_layer=100 optim.lr=2e-4 parallel.pp=4 parallel.stage_blocks=40,30,20,10
 sample_text() { grep -a -A2 '^sample (greedy, 40 tokens' "$WORK/$1.out" | tail -n +2; }
 check "one rank sampled: $(sample_text single | head -c 60)" [ -n "$(sample_text single)" ]
-for name in dp2_tp2_pp2 dp2_tp2_pp2_zero1_recompute pp5_head_alone; do
+for name in dp2_tp2_pp2 dp2_tp2_pp2_zero1_recompute dp2_tp2_pp2_sp_recompute pp5_head_alone; do
   check "$name samples one rank's text" diff <(sample_text single) <(sample_text $name)
 done
+grep -q "; tp sums through .*, sequence parallel (a tp rank keeps 1/2 of the tokens" \
+  "$WORK/dp2_tp2_pp2_sp_recompute.out" ||
+  fail "the banner says sequence parallel: $(grep '^layout' "$WORK/dp2_tp2_pp2_sp_recompute.out")"
+grep -q "sequence parallel" "$WORK/dp2_tp2_pp2.out" &&
+  fail "the banner says sequence parallel where it is off: $(grep '^layout' "$WORK/dp2_tp2_pp2.out")"
 grep -q "tp groups: {0,1} {2,3} {4,5} {6,7}" "$WORK/dp2_tp2_pp2.out" ||
   fail "the banner names the tp groups: $(grep -A4 '^layout' "$WORK/dp2_tp2_pp2.out")"
 grep -q "stages: 0: blocks 0-1 + embeddings, 1: blocks 2-3 + head" "$WORK/dp2_tp2_pp2.out" ||

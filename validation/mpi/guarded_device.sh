@@ -7,7 +7,9 @@
 # run on the plain CPU device (the same kernels): the MLP and the CNN at 2 ranks, the
 # layout GPT at 1 rank (fp32, and bf16-mixed with evaluations), tp 2, pp 2 with
 # ZeRO 1, fp16-mixed and dropout at every site (and, with collectives staged through host copies as when
-# ranks share a GPU, tp 2 x pp 2, dp 2 x pp 2 with ZeRO-2 and dp 2), dp 2 x tp 2 with sampling (bf16-mixed), and a
+# ranks share a GPU, tp 2 x pp 2, dp 2 x pp 2 with ZeRO-2 and dp 2), dp 2 x tp 2 with sampling (bf16-mixed),
+# tp 2 x pp 2 in sequence parallelism with dropout (bf16-mixed; and staged, its
+# reduce-scatters and all-gathers through host copies), and a
 # GPT checkpoint written and resumed through the guarded device (also one written in
 # the background, checkpoint.async). In bf16/fp16-mixed the guarded
 # device keeps the logits in 16 bits as a GPU does (device_guarded_logits.c), so these
@@ -42,8 +44,9 @@ same gpt_3d 4 "${G[@]}" parallel.tp=2 parallel.pp=2 parallel.zero=1 train.precis
 # bits, and MPI gets no access to the guarded memory then, so a call on it that is not
 # staged dies. The 3-D layout's tp sums and pipeline messages (dp 1: no ZeRO), dp 2 x
 # pp 2's ZeRO-2 (reduce to owner and all-gather, bucketed, through MPI) and dp 2's
-# bucketed non-blocking all-reduces. (Staged broadcasts and reduce-scatters, which the
-# trainer makes on host memory only, are mpi.staged_comm's.)
+# bucketed non-blocking all-reduces. (Staged broadcasts, which the trainer makes on
+# host memory only, are mpi.staged_comm's; its reduce-scatters on device memory, of
+# sequence parallelism, are gpt_sp_staged's below.)
 TRAINER_STAGED_COMM=1 same gpt_3d_staged 4 "${G[@]}" parallel.tp=2 parallel.pp=2 \
   train.precision=fp16-mixed
 check "the banner says the device's memory is staged" \
@@ -77,6 +80,11 @@ if [ "$ASAN" = 0 ]; then
   # is one letter over and over, whatever the logits); -a: byte tokens are binary
   same gpt_sample 4 "${G[@]}" parallel.tp=2 sample.length=12 sample.top_k=50 \
     sample.temperature=1 train.precision=bf16-mixed
+  # sequence parallelism: its copies and gathers of 16-bit rows on device memory
+  SP=(parallel.tp=2 parallel.pp=2 parallel.sequence_parallel=true train.precision=bf16-mixed)
+  same gpt_sp 4 "${G[@]}" "${SP[@]}" model.embd_pdrop=0.1 model.attn_pdrop=0.1 \
+    model.resid_pdrop=0.1
+  TRAINER_STAGED_COMM=1 same gpt_sp_staged 4 "${G[@]}" "${SP[@]}"
   sample_text() { grep -a -A2 '^sample' "$1" | tail -n +2; } # the text, not the timing
   check "sampling printed the same text" diff <(sample_text "$WORK/gpt_sample.cpu.out") \
     <(sample_text "$WORK/gpt_sample.out")

@@ -7,7 +7,9 @@ case draws a small GPT of odd shapes (1-5 blocks, 1-6 heads of 3-16 values, so t
 tensor-parallel rank's width may be odd, windows of 7, 16 or 33 tokens, a vocabulary of
 256, 257 or 300 padded to 1, 7 or 64, so that its shards may differ in real rows), a
 layout of 2, 3, 4 or 8 ranks (dp x tp x pp that the heads and blocks allow),
-micro-batches, the pipeline's split of the blocks (by cost or by hand), ZeRO stage, schedule, recomputation, reduction path and bucket size,
+micro-batches, the pipeline's split of the blocks (by cost or by hand), sequence
+parallelism (whose rows split unevenly where B x T is not a multiple of tp), ZeRO
+stage, schedule, recomputation, reduction path and bucket size,
 precision, optimizer, clipping and dropout. The fixed layouts of gpt_layouts.sh cover
 each feature; these cover the features' mixes and the shapes nobody writes by hand.
 """
@@ -19,7 +21,7 @@ def divisors(x):
     return [d for d in range(1, x + 1) if x % d == 0]
 
 
-def case(rng, split_rng, tokens):
+def case(rng, split_rng, sp_rng, tokens):
     layers = rng.choice([1, 2, 3, 5])
     heads = rng.choice([1, 2, 3, 4, 6])
     width = max(8, heads * rng.choice([3, 4, 5, 8, 16]))
@@ -66,14 +68,19 @@ def case(rng, split_rng, tokens):
             counts[split_rng.randrange(pp)] += 1
         layout.append("parallel.stage_blocks=" + ",".join(map(str, counts)))
         name += "_split" + "".join(map(str, counts))
+    # sequence parallelism at tp > 1, half the time (a stream of its own, as above)
+    if tp > 1 and sp_rng.random() < 0.5:
+        layout.append("parallel.sequence_parallel=true")
+        name += "_sp"
     return ranks, tol, name, common, layout
 
 
 def main():
     seed, count, tokens = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     rng, split_rng = random.Random(seed), random.Random(seed + 1000003)
+    sp_rng = random.Random(seed + 2000003)
     for i in range(count):
-        ranks, tol, name, common, layout = case(rng, split_rng, tokens)
+        ranks, tol, name, common, layout = case(rng, split_rng, sp_rng, tokens)
         print(ranks, tol, f"c{i}_{name}", *common, "--", *layout)
 
 

@@ -332,6 +332,21 @@ static void test_unused_keys(void)
     CHECK(n == 0, "top_k 40: top_p used, got %d: %s", n, buf);
     tr_deck_free(&gr);
 
+    /* sequence parallelism needs tp > 1 (and a GPT): named at tp 1, used at tp 2 */
+    char *ov8[] = {"model.name=gpt", "parallel.sequence_parallel=true"};
+    CHECK(!tr_deck_load_text(&gr, "p.in", "", 2, ov8), "load p: %s", gr.errors);
+    n = tr_deck_unused_keys(&gr, buf, sizeof buf);
+    CHECK(n == 1 && strstr(buf, "[parallel] sequence_parallel = true (command line "
+                                "'parallel.sequence_parallel=true') applies where parallel.tp > "
+                                "1; this run has parallel.tp = 1 and ignores it"),
+          "tp 1: sequence_parallel unused, got %d: %s", n, buf);
+    tr_deck_free(&gr);
+    char *ov9[] = {"model.name=gpt", "parallel.tp=2", "parallel.sequence_parallel=true"};
+    CHECK(!tr_deck_load_text(&gr, "p.in", "", 3, ov9), "load p2: %s", gr.errors);
+    n = tr_deck_unused_keys(&gr, buf, sizeof buf);
+    CHECK(n == 0, "tp 2: sequence_parallel used, got %d: %s", n, buf);
+    tr_deck_free(&gr);
+
     /* a resolved deck (deck.in) sets every key, the other model's at their defaults:
      * read back, it names none of those */
     char *text = tr_deck_resolved_text(&g);
