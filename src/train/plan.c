@@ -375,13 +375,16 @@ void tr_plan_print(const tr_plan *plans, int nstages, const tr_deck *d, const tr
     if (cap <= 0)
         return;
     double need = plans[worst].total;
-    if (need > cap) /* (tp, pp and recomputation are the GPT's) */
+    if (need > cap) /* (tp, pp, recomputation and sequence parallelism are the GPT's) */
         fprintf(out,
                 "warning: does not fit: %s per rank needed, %s per rank (%s); raise "
-                "[train] micro_batches, lower batch_size, use more ranks%s%s\n",
+                "[train] micro_batches, lower batch_size, use more ranks%s%s%s\n",
                 B(a, sizeof a, need), B(b, sizeof b, cap), what,
                 tr_gpt_config_of(m) ? ", tp or pp, parallel.zero = 1, or train.recompute = block"
                                     : " or parallel.zero = 1",
+                tr_gpt_config_of(m) && w->tp > 1 && !sequence_parallel(w, d)
+                    ? ", or parallel.sequence_parallel = true"
+                    : "",
                 fit_hint ? fit_hint : "");
     else
         fprintf(out, "fits: %s of %s per rank (%s), %.0f%%\n", B(a, sizeof a, need),

@@ -347,6 +347,15 @@ int tr_run_split_that_fits(run *r, double room, int device, int *counts, double 
     return found && !same;
 }
 
+/* For an out-of-memory message: sequence parallelism, where a GPT's tp ranks run
+ * without it (it keeps 1/tp of the stream's activations) */
+static const char *sp_advice(const run *r)
+{
+    return r->lm && r->w->tp > 1 && !tr_deck_bool(r->d, "parallel", "sequence_parallel")
+               ? ", or parallel.sequence_parallel = true"
+               : "";
+}
+
 /* For an out-of-memory message: tr_run_fewest_micro_that_fit in words, or that none does,
  * then (a GPT's) how to compare every layout of these ranks. Empty where there is
  * nothing to say. */
@@ -509,17 +518,18 @@ int tr_run_check_memory(run *r, int max_batch)
         snprintf(copy + used, sizeof copy - used,
                  ", runtime %s (libraries, MPI, threads, OpenBLAS's packing)",
                  tr_bytes_str(h, sizeof h, p.runtime));
-    snprintf(
-        r->err, sizeof r->err,
-        "out of memory: each rank needs %s (parameters %s, gradients %s, optimizer state "
-        "%s, activations and scratch %s at batch %d%s) but has about %s (%s available to the "
-        "job on this node / %d rank%s); reduce [train] batch_size or the model, raise "
-        "[train] micro_batches, or run fewer ranks per node%s%s",
-        tr_bytes_str(a, sizeof a, p.total), tr_bytes_str(b, sizeof b, (double)mem.parameters),
-        tr_bytes_str(c, sizeof c, (double)mem.gradients), tr_bytes_str(d, sizeof d, p.optimizer),
-        tr_bytes_str(e, sizeof e, (double)(mem.activations + mem.scratch)), max_batch, copy,
-        tr_bytes_str(f, sizeof f, share), tr_bytes_str(g, sizeof g, (double)avail), ranks,
-        ranks == 1 ? "" : "s", async && !p.staged ? ", or set checkpoint.async = false" : "", hint);
+    snprintf(r->err, sizeof r->err,
+             "out of memory: each rank needs %s (parameters %s, gradients %s, optimizer state "
+             "%s, activations and scratch %s at batch %d%s) but has about %s (%s available to the "
+             "job on this node / %d rank%s); reduce [train] batch_size or the model, raise "
+             "[train] micro_batches, or run fewer ranks per node%s%s%s",
+             tr_bytes_str(a, sizeof a, p.total), tr_bytes_str(b, sizeof b, (double)mem.parameters),
+             tr_bytes_str(c, sizeof c, (double)mem.gradients),
+             tr_bytes_str(d, sizeof d, p.optimizer),
+             tr_bytes_str(e, sizeof e, (double)(mem.activations + mem.scratch)), max_batch, copy,
+             tr_bytes_str(f, sizeof f, share), tr_bytes_str(g, sizeof g, (double)avail), ranks,
+             ranks == 1 ? "" : "s", async && !p.staged ? ", or set checkpoint.async = false" : "",
+             sp_advice(r), hint);
     return TR_EXIT_OSERR;
 }
 
@@ -541,13 +551,14 @@ int tr_run_reserve(run *r, int max_batch)
                  "out of %s memory: %s; the plan (trainer --plan) per rank: parameters %s, "
                  "gradients %s, optimizer state %s, activations and scratch %s at batch "
                  "%d%s; reduce [train] batch_size or the model, raise [train] "
-                 "micro_batches, use parallel.zero = 1%s%s",
+                 "micro_batches, use parallel.zero = 1%s%s%s",
                  r->dev->name, why, tr_bytes_str(a, sizeof a, (double)p.mem.parameters),
                  tr_bytes_str(b, sizeof b, (double)p.mem.gradients),
                  tr_bytes_str(c, sizeof c, p.optimizer),
                  tr_bytes_str(d2, sizeof d2, (double)(p.mem.activations + p.mem.scratch)),
                  max_batch, own,
-                 r->lm ? ", tp or more ranks, or train.recompute = block" : " or more ranks", hint);
+                 r->lm ? ", tp or more ranks, or train.recompute = block" : " or more ranks",
+                 sp_advice(r), hint);
     }
     return e;
 }

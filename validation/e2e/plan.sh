@@ -239,6 +239,14 @@ check "too large at batch 32: names micro_batches = 4: $(fit_line)" grep -q \
 check "... and that --layouts compares every layout" grep -q \
   "; --layouts compares every dp x tp x pp of these ranks$" <<<"$(fit_line)"
 check "... which fit: $(fit_line train.micro_batches=4)" grep -q "^fits: " <<<"$(fit_line train.micro_batches=4)"
+# at tp 2 the warning also names sequence parallelism, where it is off
+tp2=(--ranks 2 parallel.tp=2)
+check "tp 2: names sequence parallelism: $(fit_line "${tp2[@]}")" grep -q \
+  "or train.recompute = block, or parallel.sequence_parallel = true; at \[train\] micro_batches" \
+  <<<"$(fit_line "${tp2[@]}")"
+check "... not where it is on: $(fit_line "${tp2[@]}" parallel.sequence_parallel=true)" \
+  bash -c '! grep -q sequence_parallel <<<"$0"' \
+  "$(fit_line "${tp2[@]}" parallel.sequence_parallel=true)"
 check "... and 2 do not: $(fit_line train.micro_batches=2)" grep -q "^warning: does not fit" \
   <<<"$(fit_line train.micro_batches=2)"
 # a pipeline: every stage's model rebuilt at each count (1F1B keeps up to pp - stage

@@ -79,6 +79,16 @@ expect tp-for-mlp 2 64 "model mlp trains data-parallel only" "$deck" parallel.tp
 # a model that cannot fit: refused with the numbers before anything is allocated
 # (65536-wide layers: about 52 GiB per rank, more than any test machine offers)
 expect out-of-memory 4 71 "out of memory: each rank needs .* \(parameters .*\) but has about" "$deck" model.hidden=65536,65536
+# ... a GPT at tp 2 without sequence parallelism (about 390 GiB a rank): the message
+# names it as a way out
+if [ -f "$SRC/data/brown/bytes.train.tok" ]; then
+  printf '[model]\nname = gpt\n' >"$WORK/gpt_tp.in"
+  expect out-of-memory-tp 2 71 "out of memory: each rank needs .*, or parallel.sequence_parallel = true; " \
+    "$WORK/gpt_tp.in" model.n_layer=4 model.n_head=4 model.n_embd=512 model.seq_len=32 \
+    model.vocab_size=256 data.format=tokens data.tokenizer=bytes \
+    data.train_tokens="$SRC/data/brown/bytes.train.tok" data.val_tokens="$SRC/data/brown/bytes.val.tok" \
+    train.batch_size=131072 parallel.tp=2
+fi
 
 # a job confined to 1 GiB by a memory cgroup, as Slurm confines one: the limit, not
 # the node's free memory, is what its ranks share (8192-wide layers: about 0.9 GiB

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpt_checkpoint_layouts.sh: a GPT checkpoint written at one layout resumes at any
 # other. A 4-block GPT is stopped at step 10 at dp 2 x tp 2 x pp 2 with ZeRO 1, and
-# resumed at 1 rank, at tp 4, at dp 2 x pp 2 with ZeRO 2 (its blocks split 3 and 1 by
+# resumed at 1 rank, at tp 4 in sequence parallelism, at dp 2 x pp 2 with ZeRO 2 (its blocks split 3 and 1 by
 # hand) and at pp 5 (the last stage the head alone); the single-rank run's
 # step-10 checkpoint is resumed at dp 2 x tp 2 x pp 2 with ZeRO 1, and the stopped run
 # resumed at its own layout must end bit for bit as that layout's straight run (not
@@ -45,7 +45,7 @@ resume() {
 ASAN=0
 sanitized && ASAN=1
 [ "$ASAN" = 1 ] || resume 1 at_1 "$ck"
-resume 4 at_tp4 "$ck" parallel.tp=4
+resume 4 at_tp4 "$ck" parallel.tp=4 parallel.sequence_parallel=true
 # (its stages split by hand, 3 blocks and 1 where the writer's had 2 and 2)
 resume 4 at_dp2_pp2_zero2 "$ck" parallel.pp=2 parallel.zero=2 parallel.stage_blocks=3,1
 # pp 5 on 4 blocks: its last stage holds the head alone, reads ln_f and the head
