@@ -3,7 +3,8 @@
  * through MPI, on the same data and the same groups: all-reduce (sum, max, min; f32,
  * f64, i32, i64; in place and not), the non-blocking all-reduce with tr_test and
  * tr_wait, the reduce to a root, all-gatherv (equal pieces: NCCL's all-gather;
- * uneven ones: fused broadcasts), send/recv and isend, and bcast.
+ * uneven ones: fused broadcasts), reduce-scatterv (fused reduces to each part's rank;
+ * equal and uneven parts), send/recv and isend, and bcast.
  *
  * Values are small integers, so every summation order gives the same floats and
  * the two sides must agree bit for bit.
@@ -299,6 +300,40 @@ static void test_allgatherv(tr_group *g, const char *gname, int uneven)
     twin_free(&x);
 }
 
+/* each rank's part summed into it in place, the others' parts left as they were
+ * (sequence parallelism's row-parallel sums: gpt.c) */
+static void test_reduce_scatterv(tr_group *g, const char *gname, int uneven)
+{
+    int size = tr_group_size(g);
+    size_t counts[8], displs[8], total = 0;
+    if (size > 8) {
+        CHECK(size <= 8, "reduce_scatterv test: a group of %d ranks", size);
+        return;
+    }
+    for (int r = 0; r < size; r++) {
+        counts[r] = uneven ? 1000 + 317 * (size_t)r : 4099;
+        displs[r] = total;
+        total += counts[r];
+    }
+    if (uneven && size > 1)
+        counts[1] = 0; /* an empty part */
+    twin x = twin_new(total * sizeof(float));
+    fill(x.h, TR_F32, total, tr_group_rank(g), 6);
+    twin_upload(&x);
+    busy_compute_stream();
+    dev_scale(&x, total, 2.0f);
+    tr_reduce_scatterv(x.d, counts, displs, g);
+    dev_scale(&x, total, 0.5f);
+    host_scale(&x, total, 2.0f);
+    tr_reduce_scatterv(x.h, counts, displs, g);
+    host_scale(&x, total, 0.5f);
+    char what[120];
+    snprintf(what, sizeof what, "reduce_scatterv of %s parts on %s", uneven ? "uneven" : "equal",
+             gname);
+    same(&x, TR_F32, what);
+    twin_free(&x);
+}
+
 static void test_bcast(tr_group *g, const char *gname, tr_dtype t, int root)
 {
     size_t n = 65537, bytes = n * esize(t);
@@ -554,6 +589,8 @@ static void test_group(tr_group *g, const char *gname)
     test_ireduce(g, gname, 0);
     test_allgatherv(g, gname, 0);
     test_allgatherv(g, gname, 1);
+    test_reduce_scatterv(g, gname, 0);
+    test_reduce_scatterv(g, gname, 1);
     test_bcast(g, gname, TR_F32, 0);
     test_bcast(g, gname, TR_I64, tr_group_size(g) - 1);
     test_bcast(g, gname, TR_U16, 0); /* the pipeline's 16-bit activations */
