@@ -554,10 +554,9 @@ static void sum_replica_grads(const tr_model *m, int layer, int last_backward)
     const gpt *g = G(m);
     if (!g->sp_on || !last_backward)
         return;
-    for (int i = 0; i < m->layers[layer].nparams; i++) {
-        const tr_param *p = &m->layers[layer].params[i];
-        tp_sum(g, p->grad, p->numel);
-    }
+    /* weight and bias lie back to back in the flat buffer (model.c): one sum */
+    const tr_layer *l = &m->layers[layer];
+    tp_sum(g, l->params[0].grad, l->params[0].numel + l->params[1].numel);
 }
 
 /* ---- dropout ------------------------------------------------------------------- */
