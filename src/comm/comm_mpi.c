@@ -634,6 +634,25 @@ void tr_reduce_scatterv(float *buf, const size_t *counts, const size_t *displs, 
         }
 }
 
+/* 16-bit values (sequence parallelism's layernorm outputs in bf16/fp16) through the
+ * shared-memory window, which moves floats: where every part starts and ends on a
+ * float, as pairs of values (an even width of rows makes them so); 0 where not. An
+ * all-gather only copies, so the pairs arrive as they were. */
+static int shm_allgatherv_u16(tr_group *g, void *buf, const size_t *counts, const size_t *displs)
+{
+    for (int r = 0; r < g->size; r++)
+        if (counts[r] % 2 || displs[r] % 2)
+            return 0;
+    size_t *pairs = tr_alloc(2 * (size_t)g->size * sizeof *pairs, "all-gather pairs");
+    for (int r = 0; r < g->size; r++) {
+        pairs[r] = counts[r] / 2;
+        pairs[g->size + r] = displs[r] / 2;
+    }
+    tr_shm_allgatherv_f32(g->shm, buf, pairs, pairs + g->size, g_guard_open, g_guard_close);
+    tr_free(pairs);
+    return 1;
+}
+
 void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dtype dtype,
                    tr_group *g)
 {
@@ -646,6 +665,8 @@ void tr_allgatherv(void *buf, const size_t *counts, const size_t *displs, tr_dty
         tr_shm_allgatherv_f32(g->shm, buf, counts, displs, g_guard_open, g_guard_close);
         return;
     }
+    if (g->shm && dtype == TR_U16 && shm_allgatherv_u16(g, buf, counts, displs))
+        return;
     int fits = 1;
     for (int r = 0; r < g->size; r++)
         fits &= counts[r] <= g_max_count && displs[r] <= g_max_count;

@@ -119,6 +119,34 @@ static void check_parts(tr_group *g, const int *members, int me, size_t count, i
     tr_free(counts);
 }
 
+/* 16-bit values (sequence parallelism's layernorm outputs): every rank's part, each
+ * value as it was; parts of even counts at even offsets go through the window as
+ * pairs, the others through MPI */
+static void check_u16_parts(tr_group *g, const int *members, int me, size_t count, int even,
+                            const char *what)
+{
+    int size = tr_group_size(g), gr = tr_group_rank(g);
+    size_t *counts = tr_alloc(2 * (size_t)size * sizeof *counts, "parts"), *displs = counts + size;
+    for (int r = 0; r < size; r++) { /* rows of 2 values each where even */
+        size_t unit = even ? 2 : 1, rows = count / unit;
+        displs[r] = rows * (size_t)r / (size_t)size * unit;
+        counts[r] = rows * (size_t)(r + 1) / (size_t)size * unit - displs[r];
+    }
+    uint16_t *buf = tr_alloc(count * sizeof *buf, "buffer");
+    for (size_t i = 0; i < count; i++) /* another rank's: 0xffff, to be overwritten */
+        buf[i] =
+            i >= displs[gr] && i < displs[gr] + counts[gr] ? (uint16_t)(me * 7919 + i) : 0xffff;
+    tr_allgatherv(buf, counts, displs, TR_U16, g);
+    size_t wrong = 0;
+    for (int r = 0; r < size; r++)
+        for (size_t i = displs[r]; i < displs[r] + counts[r]; i++)
+            wrong += buf[i] != (uint16_t)(members[r] * 7919 + i);
+    CHECK(wrong == 0, "%s: all-gather of %zu 16-bit values (%s parts): %zu elements wrong", what,
+          count, even ? "even" : "odd", wrong);
+    tr_free(buf);
+    tr_free(counts);
+}
+
 /* sizes: below the threshold, at it, odd, and across the 3000-float chunks below */
 static const size_t sizes[] = {10, 1024, 1031, 2999, 3000, 3001, 9017, 20000};
 
@@ -128,6 +156,8 @@ static void check_group(tr_group *g, const int *members, int me, const char *wha
         for (int in_place = 0; in_place < 2; in_place++)
             check_sum(g, members, me, sizes[s], in_place, what);
         check_parts(g, members, me, sizes[s], 1, what);
+        check_u16_parts(g, members, me, 2 * sizes[s], 1, what);
+        check_u16_parts(g, members, me, sizes[s], 0, what);
     }
 }
 
