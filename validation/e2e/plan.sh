@@ -333,10 +333,12 @@ check "4 CPU ranks through MPI: no window, MPI's buffers" \
 # then keeps more of them), pipeline use, bytes sent in and across nodes), in order,
 # tp groups wider than a node marked; the layouts left out with why
 # with the ranks' speeds, an estimated step of each (recomputed here without a
-# pipeline), ordered by it; ZeRO and recomputation as the overrides set them
+# pipeline), ordered by it; ZeRO, recomputation and sequence parallelism as the
+# overrides set them
 for case in "8 2 inputs/gpt2_124m.in --device-memory 8GiB" \
   "4 4 inputs/gpt2_124m.in train.batch_size=16 parallel.dp=2 parallel.pp=2 --device-memory 6GiB" \
   "8 2 inputs/gpt2_124m.in --device-memory 8GiB --tflops 100 --node-gbps 150 --network-gbps 25" \
+  "8 2 inputs/gpt2_124m.in --device-memory 8GiB --tflops 100 --node-gbps 150 --network-gbps 25 parallel.sequence_parallel=true" \
   "4 4 inputs/gpt_brown.in train.batch_size=32 --tflops 0.08 --node-gbps 5 parallel.zero=1 train.recompute=block" \
   "4 4 inputs/gpt_brown.in parallel.pp=2 parallel.stage_blocks=3,1" \
   "4 4 inputs/gpt2_124m.in train.batch_size=4 train.micro_batches=4 parallel.pp=4 --device-memory 2GiB"; do
