@@ -92,8 +92,15 @@ LD_PRELOAD="$FAULT_PRELOAD" TR_TEST_HANG_RANK=1 timeout -k 5 60 mpirun -np 2 "$T
   "${base[@]}" train.steps=20 checkpoint.at_end=false run.dir="$WORK/shutdown" \
   >"$WORK/out" 2>"$WORK/err"
 code=$?
-check "a rank stuck at shutdown: the job ends with 71 (got $code) $(cat "$WORK/err")" \
-  [ "$code" = 71 ]
+# (MPICH's mpiexec, Hydra, returns the signal of a rank that a signal ended, whatever
+# the others' codes: once the stuck rank has exited 71 it kills the ranks still in
+# MPI_Finalize, and where it does so before their own watchdogs end them, the job
+# ends with SIGKILL's 9: seen once in CI; a rank exiting 71 beside one killed by
+# SIGKILL, under mpiexec.mpich 4.0.2, returns 9. Open MPI's mpirun returns the 71.)
+hydra=0
+mpirun --version 2>&1 | grep -q HYDRA && hydra=1
+check "a rank stuck at shutdown: the job ends with 71 (got $code; 9 allowed under MPICH's Hydra: $hydra) $(cat "$WORK/err")" \
+  bash -c '[ "$0" = 71 ] || { [ "$1" = 1 ] && [ "$0" = 9 ]; }' "$code" "$hydra"
 check "the message names the rank and where it was" \
   grep -q "^\[rank 1\] .*: no progress .* since the start of shutdown" "$WORK/err"
 check "the run itself finished first" grep -q "^done: 20 steps" "$WORK/out"
